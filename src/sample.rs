@@ -1,0 +1,306 @@
+//! Plain data produced by one sampling tick, in base units (bytes, seconds, joules, watts, hertz,
+//! celsius, ratios in 0..1).
+//!
+//! This is the only interface between the sampler (which talks to NVML) and the metrics encoder
+//! (which talks Prometheus). Nothing here knows about either: a field is `None` (or an empty
+//! `Vec`) when the device does not support the reading or the call failed this tick, and the
+//! encoder omits the series — it never invents a zero.
+
+use std::collections::BTreeMap;
+
+/// Everything the exporter knows after one tick.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    /// NVML initialised and answering (`nvml_exporter_nvml_up`).
+    pub nvml_up: bool,
+    /// Why NVML is not up (for `/readyz` and the landing page); `None` when it is.
+    pub nvml_error: Option<String>,
+    /// System-wide versions, empty when unknown.
+    pub system: SystemInfo,
+    /// One entry per device discovered at (re)initialisation, in NVML index order. A device that
+    /// is lost or missed its deadline stays here with `up == false` / `stale == true`.
+    pub devices: Vec<DeviceSample>,
+    /// Cumulative count of failed NVML calls by (function, error name); NOT_SUPPORTED never counts.
+    pub nvml_errors: BTreeMap<(String, String), u64>,
+    /// Wall time of the tick that produced this snapshot, in seconds.
+    pub tick_duration_seconds: Option<f64>,
+    /// End of the last complete tick, seconds since the Unix epoch.
+    pub last_tick_timestamp_seconds: Option<f64>,
+}
+
+/// System-wide facts (`nvmlSystemGet*`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SystemInfo {
+    /// Driver version, e.g. "550.54.15".
+    pub driver_version: String,
+    /// NVML library version, e.g. "12.550.54.15".
+    pub nvml_version: String,
+    /// CUDA driver API version as "major.minor", e.g. "12.4".
+    pub cuda_driver_version: String,
+}
+
+/// One device's readings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceSample {
+    /// NVML index ("gpu" label).
+    pub index: u32,
+    /// "GPU-…" ("uuid" label).
+    pub uuid: String,
+    /// Static identity, read at discovery.
+    pub info: DeviceInfo,
+    /// The last tick read the device (`nvidia_gpu_up`). False when the device is lost, or has been
+    /// stale for longer than the grace period.
+    pub up: bool,
+    /// The values below are from an earlier tick: the device missed this tick's deadline.
+    pub stale: bool,
+
+    /// `nvmlDeviceGetUtilizationRates.gpu`: share of time any kernel ran.
+    pub utilization: Option<f64>,
+    /// `nvmlDeviceGetUtilizationRates.memory`: share of time device memory was read or written.
+    pub memory_utilization: Option<f64>,
+    pub encoder_utilization: Option<f64>,
+    pub decoder_utilization: Option<f64>,
+
+    pub memory: Option<MemoryInfo>,
+    pub bar1_memory: Option<Bar1MemoryInfo>,
+
+    pub power_watts: Option<f64>,
+    pub power_limit_watts: Option<f64>,
+    /// Energy since the driver was loaded.
+    pub energy_joules: Option<f64>,
+
+    pub temperature_celsius: Option<f64>,
+    pub memory_temperature_celsius: Option<f64>,
+    pub temperature_thresholds: Vec<(TemperatureThreshold, f64)>,
+    /// (fan index, speed as a ratio of its maximum).
+    pub fan_speeds: Vec<(u32, f64)>,
+
+    pub clocks_hertz: Vec<(ClockDomain, f64)>,
+    pub max_clocks_hertz: Vec<(ClockDomain, f64)>,
+    /// P-state 0..15 (0 = maximum performance).
+    pub performance_state: Option<u32>,
+    /// Every known clock-event (throttle) reason and whether it is active now; empty when unsupported.
+    pub clock_events: Vec<(ClockEventReason, bool)>,
+    /// Cumulative time clocks were held down, by violation policy.
+    pub throttle_seconds: Vec<(ThrottleReason, f64)>,
+
+    pub pcie: PcieSample,
+
+    /// Volatile (since driver load) ECC counts.
+    pub ecc_volatile: Option<EccCounts>,
+    /// Aggregate (lifetime) ECC counts.
+    pub ecc_aggregate: Option<EccCounts>,
+    /// Ampere and newer.
+    pub remapped_rows: Option<RemappedRows>,
+    /// Before Ampere.
+    pub retired_pages: Option<RetiredPages>,
+
+    /// Cumulative XID events seen by this exporter, by XID code.
+    pub xid_counts: BTreeMap<u64, u64>,
+    /// When the last XID event arrived, seconds since the Unix epoch.
+    pub last_xid_timestamp_seconds: Option<f64>,
+
+    pub nvlinks: Vec<NvLinkSample>,
+    /// Current MIG mode (true = enabled); `None` on devices without MIG.
+    pub mig_mode: Option<bool>,
+
+    /// Compute and graphics processes on the device (read only with `--processes`).
+    pub processes: Vec<ProcessSample>,
+}
+
+/// Static identity of a device (`nvidia_gpu_info` labels). Empty strings when a value is unknown.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub name: String,
+    pub brand: String,
+    pub architecture: String,
+    /// Domain:bus:device.function, e.g. "00000000:18:00.0".
+    pub pci_bus_id: String,
+    pub serial: String,
+    pub vbios_version: String,
+    /// "major.minor", e.g. "9.0".
+    pub compute_capability: String,
+    pub minor_number: String,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MemoryInfo {
+    pub total_bytes: f64,
+    pub used_bytes: f64,
+    pub free_bytes: f64,
+    /// Reserved by the driver and firmware (`nvmlMemory_v2_t.reserved`).
+    pub reserved_bytes: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Bar1MemoryInfo {
+    pub total_bytes: f64,
+    pub used_bytes: f64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EccCounts {
+    pub corrected: u64,
+    pub uncorrected: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RemappedRows {
+    pub correctable: u64,
+    pub uncorrectable: u64,
+    pub pending: bool,
+    pub failed: bool,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RetiredPages {
+    pub single_bit_ecc: u64,
+    pub double_bit_ecc: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PcieSample {
+    pub transmit_bytes_per_second: Option<f64>,
+    pub receive_bytes_per_second: Option<f64>,
+    pub replay_errors: Option<u64>,
+    pub link_generation_current: Option<u32>,
+    pub link_generation_max: Option<u32>,
+    pub link_width_current: Option<u32>,
+    pub link_width_max: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NvLinkSample {
+    pub link: u32,
+    pub up: bool,
+    pub transmit_bytes: Option<u64>,
+    pub receive_bytes: Option<u64>,
+    pub errors: Vec<(NvLinkErrorType, u64)>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProcessSample {
+    pub pid: u32,
+    pub name: String,
+    pub used_memory_bytes: Option<f64>,
+    pub sm_utilization: Option<f64>,
+}
+
+/// Declares a closed set of label values: the enum, `ALL`, and `label()` (the Prometheus label
+/// value), so that the values are written once.
+macro_rules! label_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident => $label:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum $name { $($variant),+ }
+        impl $name {
+            /// Every value, in catalog order.
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            /// The label value served for this variant.
+            pub fn label(self) -> &'static str {
+                match self { $($name::$variant => $label),+ }
+            }
+        }
+    };
+}
+
+label_enum!(
+    /// `threshold` label of `nvidia_gpu_temperature_threshold_celsius`.
+    TemperatureThreshold {
+        Slowdown => "slowdown",
+        Shutdown => "shutdown",
+        GpuMax => "gpu_max",
+        MemoryMax => "memory_max",
+    }
+);
+
+label_enum!(
+    /// `clock` label of the clock metrics.
+    ClockDomain {
+        Graphics => "graphics",
+        Sm => "sm",
+        Memory => "memory",
+        Video => "video",
+    }
+);
+
+label_enum!(
+    /// `reason` label of `nvidia_gpu_clock_event_active` (nvmlClocksEventReason* bits).
+    ClockEventReason {
+        GpuIdle => "gpu_idle",
+        ApplicationsClocksSetting => "applications_clocks_setting",
+        SwPowerCap => "sw_power_cap",
+        HwSlowdown => "hw_slowdown",
+        SyncBoost => "sync_boost",
+        SwThermalSlowdown => "sw_thermal_slowdown",
+        HwThermalSlowdown => "hw_thermal_slowdown",
+        HwPowerBrakeSlowdown => "hw_power_brake_slowdown",
+        DisplayClockSetting => "display_clock_setting",
+    }
+);
+
+impl ClockEventReason {
+    /// The bit of this reason in `nvmlDeviceGetCurrentClocksEventReasons`' mask (nvml.h).
+    pub fn mask(self) -> u64 {
+        match self {
+            ClockEventReason::GpuIdle => 0x1,
+            ClockEventReason::ApplicationsClocksSetting => 0x2,
+            ClockEventReason::SwPowerCap => 0x4,
+            ClockEventReason::HwSlowdown => 0x8,
+            ClockEventReason::SyncBoost => 0x10,
+            ClockEventReason::SwThermalSlowdown => 0x20,
+            ClockEventReason::HwThermalSlowdown => 0x40,
+            ClockEventReason::HwPowerBrakeSlowdown => 0x80,
+            ClockEventReason::DisplayClockSetting => 0x100,
+        }
+    }
+}
+
+label_enum!(
+    /// `reason` label of `nvidia_gpu_throttle_seconds_total` (nvmlPerfPolicyType_t).
+    ThrottleReason {
+        Power => "power",
+        Thermal => "thermal",
+        SyncBoost => "sync_boost",
+        BoardLimit => "board_limit",
+        LowUtilization => "low_utilization",
+        Reliability => "reliability",
+        AppClocks => "app_clocks",
+        BaseClocks => "base_clocks",
+    }
+);
+
+label_enum!(
+    /// `error_type` label of `nvidia_gpu_nvlink_errors_total` (nvmlNvLinkErrorCounter_t).
+    NvLinkErrorType {
+        CrcFlit => "crc_flit",
+        CrcData => "crc_data",
+        Replay => "replay",
+        Recovery => "recovery",
+    }
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_event_masks_are_distinct_single_bits() {
+        let mut seen = 0u64;
+        for r in ClockEventReason::ALL {
+            assert_eq!(r.mask().count_ones(), 1, "{r:?}");
+            assert_eq!(seen & r.mask(), 0, "{r:?} overlaps");
+            seen |= r.mask();
+        }
+    }
+
+    #[test]
+    fn label_values_are_snake_case_and_unique() {
+        let labels: Vec<&str> = ThrottleReason::ALL.iter().map(|r| r.label()).collect();
+        let mut sorted = labels.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), labels.len());
+        assert!(labels.iter().all(|l| l.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+    }
+}
