@@ -1,0 +1,643 @@
+//! Configuration: defaults < `--config` file (TOML) < `NVML_EXPORTER_*` environment < flags.
+//!
+//! Every option has one name used everywhere: the flag `--nvml-lib`, the file key `nvml_lib`, the
+//! environment variable `NVML_EXPORTER_NVML_LIB`. clap reads flags and the environment (a flag
+//! beats its variable); the file fills what neither gave. Values from the file keep their span, so
+//! a value that parses but is invalid (e.g. `interval = "0s"`) is still reported with its line.
+//!
+//! Nothing here exits: [`load`] returns a [`ConfigError`] whose message names the option and where
+//! the bad value came from, and `main` turns it into exit status 2.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::parser::ValueSource;
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use serde::Deserialize;
+use toml::Spanned;
+
+/// The NVML library loaded when neither `--nvml-lib` nor `--demo` is given. Containers get only the
+/// versioned soname from the NVIDIA container toolkit, so the unversioned name would not be found.
+pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
+
+/// File name of the simulated driver library that `--demo` loads from next to the executable.
+pub const DEMO_NVML_LIB: &str = "libnvml_sim.so";
+
+/// The validated configuration the exporter runs with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// Address the HTTP server binds.
+    pub listen: SocketAddr,
+    /// Sampling period.
+    pub interval: Duration,
+    /// How long one device may take to answer within a tick before it is served stale.
+    pub device_timeout: Duration,
+    /// How long a device may go without a fresh reading before `nvidia_gpu_up` drops to 0.
+    pub stale_grace: Duration,
+    /// Which NVML library to load.
+    pub nvml: NvmlSource,
+    /// Sample once, print the exposition to stdout, exit.
+    pub once: bool,
+    pub log_format: LogFormat,
+    /// A `tracing` filter directive, e.g. `info` or `nvml_exporter=debug`.
+    pub log_level: String,
+}
+
+/// Where the NVML library comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NvmlSource {
+    /// A path or soname given to the dynamic loader.
+    Path(PathBuf),
+    /// The simulated driver shipped next to the executable (`--demo`).
+    Demo,
+}
+
+impl NvmlSource {
+    /// The path handed to the dynamic loader. For `Demo`, the simulator next to the running
+    /// executable (that is where `cargo build` and the release archive put it).
+    pub fn library_path(&self) -> PathBuf {
+        match self {
+            NvmlSource::Path(p) => p.clone(),
+            NvmlSource::Demo => std::env::current_exe()
+                .ok()
+                .and_then(|exe| exe.parent().map(|dir| dir.join(DEMO_NVML_LIB)))
+                .unwrap_or_else(|| PathBuf::from(DEMO_NVML_LIB)),
+        }
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line, for log shippers.
+    Json,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: SocketAddr::from(([0, 0, 0, 0], 9400)),
+            interval: Duration::from_secs(1),
+            device_timeout: Duration::from_secs(1),
+            stale_grace: Duration::from_secs(5),
+            nvml: NvmlSource::Path(PathBuf::from(DEFAULT_NVML_LIB)),
+            once: false,
+            log_format: LogFormat::Text,
+            log_level: "info".to_string(),
+        }
+    }
+}
+
+/// Command line and environment. Every value is optional here so that "not given" can fall back to
+/// the file and then to the default.
+#[derive(Debug, Parser)]
+#[command(
+    name = "nvml-exporter",
+    version,
+    about = "Prometheus exporter for NVIDIA GPUs, reading NVML directly.",
+    long_about = "Prometheus exporter for NVIDIA GPUs, reading NVML directly.\n\n\
+        Samples every GPU on an interval and serves /metrics, /healthz, /readyz and a landing page.\n\
+        Every option can also be set in a TOML file (--config; key = option name with underscores,\n\
+        e.g. nvml_lib = \"/usr/lib/libnvidia-ml.so.1\") and by an environment variable\n\
+        NVML_EXPORTER_<OPTION> (e.g. NVML_EXPORTER_LISTEN). Precedence: defaults < file < environment < flags.\n\
+        Durations are written like 1s, 500ms, 2m."
+)]
+struct Cli {
+    /// TOML file with any of the options below.
+    #[arg(long, env = "NVML_EXPORTER_CONFIG", value_name = "FILE")]
+    config: Option<PathBuf>,
+
+    /// Address to serve HTTP on; ":PORT" means all IPv4 interfaces [default: 0.0.0.0:9400]
+    #[arg(long, env = "NVML_EXPORTER_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
+    listen: Option<SocketAddr>,
+
+    /// Sampling interval (at least 100ms) [default: 1s]
+    #[arg(long, env = "NVML_EXPORTER_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
+    interval: Option<Duration>,
+
+    /// Per-device deadline within one tick; a device that misses it is served from its last
+    /// reading, marked stale (at most the interval) [default: the interval]
+    #[arg(long, env = "NVML_EXPORTER_DEVICE_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
+    device_timeout: Option<Duration>,
+
+    /// How long a device may go without a fresh reading before nvidia_gpu_up drops to 0 (at least
+    /// the interval) [default: 5s]
+    #[arg(long, env = "NVML_EXPORTER_STALE_GRACE", value_name = "DURATION", value_parser = parse_duration)]
+    stale_grace: Option<Duration>,
+
+    /// NVML library to load: a path or a soname [default: libnvidia-ml.so.1]
+    #[arg(long, env = "NVML_EXPORTER_NVML_LIB", value_name = "PATH")]
+    nvml_lib: Option<PathBuf>,
+
+    /// Use the simulated GPUs of libnvml_sim.so next to the executable instead of the driver
+    #[arg(long, env = "NVML_EXPORTER_DEMO", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", require_equals = true)]
+    demo: Option<bool>,
+
+    /// Sample once, print the exposition to stdout and exit (status 1 when NVML is unavailable)
+    #[arg(long, env = "NVML_EXPORTER_ONCE", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", require_equals = true)]
+    once: Option<bool>,
+
+    /// Log format [default: text]
+    #[arg(long, env = "NVML_EXPORTER_LOG_FORMAT", value_name = "FORMAT")]
+    log_format: Option<LogFormat>,
+
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives [default: info]
+    #[arg(long, env = "NVML_EXPORTER_LOG_LEVEL", value_name = "FILTER")]
+    log_level: Option<String>,
+}
+
+/// The `--config` file. Unknown keys are errors: a misspelt option must not be silently ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<Spanned<ListenAddr>>,
+    interval: Option<Spanned<HumanDuration>>,
+    device_timeout: Option<Spanned<HumanDuration>>,
+    stale_grace: Option<Spanned<HumanDuration>>,
+    nvml_lib: Option<Spanned<PathBuf>>,
+    demo: Option<Spanned<bool>>,
+    once: Option<Spanned<bool>>,
+    log_format: Option<Spanned<LogFormat>>,
+    log_level: Option<Spanned<String>>,
+}
+
+/// A duration written as text ("1s", "250ms") in the file.
+#[derive(Debug, Clone, Copy)]
+struct HumanDuration(Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s)
+            .map(HumanDuration)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// A listen address in the file, with the same syntax as the flag.
+#[derive(Debug, Clone, Copy)]
+struct ListenAddr(SocketAddr);
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_listen(&s)
+            .map(ListenAddr)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s.trim())
+        .map_err(|e| format!("'{s}' is not a duration ({e}); write e.g. 1s, 500ms, 2m"))
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    let full = match s.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => s.to_string(),
+    };
+    full.parse()
+        .map_err(|_| format!("'{s}' is not an address; write HOST:PORT with an IP, e.g. 0.0.0.0:9400, [::]:9400 or :9400"))
+}
+
+/// Where a value came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    Default,
+    Flag,
+    Env(&'static str),
+    File { path: PathBuf, line: usize },
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => write!(f, "default"),
+            Origin::Flag => write!(f, "command line"),
+            Origin::Env(var) => write!(f, "environment variable {var}"),
+            Origin::File { path, line } => write!(f, "{} line {line}", path.display()),
+        }
+    }
+}
+
+/// A configuration that cannot be used. `main` prints it and exits with status 2.
+#[derive(Debug)]
+pub enum ConfigError {
+    /// clap's own error (unknown flag, unparsable flag or environment value, `--help`, `--version`):
+    /// it knows how to print itself and with which status to exit.
+    Cli(clap::Error),
+    /// The file could not be read or parsed, or a value is out of range.
+    Invalid(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Cli(e) => write!(f, "{e}"),
+            ConfigError::Invalid(msg) => write!(f, "error: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Reads flags from `args` (including the program name) and options from the process environment
+/// and the `--config` file, and validates the result.
+pub fn load<I, T>(args: I) -> Result<Config, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Cli::command()
+        .try_get_matches_from(args)
+        .map_err(ConfigError::Cli)?;
+    let cli = Cli::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
+    let (file, file_path) = match &cli.config {
+        Some(path) => (read_file(path)?, Some(path.clone())),
+        None => (FileConfig::default(), None),
+    };
+    let src = Sources {
+        matches: &matches,
+        file_path: file_path.as_deref(),
+        file_text: file_text_cache(&file_path),
+    };
+    merge(&cli, file, &src)
+}
+
+/// The file's text, re-read only to turn byte spans into line numbers for error messages.
+fn file_text_cache(path: &Option<PathBuf>) -> String {
+    path.as_ref()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .unwrap_or_default()
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::Invalid(format!("--config: cannot read {}: {e}", path.display()))
+    })?;
+    toml::from_str(&text).map_err(|e| {
+        let line = e.span().map(|s| line_of(&text, s.start)).unwrap_or(0);
+        // The key the error is about, when toml can tell (it names unknown fields itself).
+        let key = e
+            .span()
+            .and_then(|s| key_before(&text, s.start))
+            .map(|k| format!(" (option {k})"))
+            .unwrap_or_default();
+        ConfigError::Invalid(format!(
+            "--config {} line {line}{key}: {}",
+            path.display(),
+            e.message().trim()
+        ))
+    })
+}
+
+/// 1-based line number of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The `key` of a `key = value` line containing `offset`, if that line is one.
+fn key_before(text: &str, offset: usize) -> Option<String> {
+    let start = text[..offset.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let line = text[start..].lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    (!key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then(|| key.to_string())
+}
+
+struct Sources<'a> {
+    matches: &'a ArgMatches,
+    file_path: Option<&'a Path>,
+    file_text: String,
+}
+
+impl Sources<'_> {
+    /// Picks flag/env value, else file value, else default, remembering where it came from.
+    fn pick<T, F>(
+        &self,
+        id: &str,
+        env: &'static str,
+        cli: Option<T>,
+        file: Option<Spanned<F>>,
+        default: T,
+    ) -> (T, Origin)
+    where
+        F: Into<T>,
+    {
+        if let Some(v) = cli {
+            let origin = match self.matches.value_source(id) {
+                Some(ValueSource::EnvVariable) => Origin::Env(env),
+                _ => Origin::Flag,
+            };
+            return (v, origin);
+        }
+        if let (Some(v), Some(path)) = (file, self.file_path) {
+            let line = line_of(&self.file_text, v.span().start);
+            return (
+                v.into_inner().into(),
+                Origin::File {
+                    path: path.to_path_buf(),
+                    line,
+                },
+            );
+        }
+        (default, Origin::Default)
+    }
+}
+
+impl From<HumanDuration> for Duration {
+    fn from(d: HumanDuration) -> Duration {
+        d.0
+    }
+}
+
+impl From<ListenAddr> for SocketAddr {
+    fn from(a: ListenAddr) -> SocketAddr {
+        a.0
+    }
+}
+
+fn invalid(option: &str, origin: &Origin, msg: impl fmt::Display) -> ConfigError {
+    ConfigError::Invalid(format!("invalid value for --{option} ({origin}): {msg}"))
+}
+
+fn merge(cli: &Cli, file: FileConfig, src: &Sources<'_>) -> Result<Config, ConfigError> {
+    let d = Config::default();
+    let (listen, _) = src.pick(
+        "listen",
+        "NVML_EXPORTER_LISTEN",
+        cli.listen,
+        file.listen,
+        d.listen,
+    );
+    let (interval, interval_origin) = src.pick(
+        "interval",
+        "NVML_EXPORTER_INTERVAL",
+        cli.interval,
+        file.interval,
+        d.interval,
+    );
+    let (device_timeout, timeout_origin) = src.pick(
+        "device_timeout",
+        "NVML_EXPORTER_DEVICE_TIMEOUT",
+        cli.device_timeout.map(Some),
+        file.device_timeout.map(|s| map_spanned(s, |d| Some(d.0))),
+        None,
+    );
+    let (stale_grace, grace_origin) = src.pick(
+        "stale_grace",
+        "NVML_EXPORTER_STALE_GRACE",
+        cli.stale_grace,
+        file.stale_grace,
+        d.stale_grace,
+    );
+    let (nvml_lib, lib_origin) = src.pick(
+        "nvml_lib",
+        "NVML_EXPORTER_NVML_LIB",
+        cli.nvml_lib.clone().map(Some),
+        file.nvml_lib.map(|s| map_spanned(s, Some)),
+        None,
+    );
+    let (demo, demo_origin) = src.pick("demo", "NVML_EXPORTER_DEMO", cli.demo, file.demo, false);
+    let (once, _) = src.pick("once", "NVML_EXPORTER_ONCE", cli.once, file.once, d.once);
+    let (log_format, _) = src.pick(
+        "log_format",
+        "NVML_EXPORTER_LOG_FORMAT",
+        cli.log_format,
+        file.log_format,
+        d.log_format,
+    );
+    let (log_level, level_origin) = src.pick(
+        "log_level",
+        "NVML_EXPORTER_LOG_LEVEL",
+        cli.log_level.clone(),
+        file.log_level,
+        d.log_level,
+    );
+
+    if interval < Duration::from_millis(100) {
+        return Err(invalid(
+            "interval",
+            &interval_origin,
+            format!("{} is below the minimum of 100ms", fmt_duration(interval)),
+        ));
+    }
+    if interval > Duration::from_secs(3600) {
+        return Err(invalid(
+            "interval",
+            &interval_origin,
+            format!("{} is above the maximum of 1h", fmt_duration(interval)),
+        ));
+    }
+    let device_timeout = device_timeout.unwrap_or(interval);
+    if device_timeout.is_zero() || device_timeout > interval {
+        return Err(invalid(
+            "device-timeout",
+            &timeout_origin,
+            format!(
+                "{} must be above 0 and at most the interval ({})",
+                fmt_duration(device_timeout),
+                fmt_duration(interval)
+            ),
+        ));
+    }
+    if stale_grace < interval {
+        return Err(invalid(
+            "stale-grace",
+            &grace_origin,
+            format!(
+                "{} must be at least the interval ({})",
+                fmt_duration(stale_grace),
+                fmt_duration(interval)
+            ),
+        ));
+    }
+    let nvml = match (nvml_lib, demo) {
+        (Some(_), true) => {
+            return Err(ConfigError::Invalid(format!(
+                "--nvml-lib ({lib_origin}) and --demo ({demo_origin}) cannot be used together: --demo loads the simulated library"
+            )));
+        }
+        (Some(path), false) if path.as_os_str().is_empty() => {
+            return Err(invalid("nvml-lib", &lib_origin, "the path is empty"));
+        }
+        (Some(path), false) => NvmlSource::Path(path),
+        (None, true) => NvmlSource::Demo,
+        (None, false) => d.nvml,
+    };
+    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
+        return Err(invalid(
+            "log-level",
+            &level_origin,
+            format!("'{log_level}': {e}"),
+        ));
+    }
+    Ok(Config {
+        listen,
+        interval,
+        device_timeout,
+        stale_grace,
+        nvml,
+        once,
+        log_format,
+        log_level,
+    })
+}
+
+fn map_spanned<T, U>(s: Spanned<T>, f: impl FnOnce(T) -> U) -> Spanned<U> {
+    let span = s.span();
+    Spanned::new(span, f(s.into_inner()))
+}
+
+fn fmt_duration(d: Duration) -> String {
+    humantime::format_duration(d).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn load_args(args: &[&str]) -> Result<Config, ConfigError> {
+        load(std::iter::once("nvml-exporter").chain(args.iter().copied()))
+    }
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    fn err(args: &[&str]) -> String {
+        match load_args(args) {
+            Ok(c) => panic!("expected an error, got {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    // These tests avoid setting NVML_EXPORTER_* variables: the environment is process-global and
+    // tests run in parallel. The environment layer is covered by the binary's integration tests.
+
+    #[test]
+    fn defaults_match_the_documented_contract() {
+        let c = load_args(&[]).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9400".parse().unwrap());
+        assert_eq!(c.interval, Duration::from_secs(1));
+        assert_eq!(c.device_timeout, c.interval);
+        assert_eq!(c.nvml, NvmlSource::Path(PathBuf::from("libnvidia-ml.so.1")));
+        assert!(!c.once);
+        assert_eq!(c.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let f = file("listen = \"127.0.0.1:1234\"\ninterval = \"2s\"\nlog_format = \"json\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap(), "--interval", "3s"]).unwrap();
+        assert_eq!(c.listen, "127.0.0.1:1234".parse().unwrap());
+        assert_eq!(c.interval, Duration::from_secs(3));
+        assert_eq!(
+            c.device_timeout,
+            Duration::from_secs(3),
+            "device timeout follows the interval"
+        );
+        assert_eq!(c.log_format, LogFormat::Json);
+    }
+
+    #[test]
+    fn port_only_listen_means_all_interfaces() {
+        let c = load_args(&["--listen", ":9500"]).unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9500".parse().unwrap());
+    }
+
+    #[test]
+    fn demo_and_nvml_lib_conflict() {
+        let e = err(&["--demo", "--nvml-lib", "/x.so"]);
+        assert!(e.contains("--demo") && e.contains("--nvml-lib"), "{e}");
+        let f = file("demo = true\n");
+        let e = err(&[
+            "--config",
+            f.path().to_str().unwrap(),
+            "--nvml-lib",
+            "/x.so",
+        ]);
+        assert!(e.contains("--nvml-lib") && e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn bad_flag_value_names_the_option() {
+        let e = err(&["--interval", "soon"]);
+        assert!(e.contains("--interval") && e.contains("soon"), "{e}");
+        let e = err(&["--interval", "10ms"]);
+        assert!(e.contains("--interval") && e.contains("100ms"), "{e}");
+        let e = err(&["--listen", "nowhere"]);
+        assert!(e.contains("--listen"), "{e}");
+        let e = err(&["--log-level", "info,=["]);
+        assert!(e.contains("--log-level"), "{e}");
+    }
+
+    #[test]
+    fn bad_file_value_names_option_and_line() {
+        let f = file("# comment\nlisten = \":9400\"\ninterval = \"fast\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(
+            e.contains("line 3") && e.contains("interval") && e.contains("fast"),
+            "{e}"
+        );
+
+        // Parses, but out of range: still reported at its line.
+        let f = file("stale_grace = \"1s\"\ninterval = \"2s\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(e.contains("--stale-grace") && e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn unknown_file_key_is_an_error() {
+        let f = file("intervall = \"1s\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(e.contains("intervall") && e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let e = err(&["--config", "/nonexistent/nvml-exporter.toml"]);
+        assert!(
+            e.contains("--config") && e.contains("/nonexistent/nvml-exporter.toml"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn device_timeout_must_fit_in_the_interval() {
+        let e = err(&["--interval", "1s", "--device-timeout", "2s"]);
+        assert!(e.contains("--device-timeout"), "{e}");
+        let c = load_args(&[
+            "--interval",
+            "2s",
+            "--device-timeout",
+            "500ms",
+            "--stale-grace",
+            "2s",
+        ])
+        .unwrap();
+        assert_eq!(c.device_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn boolean_flags_take_optional_values() {
+        assert!(load_args(&["--once"]).unwrap().once);
+        assert!(!load_args(&["--once=false"]).unwrap().once);
+        assert_eq!(load_args(&["--demo"]).unwrap().nvml, NvmlSource::Demo);
+    }
+}
