@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine:
+#   1. Rust unit and integration tests (the real binary against the simulated driver, golden file);
+#   2. promtool's lint of the exporter's /metrics for every shipped scenario;
+#   3. third-party NVML clients (gpustat, pynvml) against the simulator;
+#   4. every NVML symbol the simulator exports is one the real driver library exports.
+# Installs what is missing (Debian's prometheus for promtool, gpustat and nvidia-ml-py from PyPI, the
+# real driver library from Debian non-free, unpacked under target/) when run as root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+passed=0
+failed=0
+check() { # name command...
+  local name=$1; shift
+  echo "=== $name"
+  if "$@"; then passed=$((passed + 1)); else echo "FAILED: $name"; failed=$((failed + 1)); fi
+}
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing: $1 (run as root to install it, or install it yourself)" >&2
+    exit 1
+  fi
+}
+
+if ! command -v promtool >/dev/null; then
+  need_root "promtool (Debian package prometheus)"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+if ! python3 -c 'import gpustat, pynvml' 2>/dev/null; then
+  python3 -m pip install -q --disable-pip-version-check gpustat nvidia-ml-py
+fi
+
+# The real NVML library (Debian non-free libnvidia-ml1), fetched with an apt configuration of its
+# own so the machine's sources stay untouched. Without a GPU it answers "driver not loaded".
+real_dir=$root/target/real-nvml
+real_lib=$(find "$real_dir" -name 'libnvidia-ml.so.1' 2>/dev/null | head -n1 || true)
+if [ -z "$real_lib" ]; then
+  mkdir -p "$real_dir/lists/partial" "$real_dir/archives"
+  echo "deb http://deb.debian.org/debian bookworm non-free" > "$real_dir/sources.list"
+  apt_opts=(-o "Dir::Etc::SourceList=$real_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+            -o "Dir::State::Lists=$real_dir/lists" -o APT::Sandbox::User=root)
+  apt-get "${apt_opts[@]}" update -qq
+  (cd "$real_dir/archives" && apt-get "${apt_opts[@]}" download libnvidia-ml1 >/dev/null)
+  dpkg -x "$real_dir"/archives/libnvidia-ml1_*.deb "$real_dir/root"
+  real_lib=$(find "$real_dir/root" -name 'libnvidia-ml.so.1' | head -n1)
+fi
+export NVML_EXPORTER_TEST_REAL_NVML=$real_lib
+
+check "cargo test" cargo test --workspace --locked
+
+bin=$root/target/debug/nvml-exporter
+sim=$root/target/debug/libnvml_sim.so
+lint_scenarios() {
+  local ok=0 scenario out
+  for scenario in nvml-sim/scenarios/*.toml; do
+    out=$(NVML_SIM_SCENARIO=$scenario NVML_SIM_TIME=60 "$bin" --once --nvml-lib "$sim" --log-level error) || { echo "$scenario: --once failed"; ok=1; continue; }
+    if ! lint=$(printf '%s\n' "$out" | promtool check metrics 2>&1) || [ -n "$lint" ]; then
+      echo "$scenario: promtool check metrics:"; echo "$lint"; ok=1
+    fi
+  done
+  return $ok
+}
+check "promtool check metrics (every scenario)" lint_scenarios
+check "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
+check "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
+
+echo "checks: $passed passed, $failed failed"
+[ "$failed" = 0 ]

@@ -1,0 +1,358 @@
+//! Shared helpers for the integration tests: run the real `nvml-exporter` binary against the
+//! simulated driver (`libnvml_sim.so`, built by cargo as a dev-dependency), scrape it over HTTP,
+//! and parse what it serves. Each exporter runs as a child process with its own environment, so
+//! tests with different scenarios or pinned clocks run in parallel without sharing state.
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+/// The exporter binary under test.
+pub fn exporter_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_nvml-exporter"))
+}
+
+/// The simulated driver library. Cargo builds the `nvml-sim` dev-dependency's cdylib into
+/// `target/<profile>/deps/` (next to this test executable), and uplifts it to `target/<profile>/`
+/// when the workspace is built.
+pub fn sim_lib() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let deps = exe.parent().expect("deps dir");
+    for dir in [deps, deps.parent().expect("profile dir")] {
+        let candidate = dir.join("libnvml_sim.so");
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!("libnvml_sim.so not found next to {}", exe.display());
+}
+
+/// A shipped scenario file by name (without `.toml`).
+pub fn scenario(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/scenarios").join(format!("{name}.toml"));
+    assert!(path.exists(), "no scenario {}", path.display());
+    path
+}
+
+/// A command for the exporter with a clean `NVML_EXPORTER_*` / `NVML_SIM_*` environment.
+pub fn exporter_command(env: &[(&str, &str)], args: &[&str]) -> Command {
+    let mut cmd = Command::new(exporter_bin());
+    for (key, _) in std::env::vars() {
+        if key.starts_with("NVML_EXPORTER_") || key.starts_with("NVML_SIM_") {
+            cmd.env_remove(key);
+        }
+    }
+    cmd.envs(env.iter().copied()).args(args);
+    cmd
+}
+
+/// Runs `nvml-exporter --once` on the simulator with `env`, and returns its output.
+pub fn run_once(env: &[(&str, &str)], extra_args: &[&str]) -> Output {
+    let sim = sim_lib();
+    let mut args = vec!["--once", "--nvml-lib", sim.to_str().unwrap(), "--log-level", "warn"];
+    args.extend_from_slice(extra_args);
+    exporter_command(env, &args).output().expect("run nvml-exporter")
+}
+
+/// A running exporter on 127.0.0.1 with an OS-chosen port. Killed on drop.
+pub struct Exporter {
+    pub child: Child,
+    pub addr: SocketAddr,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl Exporter {
+    /// Starts the exporter on the simulator with `env` and extra `args`, and waits until it listens.
+    pub fn start(env: &[(&str, &str)], args: &[&str]) -> Exporter {
+        let sim = sim_lib();
+        let mut all = vec!["--nvml-lib", sim.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Exporter::start_raw(env, &all)
+    }
+
+    /// Starts the exporter with exactly these arguments (plus `--listen 127.0.0.1:0`).
+    pub fn start_raw(env: &[(&str, &str)], args: &[&str]) -> Exporter {
+        let mut all = vec!["--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut child = exporter_command(env, &all)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nvml-exporter");
+        let stderr = child.stderr.take().unwrap();
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let sink = logs.clone();
+        // Drain stderr for the whole life of the child (a full pipe would block it), and report the
+        // address from the "listening" line.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if line.contains("listening") {
+                    if let Some(addr) = line.split_whitespace().find_map(|w| w.strip_prefix("address=")) {
+                        let _ = tx.send(addr.trim_matches('"').to_string());
+                    }
+                }
+                sink.lock().unwrap().push(line);
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => a.parse().expect("listen address"),
+            Err(_) => {
+                let _ = child.kill();
+                panic!("exporter did not start listening; logs:\n{}", logs.lock().unwrap().join("\n"));
+            }
+        };
+        Exporter { child, addr, logs }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// GET `path` without asking for compression.
+    pub fn get(&self, path: &str) -> Response {
+        http_get(&self.url(path), &[])
+    }
+
+    /// The parsed `/metrics` exposition.
+    pub fn metrics(&self) -> Exposition {
+        let r = self.get("/metrics");
+        assert_eq!(r.status, 200, "GET /metrics: {}", r.text());
+        Exposition::parse(&r.text())
+    }
+
+    /// Polls `/metrics` until `cond` holds, failing with the last exposition after `timeout`.
+    pub fn wait_metrics(&self, timeout: Duration, what: &str, cond: impl Fn(&Exposition) -> bool) -> Exposition {
+        let start = Instant::now();
+        loop {
+            let m = self.metrics();
+            if cond(&m) {
+                return m;
+            }
+            if start.elapsed() > timeout {
+                panic!("timed out after {timeout:?} waiting for {what}; last /metrics:\n{}\nlogs:\n{}", m.text, self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Everything the exporter logged so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// Sends SIGTERM and waits for the exit status, at most `timeout`.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = Instant::now();
+        while start.elapsed() < timeout {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Whether the process is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP response, body as raw bytes (not decompressed).
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// GET with extra request headers; non-2xx statuses are returned, not errors.
+pub fn http_get(url: &str, headers: &[(&str, &str)]) -> Response {
+    http_request("GET", url, headers)
+}
+
+/// A request with any method; the body is read only for non-HEAD requests.
+pub fn http_request(method: &str, url: &str, headers: &[(&str, &str)]) -> Response {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into();
+    let mut req = ureq::http::Request::builder().method(method).uri(url);
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut resp = agent.run(req.body(()).unwrap()).unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = resp.status().as_u16();
+    let headers = resp
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), v.to_str().unwrap_or("").to_string()))
+        .collect();
+    let mut body = Vec::new();
+    if method != "HEAD" {
+        resp.body_mut().as_reader().read_to_end(&mut body).expect("read body");
+    }
+    Response { status, headers, body }
+}
+
+/// One series of an exposition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
+}
+
+/// A parsed text exposition (format 0.0.4), enough for assertions.
+#[derive(Debug, Clone)]
+pub struct Exposition {
+    pub text: String,
+    pub series: Vec<Series>,
+    /// Metric family name → type from `# TYPE` lines.
+    pub types: BTreeMap<String, String>,
+}
+
+impl Exposition {
+    pub fn parse(text: &str) -> Exposition {
+        let mut series = Vec::new();
+        let mut types = BTreeMap::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix("# TYPE ") {
+                let mut parts = rest.split_whitespace();
+                if let (Some(n), Some(t)) = (parts.next(), parts.next()) {
+                    types.insert(n.to_string(), t.to_string());
+                }
+                continue;
+            }
+            if line.starts_with('#') || line.trim().is_empty() {
+                continue;
+            }
+            series.push(parse_series(line));
+        }
+        Exposition { text: text.to_string(), series, types }
+    }
+
+    /// Series of metric `name` whose labels include every pair of `labels`.
+    pub fn find(&self, name: &str, labels: &[(&str, &str)]) -> Vec<&Series> {
+        self.series
+            .iter()
+            .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+            .collect()
+    }
+
+    /// The value of the single series matching `name` and `labels`; None when there is none.
+    pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+        let found = self.find(name, labels);
+        assert!(found.len() <= 1, "{name}{labels:?} matches {} series", found.len());
+        found.first().map(|s| s.value)
+    }
+
+    /// The value for GPU `gpu` (by the `gpu` label) with extra `labels`.
+    pub fn gpu_value(&self, name: &str, gpu: u32, labels: &[(&str, &str)]) -> Option<f64> {
+        let g = gpu.to_string();
+        let mut all = vec![("gpu", g.as_str())];
+        all.extend_from_slice(labels);
+        self.value(name, &all)
+    }
+
+    /// Every metric name served.
+    pub fn names(&self) -> std::collections::BTreeSet<&str> {
+        self.series.iter().map(|s| s.name.as_str()).collect()
+    }
+}
+
+fn parse_series(line: &str) -> Series {
+    let (name_labels, value) = match line.find('{') {
+        Some(open) => {
+            let close = line.rfind('}').unwrap_or_else(|| panic!("unclosed labels: {line}"));
+            (&line[..=close], line[close + 1..].trim())
+        }
+        None => {
+            let (n, v) = line.split_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+            (n, v.trim())
+        }
+    };
+    let value = value.split_whitespace().next().unwrap_or_else(|| panic!("no value: {line}"));
+    let value = match value {
+        "+Inf" => f64::INFINITY,
+        "-Inf" => f64::NEG_INFINITY,
+        v => v.parse().unwrap_or_else(|_| panic!("bad value in: {line}")),
+    };
+    let (name, labels) = match name_labels.find('{') {
+        Some(open) => (&name_labels[..open], parse_labels(&name_labels[open + 1..name_labels.len() - 1])),
+        None => (name_labels, BTreeMap::new()),
+    };
+    Series { name: name.to_string(), labels, value }
+}
+
+fn parse_labels(s: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut chars = s.chars().peekable();
+    loop {
+        while matches!(chars.peek(), Some(',') | Some(' ')) {
+            chars.next();
+        }
+        let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+        if key.is_empty() {
+            break;
+        }
+        assert_eq!(chars.next(), Some('"'), "label {key} not quoted in {s}");
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => match chars.next() {
+                    Some('n') => value.push('\n'),
+                    Some(other) => value.push(other),
+                    None => break,
+                },
+                '"' => break,
+                c => value.push(c),
+            }
+        }
+        out.insert(key.trim().to_string(), value);
+    }
+    out
+}
+
+/// Names of series whose value depends on the run, not on the scenario: the exporter's own
+/// process and timing, and its build.
+pub const VOLATILE_PREFIXES: &[&str] = &[
+    "process_",
+    "nvml_exporter_sample_duration_seconds",
+    "nvml_exporter_last_sample_timestamp_seconds",
+    "nvml_exporter_build_info",
+    "nvml_exporter_scrapes_total",
+];
+
+/// The exposition without the lines of [`VOLATILE_PREFIXES`] series (HELP/TYPE lines kept).
+pub fn strip_volatile(text: &str) -> String {
+    text.lines()
+        .filter(|l| l.starts_with('#') || !VOLATILE_PREFIXES.iter().any(|p| l.starts_with(p)))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
