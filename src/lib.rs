@@ -3,4 +3,6 @@
 //! Data flows one way: config → sampler (NVML) → [`sample::Snapshot`] → metrics (encoded once per
 //! tick) → http (serves the encoded bytes).
 
+pub mod http;
+pub mod metrics;
 pub mod sample;
