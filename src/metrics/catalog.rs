@@ -103,9 +103,20 @@ pub struct MetricDef {
     pub unit: &'static str,
     /// Label names beyond the identity labels (`gpu`, `uuid`) of per-device families.
     pub labels: &'static [&'static str],
+    /// Labels that take a closed set of values, with that set (for the docs, and so tests can
+    /// check the readers against it).
+    pub closed_labels: &'static [(&'static str, LabelValues)],
     /// dcgm-exporter equivalents, empty when there is none.
     pub dcgm: &'static [Dcgm],
     pub source: Source,
+}
+
+/// Lists the values of a closed label set.
+pub type LabelValues = fn() -> Vec<&'static str>;
+
+/// The label values of a [`crate::sample`] label enum, in its declaration order.
+fn values_of<T: Copy>(all: &[T], label: fn(T) -> &'static str) -> Vec<&'static str> {
+    all.iter().map(|v| label(*v)).collect()
 }
 
 impl MetricDef {
@@ -144,6 +155,7 @@ macro_rules! device {
             kind: MetricKind::$kind,
             unit: $unit,
             labels: &[],
+            closed_labels: &[],
             dcgm: &[$($dcgm),*],
             source: Source::Device($read),
         }
@@ -170,6 +182,7 @@ pub static CATALOG: &[MetricDef] = &[
             "compute_capability",
             "minor_number",
         ],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::DeviceIdentity(|sys, d, out| {
             let i = &d.info;
@@ -196,6 +209,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &[],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::DeviceIdentity(|_, d, out| out.flag(d.up)),
     },
@@ -329,6 +343,9 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "celsius",
         labels: &["threshold"],
+        closed_labels: &[("threshold", || {
+            values_of(TemperatureThreshold::ALL, TemperatureThreshold::label)
+        })],
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             for (t, v) in sorted(&d.temperature_thresholds) {
@@ -342,6 +359,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "ratio",
         labels: &["fan"],
+        closed_labels: &[],
         dcgm: &[dcgm("DCGM_FI_DEV_FAN_SPEED", "%")],
         source: Source::Device(|_, d, out| {
             for (fan, v) in sorted(&d.fan_speeds) {
@@ -356,6 +374,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "hertz",
         labels: &["clock"],
+        closed_labels: &[("clock", || values_of(ClockDomain::ALL, ClockDomain::label))],
         dcgm: &[
             dcgm_for("sm", "DCGM_FI_DEV_SM_CLOCK", "MHz"),
             dcgm_for("memory", "DCGM_FI_DEV_MEM_CLOCK", "MHz"),
@@ -372,6 +391,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "hertz",
         labels: &["clock"],
+        closed_labels: &[("clock", || values_of(ClockDomain::ALL, ClockDomain::label))],
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             for (c, v) in sorted(&d.max_clocks_hertz) {
@@ -393,6 +413,9 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["reason"],
+        closed_labels: &[("reason", || {
+            values_of(ClockEventReason::ALL, ClockEventReason::label)
+        })],
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             for (r, active) in sorted(&d.clock_events) {
@@ -406,6 +429,9 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "seconds",
         labels: &["reason"],
+        closed_labels: &[("reason", || {
+            values_of(ThrottleReason::ALL, ThrottleReason::label)
+        })],
         dcgm: &[
             dcgm_for("power", "DCGM_FI_DEV_POWER_VIOLATION", "ns"),
             dcgm_for("thermal", "DCGM_FI_DEV_THERMAL_VIOLATION", "ns"),
@@ -451,6 +477,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["link"],
+        closed_labels: &[("link", || vec!["current", "max"])],
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             out.labelled_opt(&["current"], d.pcie.link_generation_current.map(f64::from));
@@ -463,6 +490,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["link"],
+        closed_labels: &[("link", || vec!["current", "max"])],
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             out.labelled_opt(&["current"], d.pcie.link_width_current.map(f64::from));
@@ -476,6 +504,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "",
         labels: &["error_type"],
+        closed_labels: &[("error_type", || vec!["corrected", "uncorrected"])],
         dcgm: &[
             dcgm_for("corrected", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ""),
             dcgm_for("uncorrected", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ""),
@@ -493,6 +522,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["error_type"],
+        closed_labels: &[("error_type", || vec!["corrected", "uncorrected"])],
         dcgm: &[
             dcgm_for("corrected", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", ""),
             dcgm_for("uncorrected", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", ""),
@@ -510,6 +540,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["error_type"],
+        closed_labels: &[("error_type", || vec!["correctable", "uncorrectable"])],
         dcgm: &[
             dcgm_for("correctable", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", ""),
             dcgm_for(
@@ -547,6 +578,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["cause"],
+        closed_labels: &[("cause", || vec!["single_bit_ecc", "double_bit_ecc"])],
         dcgm: &[
             dcgm_for("single_bit_ecc", "DCGM_FI_DEV_RETIRED_SBE", ""),
             dcgm_for("double_bit_ecc", "DCGM_FI_DEV_RETIRED_DBE", ""),
@@ -565,6 +597,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "",
         labels: &["xid"],
+        closed_labels: &[],
         dcgm: &[dcgm("DCGM_FI_DEV_XID_ERRORS", "last XID code (gauge)")],
         source: Source::Device(|_, d, out| {
             // A BTreeMap iterates in key order: numeric XID order, not string order.
@@ -588,6 +621,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["link"],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
@@ -601,6 +635,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "bytes",
         labels: &["link"],
+        closed_labels: &[],
         dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
@@ -614,6 +649,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "bytes",
         labels: &["link"],
+        closed_labels: &[],
         dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
@@ -627,6 +663,9 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "",
         labels: &["link", "error_type"],
+        closed_labels: &[("error_type", || {
+            values_of(NvLinkErrorType::ALL, NvLinkErrorType::label)
+        })],
         dcgm: &[
             dcgm_for(
                 "crc_flit",
@@ -670,6 +709,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["version", "revision", "rustc"],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Exporter(|_, out| out.labelled(&[VERSION, REVISION, RUSTC], 1.0)),
     },
@@ -679,6 +719,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &[],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Exporter(|s, out| out.flag(s.nvml_up)),
     },
@@ -688,6 +729,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "",
         labels: &[],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Exporter(|s, out| out.value(s.devices.len() as f64)),
     },
@@ -697,6 +739,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Histogram,
         unit: "seconds",
         labels: &[],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Registry,
     },
@@ -706,6 +749,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Gauge,
         unit: "seconds",
         labels: &[],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Exporter(|s, out| out.opt(s.last_tick_timestamp_seconds)),
     },
@@ -715,6 +759,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "",
         labels: &["function", "error"],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Exporter(|s, out| {
             for ((function, error), n) in &s.nvml_errors {
@@ -728,6 +773,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "",
         labels: &["code"],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Registry,
     },

@@ -50,7 +50,7 @@ fn table<'a>(md: &mut String, defs: impl Iterator<Item = &'a MetricDef>) {
             d.name,
             d.kind.as_str(),
             d.unit,
-            code_list(d.labels),
+            labels_cell(d),
             cell(d.help),
             dcgm_cell(d.dcgm),
         );
@@ -61,6 +61,20 @@ fn code_list(items: &[&str]) -> String {
     items
         .iter()
         .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Label names, each followed by its values when the set is closed.
+fn labels_cell(d: &MetricDef) -> String {
+    d.labels
+        .iter()
+        .map(
+            |l| match d.closed_labels.iter().find(|(name, _)| name == l) {
+                Some((_, values)) => format!("`{l}` ({})", values().join(", ")),
+                None => format!("`{l}`"),
+            },
+        )
         .collect::<Vec<_>>()
         .join(", ")
 }

@@ -531,6 +531,32 @@ fn gzip_decodes_to_the_text() {
 }
 
 #[test]
+fn closed_labels_only_take_their_declared_values() {
+    let enc = Encoder::new(MetricsOptions::default());
+    let families = enc.families(&snapshot(vec![full_device(0)]));
+    for def in CATALOG {
+        for (label, values) in def.closed_labels {
+            assert!(
+                def.labels.contains(label),
+                "{}: {label} is not a label",
+                def.name
+            );
+            let allowed = values();
+            let f = families.iter().find(|f| f.name() == def.name).unwrap();
+            for m in f.get_metric() {
+                let pair = m.get_label().iter().find(|p| p.name() == *label).unwrap();
+                assert!(
+                    allowed.contains(&pair.value()),
+                    "{}: {label}={}",
+                    def.name,
+                    pair.value()
+                );
+            }
+        }
+    }
+}
+
+#[test]
 fn catalog_names_units_and_labels_are_well_formed() {
     let mut names: Vec<&str> = CATALOG.iter().map(|d| d.name).collect();
     names.sort();
@@ -566,6 +592,17 @@ fn catalog_names_units_and_labels_are_well_formed() {
         }
         for f in d.dcgm {
             assert!(f.field.starts_with("DCGM_FI_"), "{}", d.name);
+            if let Some(v) = f.label_value {
+                let known = d
+                    .closed_labels
+                    .iter()
+                    .any(|(_, values)| values().contains(&v));
+                assert!(
+                    known,
+                    "{}: DCGM mapping for unknown label value {v}",
+                    d.name
+                );
+            }
         }
     }
 }
