@@ -65,7 +65,6 @@ impl ScrapeCounter {
 /// Turns snapshots into expositions; keeps the state that outlives one snapshot.
 #[derive(Debug)]
 pub struct Encoder {
-    #[allow(dead_code)] // read once DCGM compat / Kubernetes labels exist
     opts: MetricsOptions,
     registry: Registry,
     sample_duration: Histogram,
@@ -107,6 +106,11 @@ impl Encoder {
             sample_duration,
             scrapes: ScrapeCounter(scrapes),
         }
+    }
+
+    /// The options this encoder was built with.
+    pub fn options(&self) -> &MetricsOptions {
+        &self.opts
     }
 
     /// A handle for the HTTP layer to count scrapes with.
