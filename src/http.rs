@@ -28,9 +28,13 @@ pub fn readiness_max_age(interval: Duration) -> Duration {
 /// One GPU as listed on the landing page.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuSummary {
+    /// NVML index.
     pub index: u32,
+    /// Product name, e.g. "NVIDIA H100 80GB HBM3".
     pub name: String,
+    /// "GPU-…".
     pub uuid: String,
+    /// Read by the last tick.
     pub up: bool,
 }
 

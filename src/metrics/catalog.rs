@@ -17,8 +17,11 @@ use super::samples::Samples;
 /// Prometheus metric type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MetricKind {
+    /// A value that goes up and down.
     Gauge,
+    /// A cumulative value that only resets when its source restarts; name ends in `_total`.
     Counter,
+    /// Bucketed observations (kept by the encoder's registry).
     Histogram,
 }
 
@@ -98,6 +101,7 @@ pub struct MetricDef {
     pub name: &'static str,
     /// `# HELP` text.
     pub help: &'static str,
+    /// Prometheus type.
     pub kind: MetricKind,
     /// Base unit the value is in ("" when dimensionless); the name carries it too.
     pub unit: &'static str,
@@ -108,6 +112,7 @@ pub struct MetricDef {
     pub closed_labels: &'static [(&'static str, LabelValues)],
     /// dcgm-exporter equivalents, empty when there is none.
     pub dcgm: &'static [Dcgm],
+    /// How the values are read.
     pub source: Source,
 }
 
