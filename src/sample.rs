@@ -301,6 +301,10 @@ mod tests {
         sorted.sort();
         sorted.dedup();
         assert_eq!(sorted.len(), labels.len());
-        assert!(labels.iter().all(|l| l.chars().all(|c| c.is_ascii_lowercase() || c == '_')));
+        assert!(
+            labels
+                .iter()
+                .all(|l| l.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+        );
     }
 }

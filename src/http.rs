@@ -1,0 +1,576 @@
+//! The HTTP side: serves what the sampler last published, never touching NVML or encoding.
+//!
+//! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
+//! and a recent tick completed), `/` (landing page). The sampler thread calls
+//! [`AppState::publish`] once per tick; a request clones an `Arc` under a read lock and serves
+//! bytes from it.
+
+use std::fmt::Write;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+
+use crate::metrics::{CONTENT_TYPE, Encoder, Exposition, ScrapeCounter, VERSION};
+use crate::sample::Snapshot;
+
+/// `/readyz` fails once the last complete tick is older than this: three missed intervals, but
+/// never less than 10 s so that a short interval plus one slow tick does not flap readiness.
+pub fn readiness_max_age(interval: Duration) -> Duration {
+    (interval * 3).max(Duration::from_secs(10))
+}
+
+/// One GPU as listed on the landing page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSummary {
+    /// NVML index.
+    pub index: u32,
+    /// Product name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// "GPU-…".
+    pub uuid: String,
+    /// Read by the last tick.
+    pub up: bool,
+}
+
+/// Everything a request needs, published together so a response never mixes two ticks.
+#[derive(Debug)]
+struct Published {
+    exposition: Exposition,
+    /// False only for the placeholder served before the sampler's first publish.
+    sampled: bool,
+    nvml_up: bool,
+    nvml_error: Option<String>,
+    last_tick_timestamp_seconds: Option<f64>,
+    gpus: Vec<GpuSummary>,
+}
+
+/// Shared state of the HTTP server.
+#[derive(Debug)]
+pub struct AppState {
+    current: RwLock<Arc<Published>>,
+    encoder: Encoder,
+    scrapes: ScrapeCounter,
+    interval: Duration,
+}
+
+impl AppState {
+    /// State serving the exposition of an empty snapshot (`nvml_exporter_nvml_up 0`) until the
+    /// first [`publish`](Self::publish). `interval` is the sampling interval (for `/readyz`).
+    pub fn new(encoder: Encoder, interval: Duration) -> Arc<AppState> {
+        let mut placeholder = published(&encoder, Snapshot::default());
+        placeholder.sampled = false;
+        Arc::new(AppState {
+            current: RwLock::new(Arc::new(placeholder)),
+            scrapes: encoder.scrape_counter(),
+            encoder,
+            interval,
+        })
+    }
+
+    /// Encodes `snap` and makes it what every following request sees. Called once per tick from
+    /// the sampler thread: the encoding happens here, outside the lock.
+    pub fn publish(&self, snap: Snapshot) {
+        let next = Arc::new(published(&self.encoder, snap));
+        // A poisoned lock only means a writer panicked mid-swap of an Arc; the value is whole.
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = next;
+    }
+
+    /// `Ok` when ready to serve meaningful metrics, else the reason (one line).
+    pub fn readiness(&self) -> Result<(), String> {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        readiness(&self.current(), now, self.interval)
+    }
+
+    fn current(&self) -> Arc<Published> {
+        // Clone the Arc and drop the guard at once: a slow client never holds up a publish.
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+fn published(encoder: &Encoder, snap: Snapshot) -> Published {
+    let exposition = encoder.encode(&snap);
+    let mut gpus: Vec<GpuSummary> = snap
+        .devices
+        .into_iter()
+        .map(|d| GpuSummary {
+            index: d.index,
+            name: d.info.name,
+            uuid: d.uuid,
+            up: d.up,
+        })
+        .collect();
+    gpus.sort_by_key(|g| g.index);
+    Published {
+        exposition,
+        sampled: true,
+        nvml_up: snap.nvml_up,
+        nvml_error: snap.nvml_error,
+        last_tick_timestamp_seconds: snap.last_tick_timestamp_seconds,
+        gpus,
+    }
+}
+
+/// The readiness rule, on a clock passed in so it is testable.
+fn readiness(p: &Published, now_unix_seconds: f64, interval: Duration) -> Result<(), String> {
+    if !p.sampled {
+        return Err("no sample yet".into());
+    }
+    if !p.nvml_up {
+        return Err(match &p.nvml_error {
+            Some(e) => format!("NVML not initialised: {}", one_line(e)),
+            None => "NVML not initialised".into(),
+        });
+    }
+    let Some(last) = p.last_tick_timestamp_seconds else {
+        return Err("no sample yet".into());
+    };
+    // A clock stepped backwards makes the age negative: that is fresh, not stale.
+    let age = (now_unix_seconds - last).max(0.0);
+    let limit = readiness_max_age(interval).as_secs_f64();
+    if age > limit {
+        return Err(format!("last sample {age:.0} s old (limit {limit:.0} s)"));
+    }
+    Ok(())
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// The exporter's routes. Unknown paths answer 404, other methods 405, and HEAD works wherever
+/// GET does (axum's `get` serves both).
+pub fn router(state: Arc<AppState>) -> Router {
+    // The layer wraps the whole method router, so a 405 on /metrics is counted too.
+    let metrics_route =
+        get(metrics).layer(middleware::from_fn_with_state(state.clone(), count_scrape));
+    Router::new()
+        .route("/metrics", metrics_route)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/", get(index))
+        .with_state(state)
+}
+
+async fn count_scrape(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    state.scrapes.inc(response.status().as_u16());
+    response
+}
+
+async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let current = state.current();
+    let gzip = headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(accepts_gzip);
+    let mut response = if gzip {
+        let mut r = current.exposition.gzip.clone().into_response();
+        r.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        r
+    } else {
+        current.exposition.text.clone().into_response()
+    };
+    let h = response.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
+    response
+}
+
+/// Whether an `Accept-Encoding` value allows gzip: `gzip`/`x-gzip` listed with a non-zero q, or
+/// `*` with a non-zero q when gzip is not listed at all (RFC 9110 §12.5.3).
+fn accepts_gzip(accept_encoding: &str) -> bool {
+    let mut wildcard = None;
+    for item in accept_encoding.split(',') {
+        let mut parts = item.split(';');
+        let coding = parts.next().unwrap_or("").trim();
+        let q = parts
+            .filter_map(|p| {
+                let (k, v) = p.split_once('=')?;
+                k.trim().eq_ignore_ascii_case("q").then(|| v.trim())
+            })
+            .next()
+            .map_or(1.0, |v| v.parse::<f32>().unwrap_or(0.0));
+        if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+            return q > 0.0;
+        }
+        if coding == "*" {
+            wildcard = Some(q > 0.0);
+        }
+    }
+    wildcard.unwrap_or(false)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    match state.readiness() {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
+    }
+}
+
+async fn index(State(state): State<Arc<AppState>>) -> Html<String> {
+    let current = state.current();
+    let mut page = String::with_capacity(2048);
+    let _ = write!(
+        page,
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>nvml-exporter</title></head>\n\
+         <body>\n<h1>nvml-exporter {}</h1>\n<p><a href=\"/metrics\">/metrics</a> · \
+         <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>\n",
+        escape_html(VERSION)
+    );
+    if let Some(e) = current.nvml_error.as_deref().filter(|_| !current.nvml_up) {
+        let _ = writeln!(page, "<p>NVML not initialised: {}</p>", escape_html(e));
+    }
+    let _ = writeln!(page, "<h2>GPUs ({})</h2>", current.gpus.len());
+    if !current.gpus.is_empty() {
+        page.push_str("<table>\n<tr><th>index</th><th>name</th><th>uuid</th><th>up</th></tr>\n");
+        for g in &current.gpus {
+            let _ = writeln!(
+                page,
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                g.index,
+                escape_html(&g.name),
+                escape_html(&g.uuid),
+                if g.up { "yes" } else { "no" }
+            );
+        }
+        page.push_str("</table>\n");
+    }
+    page.push_str("</body></html>\n");
+    Html(page)
+}
+
+/// Names come from the driver (or a scenario file): escape them before putting them in HTML.
+fn escape_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+    use crate::metrics::MetricsOptions;
+    use crate::sample::{DeviceInfo, DeviceSample};
+
+    const INTERVAL: Duration = Duration::from_secs(1);
+
+    fn now() -> f64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+    }
+
+    fn state() -> Arc<AppState> {
+        AppState::new(Encoder::new(MetricsOptions::default()), INTERVAL)
+    }
+
+    fn healthy_snapshot(last_tick: f64) -> Snapshot {
+        Snapshot {
+            nvml_up: true,
+            devices: vec![DeviceSample {
+                index: 0,
+                uuid: "GPU-abc".into(),
+                info: DeviceInfo {
+                    name: "NVIDIA <H100>".into(),
+                    ..Default::default()
+                },
+                up: true,
+                power_watts: Some(250.0),
+                ..Default::default()
+            }],
+            tick_duration_seconds: Some(0.01),
+            last_tick_timestamp_seconds: Some(last_tick),
+            ..Default::default()
+        }
+    }
+
+    /// Serves `state` on an ephemeral port from a runtime on its own thread; returns the base URL.
+    /// The listener is bound before returning, so requests never race the server's start.
+    fn serve(state: Arc<AppState>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                axum::serve(listener, router(state)).await.unwrap();
+            });
+        });
+        format!("http://{addr}")
+    }
+
+    struct Reply {
+        status: u16,
+        headers: axum::http::HeaderMap,
+        body: Vec<u8>,
+    }
+
+    impl Reply {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers.get(name).map(|v| v.to_str().unwrap())
+        }
+        fn text(&self) -> String {
+            String::from_utf8(self.body.clone()).unwrap()
+        }
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build(),
+        )
+    }
+
+    fn reply(r: Result<axum::http::Response<ureq::Body>, ureq::Error>) -> Reply {
+        let mut r = r.expect("request");
+        Reply {
+            status: r.status().as_u16(),
+            headers: r.headers().clone(),
+            body: r.body_mut().read_to_vec().unwrap(),
+        }
+    }
+
+    fn get(url: &str, accept_encoding: Option<&str>) -> Reply {
+        let mut req = agent().get(url);
+        if let Some(ae) = accept_encoding {
+            req = req.header("Accept-Encoding", ae);
+        }
+        reply(req.call())
+    }
+
+    #[test]
+    fn metrics_is_plain_text_without_accept_encoding() {
+        let state = state();
+        state.publish(healthy_snapshot(now()));
+        let r = get(&format!("{}/metrics", serve(state)), None);
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.header("content-type"),
+            Some("text/plain; version=0.0.4; charset=utf-8")
+        );
+        assert_eq!(r.header("content-encoding"), None);
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+        assert!(
+            r.text()
+                .contains("nvidia_gpu_power_watts{gpu=\"0\",uuid=\"GPU-abc\"} 250\n")
+        );
+    }
+
+    #[test]
+    fn metrics_gzip_round_trips() {
+        let state = state();
+        state.publish(healthy_snapshot(now()));
+        let base = serve(state);
+        let plain = get(&format!("{base}/metrics"), None);
+        let r = get(&format!("{base}/metrics"), Some("br;q=1.0, gzip;q=0.8"));
+        assert_eq!(r.status, 200);
+        assert_eq!(r.header("content-encoding"), Some("gzip"));
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+        let mut decoded = Vec::new();
+        flate2::read::GzDecoder::new(&r.body[..])
+            .read_to_end(&mut decoded)
+            .unwrap();
+        // Same tick, so the same bytes (scrape counts only change at the next publish).
+        assert_eq!(decoded, plain.body);
+
+        let refused = get(&format!("{base}/metrics"), Some("gzip;q=0, identity"));
+        assert_eq!(refused.header("content-encoding"), None);
+        assert_eq!(refused.body, plain.body);
+    }
+
+    #[test]
+    fn accept_encoding_parsing() {
+        assert!(accepts_gzip("gzip"));
+        assert!(accepts_gzip("deflate, GZIP"));
+        assert!(accepts_gzip("x-gzip;q=0.5"));
+        assert!(accepts_gzip("*"));
+        assert!(accepts_gzip("gzip ; q=0.001"));
+        assert!(!accepts_gzip(""));
+        assert!(!accepts_gzip("identity"));
+        assert!(!accepts_gzip("gzip;q=0"));
+        assert!(!accepts_gzip("gzip;q=0.0, *"));
+        assert!(!accepts_gzip("*;q=0"));
+        assert!(!accepts_gzip("br, deflate"));
+    }
+
+    #[test]
+    fn before_the_first_publish_metrics_say_nvml_down_and_readyz_fails() {
+        let base = serve(state());
+        let r = get(&format!("{base}/metrics"), None);
+        assert_eq!(r.status, 200);
+        assert!(
+            r.text().contains("\nnvml_exporter_nvml_up 0\n"),
+            "{}",
+            r.text()
+        );
+        let ready = get(&format!("{base}/readyz"), None);
+        assert_eq!(
+            (ready.status, ready.text().as_str()),
+            (503, "no sample yet\n")
+        );
+    }
+
+    #[test]
+    fn readyz_follows_nvml_and_sample_age() {
+        let state = state();
+        let base = serve(state.clone());
+        let readyz = || {
+            let r = get(&format!("{base}/readyz"), None);
+            (r.status, r.text())
+        };
+
+        state.publish(Snapshot {
+            nvml_up: false,
+            nvml_error: Some("driver not loaded".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            readyz(),
+            (503, "NVML not initialised: driver not loaded\n".into())
+        );
+
+        state.publish(healthy_snapshot(now()));
+        assert_eq!(readyz(), (200, "ok\n".into()));
+
+        state.publish(healthy_snapshot(now() - 100.0));
+        assert_eq!(
+            readyz(),
+            (503, "last sample 100 s old (limit 10 s)\n".into())
+        );
+    }
+
+    #[test]
+    fn readiness_rule() {
+        let mut p = published(
+            &Encoder::new(MetricsOptions::default()),
+            healthy_snapshot(1000.0),
+        );
+        let one_s = Duration::from_secs(1);
+        assert_eq!(readiness(&p, 1000.0, one_s), Ok(()));
+        assert_eq!(readiness(&p, 1010.0, one_s), Ok(()));
+        assert!(readiness(&p, 1010.5, one_s).is_err());
+        // A long interval stretches the limit to three intervals.
+        assert_eq!(readiness(&p, 1080.0, Duration::from_secs(30)), Ok(()));
+        assert!(readiness(&p, 1091.0, Duration::from_secs(30)).is_err());
+        // A clock that stepped back is not "stale".
+        assert_eq!(readiness(&p, 900.0, one_s), Ok(()));
+        p.last_tick_timestamp_seconds = None;
+        assert_eq!(readiness(&p, 1000.0, one_s), Err("no sample yet".into()));
+        p.nvml_up = false;
+        p.nvml_error = Some("multi\nline".into());
+        assert_eq!(
+            readiness(&p, 1000.0, one_s),
+            Err("NVML not initialised: multi line".into())
+        );
+        assert_eq!(
+            readiness_max_age(Duration::from_millis(100)),
+            Duration::from_secs(10)
+        );
+        assert_eq!(
+            readiness_max_age(Duration::from_secs(5)),
+            Duration::from_secs(15)
+        );
+    }
+
+    #[test]
+    fn healthz_is_always_ok() {
+        let r = get(&format!("{}/healthz", serve(state())), None);
+        assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
+    }
+
+    #[test]
+    fn landing_page_lists_gpus_escaped_with_links() {
+        let state = state();
+        state.publish(healthy_snapshot(now()));
+        let r = get(&format!("{}/", serve(state)), None);
+        assert_eq!(r.status, 200);
+        assert!(r.header("content-type").unwrap().starts_with("text/html"));
+        let page = r.text();
+        assert!(page.contains(&format!("nvml-exporter {VERSION}")), "{page}");
+        assert!(
+            page.contains("<td>0</td><td>NVIDIA &lt;H100&gt;</td><td>GPU-abc</td>"),
+            "{page}"
+        );
+        for link in ["/metrics", "/healthz", "/readyz"] {
+            assert!(page.contains(&format!("href=\"{link}\"")), "{link}");
+        }
+    }
+
+    #[test]
+    fn unknown_paths_404_wrong_methods_405_head_works() {
+        let state = state();
+        state.publish(healthy_snapshot(now()));
+        let base = serve(state);
+        assert_eq!(get(&format!("{base}/nope"), None).status, 404);
+        let post = reply(agent().post(&format!("{base}/metrics")).send_empty());
+        assert_eq!(post.status, 405);
+        let post = reply(agent().post(&format!("{base}/readyz")).send_empty());
+        assert_eq!(post.status, 405);
+        for path in ["/metrics", "/healthz", "/readyz", "/"] {
+            let head = reply(agent().head(&format!("{base}{path}")).call());
+            assert_eq!(head.status, 200, "{path}");
+            assert!(head.body.is_empty(), "{path}");
+        }
+        let head = reply(agent().head(&format!("{base}/metrics")).call());
+        assert_eq!(
+            head.header("content-type"),
+            Some("text/plain; version=0.0.4; charset=utf-8")
+        );
+    }
+
+    #[test]
+    fn scrapes_are_counted_by_code_from_the_next_publish() {
+        let state = state();
+        state.publish(healthy_snapshot(now()));
+        let base = serve(state.clone());
+        get(&format!("{base}/metrics"), None);
+        get(&format!("{base}/metrics"), Some("gzip"));
+        reply(agent().post(&format!("{base}/metrics")).send_empty());
+        // Other endpoints are not scrapes.
+        get(&format!("{base}/healthz"), None);
+        state.publish(healthy_snapshot(now()));
+        let text = get(&format!("{base}/metrics"), None).text();
+        assert!(
+            text.contains("nvml_exporter_scrapes_total{code=\"200\"} 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("nvml_exporter_scrapes_total{code=\"405\"} 1\n"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,807 @@
+//! The metric catalog: every series family the exporter serves, declared once.
+//!
+//! Each [`MetricDef`] row carries what Prometheus needs (name, help, type, label names), what the
+//! docs need (unit, the dcgm-exporter equivalent) and how to read the values from a
+//! [`Snapshot`]. The encoder walks this table in order, so the table order *is* the exposition
+//! order; `docs/metrics.md` is rendered from it (see [`super::docs`]).
+//!
+//! Later metric groups (GPM saturation, per-process, Kubernetes) slot in as more rows.
+
+use crate::sample::{
+    ClockDomain, ClockEventReason, DeviceSample, NvLinkErrorType, Snapshot, SystemInfo,
+    TemperatureThreshold, ThrottleReason,
+};
+
+use super::samples::Samples;
+
+/// Prometheus metric type of a family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// A value that goes up and down.
+    Gauge,
+    /// A cumulative value that only resets when its source restarts; name ends in `_total`.
+    Counter,
+    /// Bucketed observations (kept by the encoder's registry).
+    Histogram,
+}
+
+impl MetricKind {
+    /// The word used in `# TYPE` lines and in the docs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricKind::Gauge => "gauge",
+            MetricKind::Counter => "counter",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// Reads one device's series of a family: extra label values (in [`MetricDef::labels`] order)
+/// and values. The encoder adds the identity labels `gpu` and `uuid`.
+pub type DeviceReader = fn(&SystemInfo, &DeviceSample, &mut Samples);
+
+/// Reads an exporter-wide family from the snapshot.
+pub type ExporterReader = fn(&Snapshot, &mut Samples);
+
+/// Where a family's values come from.
+#[derive(Debug, Clone, Copy)]
+pub enum Source {
+    /// Per GPU, served only while the device is up (a lost device's readings disappear).
+    Device(DeviceReader),
+    /// Per GPU, served even while the device is down (identity and the `up` flag itself).
+    DeviceIdentity(DeviceReader),
+    /// One family for the exporter, from the snapshot.
+    Exporter(ExporterReader),
+    /// Kept by the encoder's own registry (state that outlives a snapshot: histograms, counters
+    /// incremented by the HTTP layer).
+    Registry,
+}
+
+impl Source {
+    /// Whether the family has the `gpu`/`uuid` identity labels.
+    pub fn is_per_device(&self) -> bool {
+        matches!(self, Source::Device(_) | Source::DeviceIdentity(_))
+    }
+}
+
+/// The dcgm-exporter field a family (or one label value of it) corresponds to, for a later
+/// `--dcgm-compat` mode and for the docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dcgm {
+    /// DCGM field name, e.g. `DCGM_FI_DEV_GPU_UTIL`.
+    pub field: &'static str,
+    /// The unit DCGM serves it in (often not a base unit: %, MiB, MHz, mJ).
+    pub unit: &'static str,
+    /// When set, the DCGM field covers only the series whose (first) extra label has this value.
+    pub label_value: Option<&'static str>,
+}
+
+/// A DCGM field equivalent to the whole family.
+const fn dcgm(field: &'static str, unit: &'static str) -> Dcgm {
+    Dcgm {
+        field,
+        unit,
+        label_value: None,
+    }
+}
+
+/// A DCGM field equivalent to the series with one label value.
+const fn dcgm_for(label_value: &'static str, field: &'static str, unit: &'static str) -> Dcgm {
+    Dcgm {
+        field,
+        unit,
+        label_value: Some(label_value),
+    }
+}
+
+/// One metric family.
+#[derive(Debug, Clone, Copy)]
+pub struct MetricDef {
+    /// Full metric name, unit suffix included.
+    pub name: &'static str,
+    /// `# HELP` text.
+    pub help: &'static str,
+    /// Prometheus type.
+    pub kind: MetricKind,
+    /// Base unit the value is in ("" when dimensionless); the name carries it too.
+    pub unit: &'static str,
+    /// Label names beyond the identity labels (`gpu`, `uuid`) of per-device families.
+    pub labels: &'static [&'static str],
+    /// Labels that take a closed set of values, with that set (for the docs, and so tests can
+    /// check the readers against it).
+    pub closed_labels: &'static [(&'static str, LabelValues)],
+    /// dcgm-exporter equivalents, empty when there is none.
+    pub dcgm: &'static [Dcgm],
+    /// How the values are read.
+    pub source: Source,
+}
+
+/// Lists the values of a closed label set.
+pub type LabelValues = fn() -> Vec<&'static str>;
+
+/// The label values of a [`crate::sample`] label enum, in its declaration order.
+fn values_of<T: Copy>(all: &[T], label: fn(T) -> &'static str) -> Vec<&'static str> {
+    all.iter().map(|v| label(*v)).collect()
+}
+
+impl MetricDef {
+    /// All label names of a series, identity labels first.
+    pub fn all_labels(&self) -> Vec<&'static str> {
+        let identity: &[&'static str] = if self.source.is_per_device() {
+            IDENTITY_LABELS
+        } else {
+            &[]
+        };
+        identity.iter().chain(self.labels).copied().collect()
+    }
+}
+
+/// Labels on every per-GPU series.
+pub const IDENTITY_LABELS: &[&str] = &["gpu", "uuid"];
+
+/// Name of the tick-duration histogram (kept by the encoder's registry).
+pub const SAMPLE_DURATION_SECONDS: &str = "nvml_exporter_sample_duration_seconds";
+/// Name of the scrape counter (incremented by the HTTP layer, kept by the encoder's registry).
+pub const SCRAPES_TOTAL: &str = "nvml_exporter_scrapes_total";
+
+/// The crate version, `nvml_exporter_build_info{version}`.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Git revision of the build, "unknown" without git (`build.rs`).
+pub const REVISION: &str = env!("NVML_EXPORTER_REVISION");
+/// `rustc --version` of the build (`build.rs`).
+pub const RUSTC: &str = env!("NVML_EXPORTER_RUSTC");
+
+/// Shorthand for the common case: a gauge/counter per device with no extra labels.
+macro_rules! device {
+    ($name:literal, $kind:ident, $unit:literal, $help:literal, [$($dcgm:expr),*], $read:expr) => {
+        MetricDef {
+            name: $name,
+            help: $help,
+            kind: MetricKind::$kind,
+            unit: $unit,
+            labels: &[],
+            closed_labels: &[],
+            dcgm: &[$($dcgm),*],
+            source: Source::Device($read),
+        }
+    };
+}
+
+/// Every family, in exposition order: device metrics, then exporter self-metrics.
+pub static CATALOG: &[MetricDef] = &[
+    // --- Device identity and health -------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_info",
+        help: "Static identity of the GPU; always 1.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[
+            "name",
+            "brand",
+            "architecture",
+            "pci_bus_id",
+            "serial",
+            "vbios_version",
+            "driver_version",
+            "cuda_driver_version",
+            "compute_capability",
+            "minor_number",
+        ],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::DeviceIdentity(|sys, d, out| {
+            let i = &d.info;
+            out.labelled(
+                &[
+                    &i.name,
+                    &i.brand,
+                    &i.architecture,
+                    &i.pci_bus_id,
+                    &i.serial,
+                    &i.vbios_version,
+                    &sys.driver_version,
+                    &sys.cuda_driver_version,
+                    &i.compute_capability,
+                    &i.minor_number,
+                ],
+                1.0,
+            )
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_up",
+        help: "1 when the last tick read the GPU, 0 when it is lost or unreachable (its other series are then absent).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::DeviceIdentity(|_, d, out| out.flag(d.up)),
+    },
+    // --- Utilization ----------------------------------------------------------------------
+    device!(
+        "nvidia_gpu_utilization_ratio",
+        Gauge,
+        "ratio",
+        "Share of the last sample period during which at least one kernel ran (not how much of the GPU it used).",
+        [dcgm("DCGM_FI_DEV_GPU_UTIL", "%")],
+        |_, d, out| out.opt(d.utilization)
+    ),
+    device!(
+        "nvidia_gpu_memory_utilization_ratio",
+        Gauge,
+        "ratio",
+        "Share of the last sample period during which device memory was read or written.",
+        [dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", "%")],
+        |_, d, out| out.opt(d.memory_utilization)
+    ),
+    device!(
+        "nvidia_gpu_encoder_utilization_ratio",
+        Gauge,
+        "ratio",
+        "Share of the last sample period during which the video encoder was busy.",
+        [dcgm("DCGM_FI_DEV_ENC_UTIL", "%")],
+        |_, d, out| out.opt(d.encoder_utilization)
+    ),
+    device!(
+        "nvidia_gpu_decoder_utilization_ratio",
+        Gauge,
+        "ratio",
+        "Share of the last sample period during which the video decoder was busy.",
+        [dcgm("DCGM_FI_DEV_DEC_UTIL", "%")],
+        |_, d, out| out.opt(d.decoder_utilization)
+    ),
+    // --- Memory ---------------------------------------------------------------------------
+    device!(
+        "nvidia_gpu_memory_total_bytes",
+        Gauge,
+        "bytes",
+        "Total device (framebuffer) memory.",
+        [dcgm("DCGM_FI_DEV_FB_TOTAL", "MiB")],
+        |_, d, out| out.opt(d.memory.map(|m| m.total_bytes))
+    ),
+    device!(
+        "nvidia_gpu_memory_used_bytes",
+        Gauge,
+        "bytes",
+        "Device memory allocated by processes.",
+        [dcgm("DCGM_FI_DEV_FB_USED", "MiB")],
+        |_, d, out| out.opt(d.memory.map(|m| m.used_bytes))
+    ),
+    device!(
+        "nvidia_gpu_memory_free_bytes",
+        Gauge,
+        "bytes",
+        "Device memory available for allocation.",
+        [dcgm("DCGM_FI_DEV_FB_FREE", "MiB")],
+        |_, d, out| out.opt(d.memory.map(|m| m.free_bytes))
+    ),
+    device!(
+        "nvidia_gpu_memory_reserved_bytes",
+        Gauge,
+        "bytes",
+        "Device memory reserved by the driver and firmware.",
+        [dcgm("DCGM_FI_DEV_FB_RESERVED", "MiB")],
+        |_, d, out| out.opt(d.memory.map(|m| m.reserved_bytes))
+    ),
+    device!(
+        "nvidia_gpu_bar1_memory_total_bytes",
+        Gauge,
+        "bytes",
+        "Total BAR1 memory (the CPU-mappable window into device memory).",
+        [],
+        |_, d, out| out.opt(d.bar1_memory.map(|m| m.total_bytes))
+    ),
+    device!(
+        "nvidia_gpu_bar1_memory_used_bytes",
+        Gauge,
+        "bytes",
+        "Used BAR1 memory.",
+        [],
+        |_, d, out| out.opt(d.bar1_memory.map(|m| m.used_bytes))
+    ),
+    // --- Power ----------------------------------------------------------------------------
+    device!(
+        "nvidia_gpu_power_watts",
+        Gauge,
+        "watts",
+        "Power drawn by the board.",
+        [dcgm("DCGM_FI_DEV_POWER_USAGE", "W")],
+        |_, d, out| out.opt(d.power_watts)
+    ),
+    device!(
+        "nvidia_gpu_power_limit_watts",
+        Gauge,
+        "watts",
+        "Power limit the driver enforces.",
+        [dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT", "W")],
+        |_, d, out| out.opt(d.power_limit_watts)
+    ),
+    device!(
+        "nvidia_gpu_energy_joules_total",
+        Counter,
+        "joules",
+        "Energy consumed since the driver was loaded.",
+        [dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ")],
+        |_, d, out| out.opt(d.energy_joules)
+    ),
+    // --- Thermals -------------------------------------------------------------------------
+    device!(
+        "nvidia_gpu_temperature_celsius",
+        Gauge,
+        "celsius",
+        "GPU core temperature.",
+        [dcgm("DCGM_FI_DEV_GPU_TEMP", "°C")],
+        |_, d, out| out.opt(d.temperature_celsius)
+    ),
+    device!(
+        "nvidia_gpu_memory_temperature_celsius",
+        Gauge,
+        "celsius",
+        "Device memory (HBM) temperature.",
+        [dcgm("DCGM_FI_DEV_MEMORY_TEMP", "°C")],
+        |_, d, out| out.opt(d.memory_temperature_celsius)
+    ),
+    MetricDef {
+        name: "nvidia_gpu_temperature_threshold_celsius",
+        help: "Temperature at which the GPU slows down or shuts down, and the maximum operating temperatures.",
+        kind: MetricKind::Gauge,
+        unit: "celsius",
+        labels: &["threshold"],
+        closed_labels: &[("threshold", || {
+            values_of(TemperatureThreshold::ALL, TemperatureThreshold::label)
+        })],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for (t, v) in sorted(&d.temperature_thresholds) {
+                out.labelled(&[TemperatureThreshold::label(t)], v);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_fan_speed_ratio",
+        help: "Fan speed as a share of its maximum.",
+        kind: MetricKind::Gauge,
+        unit: "ratio",
+        labels: &["fan"],
+        closed_labels: &[],
+        dcgm: &[dcgm("DCGM_FI_DEV_FAN_SPEED", "%")],
+        source: Source::Device(|_, d, out| {
+            for (fan, v) in sorted(&d.fan_speeds) {
+                out.labelled(&[&fan.to_string()], v);
+            }
+        }),
+    },
+    // --- Clocks and performance -----------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_clock_hertz",
+        help: "Current clock frequency by clock domain.",
+        kind: MetricKind::Gauge,
+        unit: "hertz",
+        labels: &["clock"],
+        closed_labels: &[("clock", || values_of(ClockDomain::ALL, ClockDomain::label))],
+        dcgm: &[
+            dcgm_for("sm", "DCGM_FI_DEV_SM_CLOCK", "MHz"),
+            dcgm_for("memory", "DCGM_FI_DEV_MEM_CLOCK", "MHz"),
+        ],
+        source: Source::Device(|_, d, out| {
+            for (c, v) in sorted(&d.clocks_hertz) {
+                out.labelled(&[ClockDomain::label(c)], v);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_max_clock_hertz",
+        help: "Maximum clock frequency by clock domain.",
+        kind: MetricKind::Gauge,
+        unit: "hertz",
+        labels: &["clock"],
+        closed_labels: &[("clock", || values_of(ClockDomain::ALL, ClockDomain::label))],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for (c, v) in sorted(&d.max_clocks_hertz) {
+                out.labelled(&[ClockDomain::label(c)], v);
+            }
+        }),
+    },
+    device!(
+        "nvidia_gpu_performance_state",
+        Gauge,
+        "",
+        "Performance state (P-state), 0 (maximum performance) to 15 (minimum).",
+        [dcgm("DCGM_FI_DEV_PSTATE", "")],
+        |_, d, out| out.opt(d.performance_state.map(f64::from))
+    ),
+    MetricDef {
+        name: "nvidia_gpu_clock_event_active",
+        help: "1 while the clock-event (throttle) reason holds clocks down, 0 otherwise.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["reason"],
+        closed_labels: &[("reason", || {
+            values_of(ClockEventReason::ALL, ClockEventReason::label)
+        })],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for (r, active) in sorted(&d.clock_events) {
+                out.labelled(&[ClockEventReason::label(r)], f64::from(u8::from(active)));
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_throttle_seconds_total",
+        help: "Time clocks were held down, by violation policy.",
+        kind: MetricKind::Counter,
+        unit: "seconds",
+        labels: &["reason"],
+        closed_labels: &[("reason", || {
+            values_of(ThrottleReason::ALL, ThrottleReason::label)
+        })],
+        dcgm: &[
+            dcgm_for("power", "DCGM_FI_DEV_POWER_VIOLATION", "ns"),
+            dcgm_for("thermal", "DCGM_FI_DEV_THERMAL_VIOLATION", "ns"),
+            dcgm_for("sync_boost", "DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "ns"),
+            dcgm_for("board_limit", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "ns"),
+            dcgm_for("low_utilization", "DCGM_FI_DEV_LOW_UTIL_VIOLATION", "ns"),
+            dcgm_for("reliability", "DCGM_FI_DEV_RELIABILITY_VIOLATION", "ns"),
+        ],
+        source: Source::Device(|_, d, out| {
+            for (r, v) in sorted(&d.throttle_seconds) {
+                out.labelled(&[ThrottleReason::label(r)], v);
+            }
+        }),
+    },
+    // --- PCIe -----------------------------------------------------------------------------
+    device!(
+        "nvidia_gpu_pcie_transmit_bytes_per_second",
+        Gauge,
+        "bytes_per_second",
+        "PCIe transmit throughput (GPU to host) over the driver's last sampling window.",
+        [],
+        |_, d, out| out.opt(d.pcie.transmit_bytes_per_second)
+    ),
+    device!(
+        "nvidia_gpu_pcie_receive_bytes_per_second",
+        Gauge,
+        "bytes_per_second",
+        "PCIe receive throughput (host to GPU) over the driver's last sampling window.",
+        [],
+        |_, d, out| out.opt(d.pcie.receive_bytes_per_second)
+    ),
+    device!(
+        "nvidia_gpu_pcie_replay_errors_total",
+        Counter,
+        "",
+        "PCIe replay (retransmission) events.",
+        [dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "")],
+        |_, d, out| out.opt(d.pcie.replay_errors.map(|n| n as f64))
+    ),
+    MetricDef {
+        name: "nvidia_gpu_pcie_link_generation",
+        help: "PCIe link generation, current and maximum supported.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["link"],
+        closed_labels: &[("link", || vec!["current", "max"])],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            out.labelled_opt(&["current"], d.pcie.link_generation_current.map(f64::from));
+            out.labelled_opt(&["max"], d.pcie.link_generation_max.map(f64::from));
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pcie_link_width",
+        help: "PCIe link width in lanes, current and maximum supported.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["link"],
+        closed_labels: &[("link", || vec!["current", "max"])],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            out.labelled_opt(&["current"], d.pcie.link_width_current.map(f64::from));
+            out.labelled_opt(&["max"], d.pcie.link_width_max.map(f64::from));
+        }),
+    },
+    // --- Memory errors --------------------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_ecc_errors_total",
+        help: "ECC errors since the driver was loaded (volatile counters).",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["error_type"],
+        closed_labels: &[("error_type", || vec!["corrected", "uncorrected"])],
+        dcgm: &[
+            dcgm_for("corrected", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ""),
+            dcgm_for("uncorrected", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ""),
+        ],
+        source: Source::Device(|_, d, out| {
+            if let Some(e) = d.ecc_volatile {
+                out.labelled(&["corrected"], e.corrected as f64);
+                out.labelled(&["uncorrected"], e.uncorrected as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_ecc_lifetime_errors",
+        help: "ECC errors over the GPU's lifetime (aggregate counters, kept in the InfoROM).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["error_type"],
+        closed_labels: &[("error_type", || vec!["corrected", "uncorrected"])],
+        dcgm: &[
+            dcgm_for("corrected", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", ""),
+            dcgm_for("uncorrected", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", ""),
+        ],
+        source: Source::Device(|_, d, out| {
+            if let Some(e) = d.ecc_aggregate {
+                out.labelled(&["corrected"], e.corrected as f64);
+                out.labelled(&["uncorrected"], e.uncorrected as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_remapped_rows",
+        help: "Memory rows remapped after ECC errors (Ampere and newer).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["error_type"],
+        closed_labels: &[("error_type", || vec!["correctable", "uncorrectable"])],
+        dcgm: &[
+            dcgm_for("correctable", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", ""),
+            dcgm_for(
+                "uncorrectable",
+                "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+                "",
+            ),
+        ],
+        source: Source::Device(|_, d, out| {
+            if let Some(r) = d.remapped_rows {
+                out.labelled(&["correctable"], r.correctable as f64);
+                out.labelled(&["uncorrectable"], r.uncorrectable as f64);
+            }
+        }),
+    },
+    device!(
+        "nvidia_gpu_row_remap_pending",
+        Gauge,
+        "",
+        "1 when a row remapping is pending (takes effect at the next GPU reset).",
+        [dcgm("DCGM_FI_DEV_ROW_REMAP_PENDING", "")],
+        |_, d, out| out.opt_flag(d.remapped_rows.map(|r| r.pending))
+    ),
+    device!(
+        "nvidia_gpu_row_remap_failed",
+        Gauge,
+        "",
+        "1 when a row remapping failed (the GPU needs service).",
+        [dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE", "")],
+        |_, d, out| out.opt_flag(d.remapped_rows.map(|r| r.failed))
+    ),
+    MetricDef {
+        name: "nvidia_gpu_retired_pages",
+        help: "Memory pages retired after ECC errors (before Ampere).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["cause"],
+        closed_labels: &[("cause", || vec!["single_bit_ecc", "double_bit_ecc"])],
+        dcgm: &[
+            dcgm_for("single_bit_ecc", "DCGM_FI_DEV_RETIRED_SBE", ""),
+            dcgm_for("double_bit_ecc", "DCGM_FI_DEV_RETIRED_DBE", ""),
+        ],
+        source: Source::Device(|_, d, out| {
+            if let Some(p) = d.retired_pages {
+                out.labelled(&["single_bit_ecc"], p.single_bit_ecc as f64);
+                out.labelled(&["double_bit_ecc"], p.double_bit_ecc as f64);
+            }
+        }),
+    },
+    // --- XID events -----------------------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_xid_errors_total",
+        help: "XID error events seen by this exporter, by XID code.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["xid"],
+        closed_labels: &[],
+        dcgm: &[dcgm("DCGM_FI_DEV_XID_ERRORS", "last XID code (gauge)")],
+        source: Source::Device(|_, d, out| {
+            // A BTreeMap iterates in key order: numeric XID order, not string order.
+            for (xid, n) in &d.xid_counts {
+                out.labelled(&[&xid.to_string()], *n as f64);
+            }
+        }),
+    },
+    device!(
+        "nvidia_gpu_last_xid_timestamp_seconds",
+        Gauge,
+        "seconds",
+        "When the last XID event arrived, seconds since the Unix epoch.",
+        [],
+        |_, d, out| out.opt(d.last_xid_timestamp_seconds)
+    ),
+    // --- NVLink ---------------------------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_nvlink_up",
+        help: "1 when the NVLink link is active.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["link"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for l in sorted_links(d) {
+                out.labelled(&[&l.link.to_string()], f64::from(u8::from(l.up)));
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_nvlink_transmit_bytes_total",
+        help: "Data bytes transmitted over the NVLink link.",
+        kind: MetricKind::Counter,
+        unit: "bytes",
+        labels: &["link"],
+        closed_labels: &[],
+        dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
+        source: Source::Device(|_, d, out| {
+            for l in sorted_links(d) {
+                out.labelled_opt(&[&l.link.to_string()], l.transmit_bytes.map(|b| b as f64));
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_nvlink_receive_bytes_total",
+        help: "Data bytes received over the NVLink link.",
+        kind: MetricKind::Counter,
+        unit: "bytes",
+        labels: &["link"],
+        closed_labels: &[],
+        dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
+        source: Source::Device(|_, d, out| {
+            for l in sorted_links(d) {
+                out.labelled_opt(&[&l.link.to_string()], l.receive_bytes.map(|b| b as f64));
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_nvlink_errors_total",
+        help: "NVLink errors by link and error type.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["link", "error_type"],
+        closed_labels: &[("error_type", || {
+            values_of(NvLinkErrorType::ALL, NvLinkErrorType::label)
+        })],
+        dcgm: &[
+            dcgm_for(
+                "crc_flit",
+                "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+                "",
+            ),
+            dcgm_for(
+                "crc_data",
+                "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                "",
+            ),
+            dcgm_for("replay", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", ""),
+            dcgm_for(
+                "recovery",
+                "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+                "",
+            ),
+        ],
+        source: Source::Device(|_, d, out| {
+            for l in sorted_links(d) {
+                let link = l.link.to_string();
+                for (t, n) in sorted(&l.errors) {
+                    out.labelled(&[&link, NvLinkErrorType::label(t)], n as f64);
+                }
+            }
+        }),
+    },
+    // --- MIG ------------------------------------------------------------------------------
+    device!(
+        "nvidia_gpu_mig_mode",
+        Gauge,
+        "",
+        "1 when MIG (multi-instance GPU) mode is enabled.",
+        [],
+        |_, d, out| out.opt_flag(d.mig_mode)
+    ),
+    // --- Exporter self-metrics ------------------------------------------------------------
+    MetricDef {
+        name: "nvml_exporter_build_info",
+        help: "Build of the running exporter; always 1.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["version", "revision", "rustc"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|_, out| out.labelled(&[VERSION, REVISION, RUSTC], 1.0)),
+    },
+    MetricDef {
+        name: "nvml_exporter_nvml_up",
+        help: "1 when NVML is initialised and answering.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| out.flag(s.nvml_up)),
+    },
+    MetricDef {
+        name: "nvml_exporter_gpus",
+        help: "GPUs discovered, lost ones included.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| out.value(s.devices.len() as f64)),
+    },
+    MetricDef {
+        name: SAMPLE_DURATION_SECONDS,
+        help: "Wall time of one sampling tick over all GPUs.",
+        kind: MetricKind::Histogram,
+        unit: "seconds",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: "nvml_exporter_last_sample_timestamp_seconds",
+        help: "End of the last complete sampling tick, seconds since the Unix epoch (staleness: time() - this).",
+        kind: MetricKind::Gauge,
+        unit: "seconds",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| out.opt(s.last_tick_timestamp_seconds)),
+    },
+    MetricDef {
+        name: "nvml_exporter_nvml_errors_total",
+        help: "NVML calls that failed with anything but NOT_SUPPORTED, by function and error.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["function", "error"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| {
+            for ((function, error), n) in &s.nvml_errors {
+                out.labelled(&[function, error], *n as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: SCRAPES_TOTAL,
+        help: "Requests to /metrics by HTTP status code (counted up to the previous sampling tick).",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["code"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+];
+
+/// The catalog row named `name`.
+pub fn find(name: &str) -> Option<&'static MetricDef> {
+    CATALOG.iter().find(|d| d.name == name)
+}
+
+/// `(key, value)` pairs sorted by key, first occurrence kept on duplicates: the sampler's order
+/// must not change the exposition, and a duplicate series would make the scrape invalid.
+fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> Vec<(K, V)> {
+    let mut v = pairs.to_vec();
+    v.sort_by_key(|(k, _)| *k);
+    v.dedup_by_key(|(k, _)| *k);
+    v
+}
+
+/// The device's NVLink links by link number, duplicates dropped (see [`sorted`]).
+fn sorted_links(d: &DeviceSample) -> Vec<&crate::sample::NvLinkSample> {
+    let mut v: Vec<_> = d.nvlinks.iter().collect();
+    v.sort_by_key(|l| l.link);
+    v.dedup_by_key(|l| l.link);
+    v
+}

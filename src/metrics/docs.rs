@@ -1,0 +1,131 @@
+//! Renders `docs/metrics.md` from the [catalog](super::catalog), so the reference can't drift
+//! from what is served. A unit test compares the checked-in file with [`render_markdown`];
+//! `UPDATE_DOCS=1 cargo test -p nvml-exporter metrics::docs` rewrites it.
+
+use std::fmt::Write;
+
+use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MetricDef};
+
+/// The full `docs/metrics.md`.
+pub fn render_markdown() -> String {
+    let mut md = String::new();
+    md.push_str(
+        "# Metrics\n\n\
+         <!-- Generated from src/metrics/catalog.rs by `UPDATE_DOCS=1 cargo test -p nvml-exporter \
+         metrics::docs`; do not edit by hand. -->\n\n\
+         Values are in base units (bytes, seconds, joules, watts, hertz, celsius; ratios in 0..1). \
+         A reading the GPU does not support is absent, never 0. While a GPU is lost \
+         (`nvidia_gpu_up 0`) only `nvidia_gpu_info` and `nvidia_gpu_up` remain for it.\n\n",
+    );
+
+    md.push_str("## Device metrics\n\n");
+    let _ = writeln!(
+        md,
+        "Every series carries the identity labels {}.\n",
+        code_list(IDENTITY_LABELS)
+    );
+    table(&mut md, CATALOG.iter().filter(|d| d.source.is_per_device()));
+
+    md.push_str("\n## Exporter self-metrics\n\n");
+    table(
+        &mut md,
+        CATALOG.iter().filter(|d| !d.source.is_per_device()),
+    );
+    md.push_str(
+        "\n`nvml_exporter_scrapes_total` is counted as responses are sent but encoded with the next \
+         sampling tick, so it lags by up to one interval.\n\n\
+         The standard `process_*` metrics (CPU seconds, resident and virtual memory, open and \
+         maximum file descriptors, threads, start time) follow on Linux.\n",
+    );
+    md
+}
+
+fn table<'a>(md: &mut String, defs: impl Iterator<Item = &'a MetricDef>) {
+    md.push_str("| name | type | unit | labels | description | dcgm-exporter equivalent |\n");
+    md.push_str("|---|---|---|---|---|---|\n");
+    for d in defs {
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {} | {} |",
+            d.name,
+            d.kind.as_str(),
+            d.unit,
+            labels_cell(d),
+            cell(d.help),
+            dcgm_cell(d.dcgm),
+        );
+    }
+}
+
+fn code_list(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|i| format!("`{i}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Label names, each followed by its values when the set is closed.
+fn labels_cell(d: &MetricDef) -> String {
+    d.labels
+        .iter()
+        .map(
+            |l| match d.closed_labels.iter().find(|(name, _)| name == l) {
+                Some((_, values)) => format!("`{l}` ({})", values().join(", ")),
+                None => format!("`{l}`"),
+            },
+        )
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn dcgm_cell(fields: &[Dcgm]) -> String {
+    fields
+        .iter()
+        .map(|f| {
+            let mut s = format!("`{}`", f.field);
+            if !f.unit.is_empty() {
+                let _ = write!(s, " ({})", f.unit);
+            }
+            if let Some(v) = f.label_value {
+                let _ = write!(s, " for `{v}`");
+            }
+            s
+        })
+        .collect::<Vec<_>>()
+        .join("<br>")
+}
+
+/// Table cells can't contain a bare `|`.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_in_docs_match_the_catalog() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
+        let rendered = render_markdown();
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(path, &rendered).expect("write docs/metrics.md");
+            return;
+        }
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == rendered,
+            "docs/metrics.md is out of date; run `UPDATE_DOCS=1 cargo test -p nvml-exporter metrics::docs`"
+        );
+    }
+
+    #[test]
+    fn every_family_is_documented_once() {
+        let md = render_markdown();
+        for d in CATALOG {
+            let row = format!("| `{}` |", d.name);
+            assert_eq!(md.matches(&row).count(), 1, "{}", d.name);
+        }
+    }
+}

@@ -1,0 +1,608 @@
+//! Encoder tests on hand-built snapshots: what a user reading `/metrics` would check.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use super::catalog::{CATALOG, MetricKind, Source};
+use super::*;
+use crate::sample::*;
+
+/// A device with every reading present, values chosen to be recognisable.
+fn full_device(index: u32) -> DeviceSample {
+    DeviceSample {
+        index,
+        uuid: format!("GPU-{index}"),
+        info: DeviceInfo {
+            name: "NVIDIA H100 80GB HBM3".into(),
+            brand: "nvidia".into(),
+            architecture: "hopper".into(),
+            pci_bus_id: format!("00000000:{:02X}:00.0", 0x18 + index),
+            serial: "1650000000001".into(),
+            vbios_version: "96.00.99.00.01".into(),
+            compute_capability: "9.0".into(),
+            minor_number: index.to_string(),
+        },
+        up: true,
+        stale: false,
+        utilization: Some(0.75),
+        memory_utilization: Some(0.5),
+        encoder_utilization: Some(0.0),
+        decoder_utilization: Some(0.25),
+        memory: Some(MemoryInfo {
+            total_bytes: 85_520_809_984.0,
+            used_bytes: 1_048_576.0,
+            free_bytes: 84_000_000_000.0,
+            reserved_bytes: 519_045_120.0,
+        }),
+        bar1_memory: Some(Bar1MemoryInfo {
+            total_bytes: 137_438_953_472.0,
+            used_bytes: 2_097_152.0,
+        }),
+        power_watts: Some(312.5),
+        power_limit_watts: Some(700.0),
+        energy_joules: Some(123_456.789),
+        temperature_celsius: Some(61.0),
+        memory_temperature_celsius: Some(70.0),
+        temperature_thresholds: vec![
+            (TemperatureThreshold::Shutdown, 92.0),
+            (TemperatureThreshold::Slowdown, 87.0),
+        ],
+        fan_speeds: vec![(1, 0.4), (0, 0.3)],
+        clocks_hertz: vec![
+            (ClockDomain::Memory, 2_619_000_000.0),
+            (ClockDomain::Graphics, 1_980_000_000.0),
+        ],
+        max_clocks_hertz: vec![(ClockDomain::Graphics, 1_980_000_000.0)],
+        performance_state: Some(0),
+        clock_events: vec![
+            (ClockEventReason::GpuIdle, false),
+            (ClockEventReason::SwPowerCap, true),
+        ],
+        throttle_seconds: vec![(ThrottleReason::Power, 1.5)],
+        pcie: PcieSample {
+            transmit_bytes_per_second: Some(1_024_000.0),
+            receive_bytes_per_second: Some(2_048_000.0),
+            replay_errors: Some(3),
+            link_generation_current: Some(5),
+            link_generation_max: Some(5),
+            link_width_current: Some(16),
+            link_width_max: Some(16),
+        },
+        ecc_volatile: Some(EccCounts {
+            corrected: 7,
+            uncorrected: 0,
+        }),
+        ecc_aggregate: Some(EccCounts {
+            corrected: 9,
+            uncorrected: 1,
+        }),
+        remapped_rows: Some(RemappedRows {
+            correctable: 2,
+            uncorrectable: 0,
+            pending: true,
+            failed: false,
+        }),
+        retired_pages: Some(RetiredPages {
+            single_bit_ecc: 4,
+            double_bit_ecc: 0,
+        }),
+        xid_counts: BTreeMap::from([(79, 1), (13, 2)]),
+        last_xid_timestamp_seconds: Some(1_700_000_030.0),
+        nvlinks: vec![
+            NvLinkSample {
+                link: 1,
+                up: false,
+                transmit_bytes: None,
+                receive_bytes: None,
+                errors: vec![],
+            },
+            NvLinkSample {
+                link: 0,
+                up: true,
+                transmit_bytes: Some(1 << 40),
+                receive_bytes: Some(1 << 30),
+                errors: vec![(NvLinkErrorType::Replay, 5), (NvLinkErrorType::CrcFlit, 1)],
+            },
+        ],
+        mig_mode: Some(false),
+        processes: vec![],
+    }
+}
+
+/// A device with nothing readable beyond its identity.
+fn bare_device(index: u32) -> DeviceSample {
+    DeviceSample {
+        index,
+        uuid: format!("GPU-{index}"),
+        up: true,
+        ..Default::default()
+    }
+}
+
+fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
+    Snapshot {
+        nvml_up: true,
+        nvml_error: None,
+        system: SystemInfo {
+            driver_version: "550.54.15".into(),
+            nvml_version: "12.550.54.15".into(),
+            cuda_driver_version: "12.4".into(),
+        },
+        devices,
+        nvml_errors: BTreeMap::from([(
+            (
+                "nvmlDeviceGetPowerUsage".to_owned(),
+                "GPU_IS_LOST".to_owned(),
+            ),
+            2,
+        )]),
+        tick_duration_seconds: Some(0.012),
+        last_tick_timestamp_seconds: Some(1_700_000_000.5),
+    }
+}
+
+fn encode(snap: &Snapshot) -> String {
+    let e = Encoder::new(MetricsOptions::default()).encode(snap);
+    String::from_utf8(e.text.to_vec()).expect("utf-8 exposition")
+}
+
+/// Sample lines (no comments).
+fn series(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| !l.starts_with('#')).collect()
+}
+
+/// The value of the exact series `name{labels}`, if served.
+fn value(text: &str, series_id: &str) -> Option<f64> {
+    series(text).into_iter().find_map(|l| {
+        let (id, v) = l.rsplit_once(' ')?;
+        (id == series_id).then(|| v.parse().expect("numeric value"))
+    })
+}
+
+/// Family names in `# TYPE` order.
+fn families(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect()
+}
+
+/// Names of the families that have a series for GPU `gpu`.
+fn families_of_gpu(text: &str, gpu: u32) -> Vec<&str> {
+    let tag = format!("{{gpu=\"{gpu}\",");
+    let mut names: Vec<&str> = series(text)
+        .into_iter()
+        .filter(|l| l.contains(&tag))
+        .map(|l| l.split('{').next().unwrap())
+        .collect();
+    names.dedup();
+    names
+}
+
+#[test]
+fn a_full_device_serves_every_device_family_with_identity_labels() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    let expected: Vec<&str> = CATALOG
+        .iter()
+        .filter(|d| d.source.is_per_device())
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(families_of_gpu(&text, 0), expected);
+    for l in series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_"))
+    {
+        assert!(l.contains("{gpu=\"0\",uuid=\"GPU-0\""), "{l}");
+    }
+}
+
+#[test]
+fn values_are_served_in_base_units_and_flags_as_0_or_1() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    let id = r#"gpu="0",uuid="GPU-0""#;
+    let v = |s: &str| value(&text, s);
+    assert_eq!(
+        v(&format!("nvidia_gpu_utilization_ratio{{{id}}}")),
+        Some(0.75)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_memory_total_bytes{{{id}}}")),
+        Some(85_520_809_984.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_energy_joules_total{{{id}}}")),
+        Some(123_456.789)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_clock_hertz{{{id},clock="graphics"}}"#
+        )),
+        Some(1.98e9)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_fan_speed_ratio{{{id},fan="1"}}"#)),
+        Some(0.4)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_clock_event_active{{{id},reason="sw_power_cap"}}"#
+        )),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_clock_event_active{{{id},reason="gpu_idle"}}"#
+        )),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_pcie_link_width{{{id},link="max"}}"#)),
+        Some(16.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_ecc_errors_total{{{id},error_type="corrected"}}"#
+        )),
+        Some(7.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_ecc_lifetime_errors{{{id},error_type="uncorrected"}}"#
+        )),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_row_remap_pending{{{id}}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_row_remap_failed{{{id}}}")),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_xid_errors_total{{{id},xid="79"}}"#)),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_nvlink_up{{{id},link="1"}}"#)),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_nvlink_transmit_bytes_total{{{id},link="0"}}"#
+        )),
+        Some(1_099_511_627_776.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_nvlink_errors_total{{{id},link="0",error_type="replay"}}"#
+        )),
+        Some(5.0)
+    );
+    assert_eq!(v(&format!("nvidia_gpu_mig_mode{{{id}}}")), Some(0.0));
+    // A link without counters has no byte series (never 0).
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_nvlink_transmit_bytes_total{{{id},link="1"}}"#
+        )),
+        None
+    );
+}
+
+#[test]
+fn info_carries_identity_and_system_versions() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    let info = r#"nvidia_gpu_info{gpu="0",uuid="GPU-0",name="NVIDIA H100 80GB HBM3",brand="nvidia",architecture="hopper",pci_bus_id="00000000:18:00.0",serial="1650000000001",vbios_version="96.00.99.00.01",driver_version="550.54.15",cuda_driver_version="12.4",compute_capability="9.0",minor_number="0"}"#;
+    assert_eq!(value(&text, info), Some(1.0), "{text}");
+}
+
+#[test]
+fn missing_readings_produce_no_series() {
+    let text = encode(&snapshot(vec![bare_device(0)]));
+    assert_eq!(
+        families_of_gpu(&text, 0),
+        ["nvidia_gpu_info", "nvidia_gpu_up"]
+    );
+}
+
+#[test]
+fn a_lost_device_keeps_only_info_and_up_0() {
+    let mut lost = full_device(1);
+    lost.up = false;
+    let text = encode(&snapshot(vec![full_device(0), lost]));
+    assert_eq!(
+        families_of_gpu(&text, 1),
+        ["nvidia_gpu_info", "nvidia_gpu_up"]
+    );
+    assert_eq!(
+        value(&text, r#"nvidia_gpu_up{gpu="1",uuid="GPU-1"}"#),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&text, r#"nvidia_gpu_up{gpu="0",uuid="GPU-0"}"#),
+        Some(1.0)
+    );
+    assert_eq!(value(&text, "nvml_exporter_gpus"), Some(2.0));
+}
+
+#[test]
+fn a_stale_device_still_serves_its_last_values() {
+    let mut stale = full_device(0);
+    stale.stale = true;
+    let text = encode(&snapshot(vec![stale]));
+    assert_eq!(
+        value(&text, r#"nvidia_gpu_power_watts{gpu="0",uuid="GPU-0"}"#),
+        Some(312.5)
+    );
+}
+
+#[test]
+fn non_finite_readings_are_omitted() {
+    let mut d = bare_device(0);
+    d.power_watts = Some(f64::NAN);
+    d.temperature_celsius = Some(f64::INFINITY);
+    let text = encode(&snapshot(vec![d]));
+    assert!(!text.contains("nvidia_gpu_power_watts{"), "{text}");
+    assert!(!text.contains("nvidia_gpu_temperature_celsius{"), "{text}");
+}
+
+#[test]
+fn label_values_are_escaped() {
+    let mut d = bare_device(0);
+    d.info.name = "Odd \"GPU\" \\ name\nline2".into();
+    let text = encode(&snapshot(vec![d]));
+    assert!(
+        text.contains(r#"name="Odd \"GPU\" \\ name\nline2""#),
+        "{text}"
+    );
+}
+
+#[test]
+fn types_match_the_catalog_and_counters_end_in_total() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    for def in CATALOG {
+        let line = format!("# TYPE {} {}", def.name, def.kind.as_str());
+        assert!(text.contains(&line), "missing {line:?}");
+        assert_eq!(
+            def.kind == MetricKind::Counter,
+            def.name.ends_with("_total"),
+            "{}",
+            def.name
+        );
+    }
+    assert!(text.contains("# TYPE nvidia_gpu_energy_joules_total counter\n"));
+    assert!(text.contains("# TYPE nvidia_gpu_power_watts gauge\n"));
+    assert!(text.contains("# TYPE nvml_exporter_sample_duration_seconds histogram\n"));
+}
+
+#[test]
+fn families_follow_the_catalog_then_process_metrics() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    let served = families(&text);
+    let catalog: Vec<&str> = CATALOG.iter().map(|d| d.name).collect();
+    assert_eq!(&served[..catalog.len()], &catalog[..]);
+    assert!(
+        served[catalog.len()..]
+            .iter()
+            .all(|n| n.starts_with("process_")),
+        "{served:?}"
+    );
+}
+
+#[test]
+fn series_are_ordered_by_gpu_index_then_label() {
+    // Devices and label lists deliberately out of order.
+    let text = encode(&snapshot(vec![full_device(1), full_device(0)]));
+    let clocks: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_clock_hertz{"))
+        .collect();
+    assert_eq!(
+        clocks,
+        [
+            r#"nvidia_gpu_clock_hertz{gpu="0",uuid="GPU-0",clock="graphics"} 1980000000"#,
+            r#"nvidia_gpu_clock_hertz{gpu="0",uuid="GPU-0",clock="memory"} 2619000000"#,
+            r#"nvidia_gpu_clock_hertz{gpu="1",uuid="GPU-1",clock="graphics"} 1980000000"#,
+            r#"nvidia_gpu_clock_hertz{gpu="1",uuid="GPU-1",clock="memory"} 2619000000"#,
+        ]
+    );
+    let xids: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_xid_errors_total{gpu=\"0\""))
+        .collect();
+    assert!(
+        xids[0].contains("xid=\"13\"") && xids[1].contains("xid=\"79\""),
+        "{xids:?}"
+    );
+}
+
+#[test]
+fn duplicate_label_values_from_the_sampler_give_one_series() {
+    let mut d = bare_device(0);
+    d.fan_speeds = vec![(0, 0.3), (0, 0.9)];
+    let text = encode(&snapshot(vec![d]));
+    let fans = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_fan_speed_ratio{"))
+        .count();
+    assert_eq!(fans, 1);
+}
+
+#[test]
+fn self_metrics_reflect_the_snapshot() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    assert_eq!(value(&text, "nvml_exporter_nvml_up"), Some(1.0));
+    assert_eq!(value(&text, "nvml_exporter_gpus"), Some(1.0));
+    assert_eq!(
+        value(&text, "nvml_exporter_last_sample_timestamp_seconds"),
+        Some(1_700_000_000.5)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"nvml_exporter_nvml_errors_total{function="nvmlDeviceGetPowerUsage",error="GPU_IS_LOST"}"#
+        ),
+        Some(2.0)
+    );
+    let build = format!(
+        r#"nvml_exporter_build_info{{version="{VERSION}",revision="{REVISION}",rustc="{RUSTC}"}}"#
+    );
+    assert_eq!(value(&text, &build), Some(1.0));
+    assert!(RUSTC.starts_with("rustc ") || RUSTC == "unknown", "{RUSTC}");
+}
+
+#[test]
+fn an_empty_snapshot_says_nvml_is_down_and_has_no_timestamp() {
+    let text = encode(&Snapshot::default());
+    assert_eq!(value(&text, "nvml_exporter_nvml_up"), Some(0.0));
+    assert_eq!(value(&text, "nvml_exporter_gpus"), Some(0.0));
+    assert!(!text.contains("nvml_exporter_last_sample_timestamp_seconds"));
+    assert!(!text.contains("nvidia_gpu_"));
+    // No tick yet, so nothing observed.
+    assert_eq!(
+        value(&text, "nvml_exporter_sample_duration_seconds_count"),
+        Some(0.0)
+    );
+}
+
+#[test]
+fn each_encode_observes_the_tick_duration_once() {
+    let enc = Encoder::new(MetricsOptions::default());
+    let snap = snapshot(vec![]);
+    enc.encode(&snap);
+    let text = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
+    assert_eq!(
+        value(&text, "nvml_exporter_sample_duration_seconds_count"),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&text, "nvml_exporter_sample_duration_seconds_sum"),
+        Some(0.024)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"nvml_exporter_sample_duration_seconds_bucket{le="0.01"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"nvml_exporter_sample_duration_seconds_bucket{le="0.025"}"#
+        ),
+        Some(2.0)
+    );
+}
+
+#[test]
+fn scrapes_appear_in_the_next_encoding() {
+    let enc = Encoder::new(MetricsOptions::default());
+    let snap = snapshot(vec![]);
+    let before = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
+    assert_eq!(
+        value(&before, r#"nvml_exporter_scrapes_total{code="200"}"#),
+        Some(0.0)
+    );
+    let counter = enc.scrape_counter();
+    counter.inc(200);
+    counter.inc(200);
+    counter.inc(405);
+    let after = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
+    assert_eq!(
+        value(&after, r#"nvml_exporter_scrapes_total{code="200"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        value(&after, r#"nvml_exporter_scrapes_total{code="405"}"#),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn gzip_decodes_to_the_text() {
+    let e = Encoder::new(MetricsOptions::default()).encode(&snapshot(vec![full_device(0)]));
+    let mut decoded = Vec::new();
+    flate2::read::GzDecoder::new(&e.gzip[..])
+        .read_to_end(&mut decoded)
+        .unwrap();
+    assert_eq!(decoded, e.text);
+    assert!(e.gzip.len() < e.text.len());
+}
+
+#[test]
+fn closed_labels_only_take_their_declared_values() {
+    let enc = Encoder::new(MetricsOptions::default());
+    let families = enc.families(&snapshot(vec![full_device(0)]));
+    for def in CATALOG {
+        for (label, values) in def.closed_labels {
+            assert!(
+                def.labels.contains(label),
+                "{}: {label} is not a label",
+                def.name
+            );
+            let allowed = values();
+            let f = families.iter().find(|f| f.name() == def.name).unwrap();
+            for m in f.get_metric() {
+                let pair = m.get_label().iter().find(|p| p.name() == *label).unwrap();
+                assert!(
+                    allowed.contains(&pair.value()),
+                    "{}: {label}={}",
+                    def.name,
+                    pair.value()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn catalog_names_units_and_labels_are_well_formed() {
+    let mut names: Vec<&str> = CATALOG.iter().map(|d| d.name).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), CATALOG.len(), "duplicate names");
+    let snake = |s: &str| {
+        !s.is_empty()
+            && s.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    for d in CATALOG {
+        assert!(snake(d.name), "{}", d.name);
+        assert!(!d.help.is_empty(), "{}", d.name);
+        if !d.unit.is_empty() {
+            let base = d.name.strip_suffix("_total").unwrap_or(d.name);
+            assert!(
+                base.ends_with(&format!("_{}", d.unit)),
+                "{} lacks unit {}",
+                d.name,
+                d.unit
+            );
+        }
+        for l in d.labels {
+            assert!(snake(l) && !l.starts_with("__"), "{}: label {l}", d.name);
+            assert!(!d.all_labels()[..d.all_labels().len() - d.labels.len()].contains(l));
+        }
+        let per_device = d.name.starts_with("nvidia_gpu_");
+        assert_eq!(per_device, d.source.is_per_device(), "{}", d.name);
+        // Only the registry can hold a histogram's buckets.
+        if d.kind == MetricKind::Histogram {
+            assert!(matches!(d.source, Source::Registry), "{}", d.name);
+        }
+        for f in d.dcgm {
+            assert!(f.field.starts_with("DCGM_FI_"), "{}", d.name);
+            if let Some(v) = f.label_value {
+                let known = d
+                    .closed_labels
+                    .iter()
+                    .any(|(_, values)| values().contains(&v));
+                assert!(
+                    known,
+                    "{}: DCGM mapping for unknown label value {v}",
+                    d.name
+                );
+            }
+        }
+    }
+}
