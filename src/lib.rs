@@ -3,4 +3,5 @@
 //! Data flows one way: config → sampler (NVML) → [`sample::Snapshot`] → metrics (encoded once per
 //! tick) → http (serves the encoded bytes).
 
+pub mod nvml;
 pub mod sample;
