@@ -5,3 +5,4 @@
 
 pub mod nvml;
 pub mod sample;
+pub mod sampler;

@@ -23,8 +23,8 @@ use super::error::{ErrorClass, ErrorCounter, classify};
 use super::raw;
 use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
 use crate::sample::{
-    Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts,
-    MemoryInfo, NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,
+    Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts, MemoryInfo,
+    NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,
     ThrottleReason,
 };
 
@@ -182,12 +182,7 @@ impl Tick<'_> {
     }
 
     /// Sorts the per-field result of a field-value call (same rules as a whole call).
-    fn field<T>(
-        &mut self,
-        function: &'static str,
-        arg: u32,
-        r: Result<T, NvmlError>,
-    ) -> Option<T> {
+    fn field<T>(&mut self, function: &'static str, arg: u32, r: Result<T, NvmlError>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
@@ -198,21 +193,20 @@ impl Tick<'_> {
     }
 }
 
-fn read_metrics(
-    t: &mut Tick,
-    d: &Device,
-    nvlink_count: &mut Option<u32>,
-    s: &mut DeviceSample,
-) {
+fn read_metrics(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>, s: &mut DeviceSample) {
     if let Some(u) = t.call("nvmlDeviceGetUtilizationRates", 0, || d.utilization_rates()) {
         s.utilization = Some(percent_to_ratio(u.gpu));
         s.memory_utilization = Some(percent_to_ratio(u.memory));
     }
     s.encoder_utilization = t
-        .call("nvmlDeviceGetEncoderUtilization", 0, || d.encoder_utilization())
+        .call("nvmlDeviceGetEncoderUtilization", 0, || {
+            d.encoder_utilization()
+        })
         .map(|u| percent_to_ratio(u.utilization));
     s.decoder_utilization = t
-        .call("nvmlDeviceGetDecoderUtilization", 0, || d.decoder_utilization())
+        .call("nvmlDeviceGetDecoderUtilization", 0, || {
+            d.decoder_utilization()
+        })
         .map(|u| percent_to_ratio(u.utilization));
 
     s.memory = t
@@ -234,7 +228,9 @@ fn read_metrics(
         .call("nvmlDeviceGetPowerUsage", 0, || d.power_usage())
         .map(mw_to_w);
     s.power_limit_watts = t
-        .call("nvmlDeviceGetEnforcedPowerLimit", 0, || d.enforced_power_limit())
+        .call("nvmlDeviceGetEnforcedPowerLimit", 0, || {
+            d.enforced_power_limit()
+        })
         .map(mw_to_w);
     s.energy_joules = t
         .call("nvmlDeviceGetTotalEnergyConsumption", 0, || {
@@ -302,10 +298,12 @@ fn read_clocks(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
     .enumerate()
     {
         let arg = i as u32;
-        if let Some(mhz) = t.call("nvmlDeviceGetClockInfo", arg, || d.clock_info(theirs.clone())) {
+        if let Some(mhz) = t.call("nvmlDeviceGetClockInfo", arg, || d.clock_info(theirs)) {
             s.clocks_hertz.push((ours, mhz_to_hz(mhz)));
         }
-        if let Some(mhz) = t.call("nvmlDeviceGetMaxClockInfo", arg, || d.max_clock_info(theirs)) {
+        if let Some(mhz) = t.call("nvmlDeviceGetMaxClockInfo", arg, || {
+            d.max_clock_info(theirs)
+        }) {
             s.max_clocks_hertz.push((ours, mhz_to_hz(mhz)));
         }
     }
@@ -339,7 +337,8 @@ fn read_clocks(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
         if let Some(v) = t.call("nvmlDeviceGetViolationStatus", i as u32, || {
             d.violation_status(perf_policy(*reason))
         }) {
-            s.throttle_seconds.push((*reason, ns_to_s(v.violation_time)));
+            s.throttle_seconds
+                .push((*reason, ns_to_s(v.violation_time)));
         }
     }
 }
@@ -379,7 +378,9 @@ fn read_pcie(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
         })
         .map(|kb| kib_to_bytes(u64::from(kb)) as f64);
     p.replay_errors = t
-        .call("nvmlDeviceGetPcieReplayCounter", 0, || d.pcie_replay_counter())
+        .call("nvmlDeviceGetPcieReplayCounter", 0, || {
+            d.pcie_replay_counter()
+        })
         .map(u64::from);
     p.link_generation_current = t.call("nvmlDeviceGetCurrPcieLinkGeneration", 0, || {
         d.current_pcie_link_gen()
@@ -390,13 +391,15 @@ fn read_pcie(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
     p.link_width_current = t.call("nvmlDeviceGetCurrPcieLinkWidth", 0, || {
         d.current_pcie_link_width()
     });
-    p.link_width_max = t.call("nvmlDeviceGetMaxPcieLinkWidth", 0, || d.max_pcie_link_width());
+    p.link_width_max = t.call("nvmlDeviceGetMaxPcieLinkWidth", 0, || {
+        d.max_pcie_link_width()
+    });
 }
 
 fn read_memory_errors(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
     let ecc = |t: &mut Tick, base: u32, counter: EccCounter| {
         let corrected = t.call("nvmlDeviceGetTotalEccErrors", base, || {
-            d.total_ecc_errors(MemoryError::Corrected, counter.clone())
+            d.total_ecc_errors(MemoryError::Corrected, counter)
         })?;
         let uncorrected = t.call("nvmlDeviceGetTotalEccErrors", base + 1, || {
             d.total_ecc_errors(MemoryError::Uncorrected, counter)
@@ -541,7 +544,11 @@ mod tests {
     fn clock_event_mask_decodes_every_reason() {
         let events = decode_clock_events(0x4 | 0x40);
         assert_eq!(events.len(), ClockEventReason::ALL.len());
-        let active: Vec<_> = events.iter().filter(|(_, on)| *on).map(|(r, _)| *r).collect();
+        let active: Vec<_> = events
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(r, _)| *r)
+            .collect();
         assert_eq!(
             active,
             vec![
@@ -580,7 +587,9 @@ mod tests {
         let errors = ErrorCounter::default();
         let mut unsupported = HashSet::new();
         let mut t = tick(&errors, &mut unsupported);
-        let r: Option<u32> = t.call("nvmlDeviceGetFanSpeed_v2", 0, || Err(NvmlError::NotSupported));
+        let r: Option<u32> = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
+            Err(NvmlError::NotSupported)
+        });
         assert_eq!(r, None);
         let mut called = false;
         let _ = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
@@ -623,7 +632,10 @@ mod tests {
         assert!(!called);
         let s = errors.snapshot();
         assert_eq!(
-            s[&("nvmlDeviceGetPowerUsage".to_string(), "gpu_is_lost".to_string())],
+            s[&(
+                "nvmlDeviceGetPowerUsage".to_string(),
+                "gpu_is_lost".to_string()
+            )],
             1
         );
     }

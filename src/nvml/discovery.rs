@@ -60,7 +60,10 @@ pub fn device_identity(device: &Device, index: u32, errors: &ErrorCounter) -> (S
             "nvmlDeviceGetArchitecture",
             device.architecture().map(|a| a.to_string().to_lowercase()),
         ),
-        pci_bus_id: read("nvmlDeviceGetPciInfo_v3", device.pci_info().map(|p| p.bus_id)),
+        pci_bus_id: read(
+            "nvmlDeviceGetPciInfo_v3",
+            device.pci_info().map(|p| p.bus_id),
+        ),
         serial: read("nvmlDeviceGetSerial", device.serial()),
         vbios_version: read("nvmlDeviceGetVbiosVersion", device.vbios_version()),
         compute_capability: read(
@@ -116,18 +119,21 @@ mod tests {
     #[test]
     fn a_missing_library_is_reported_as_not_found() {
         let err = init(Path::new("/nonexistent/libnvidia-ml.so.1")).unwrap_err();
-        assert!(err.starts_with("NVML library not found: /nonexistent/"), "{err}");
+        assert!(
+            err.starts_with("NVML library not found: /nonexistent/"),
+            "{err}"
+        );
     }
 
     /// The real driver library, on a machine without an NVIDIA kernel driver, must fail with a
     /// clear "driver not loaded" reason (skipped where the Debian package was not unpacked).
     #[test]
     fn the_real_library_without_a_driver_says_driver_not_loaded() {
-        let lib = Path::new(
-            "/work/debs/root/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1",
-        );
-        if !lib.exists() || Path::new("/dev/nvidiactl").exists() {
-            eprintln!("skipped: {} absent or a driver is present", lib.display());
+        let lib =
+            Path::new("/work/debs/root/usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.1");
+        // /proc/driver/nvidia exists only where the kernel driver is loaded.
+        if !lib.exists() || Path::new("/proc/driver/nvidia/version").exists() {
+            eprintln!("skipped: {} absent or a driver is loaded", lib.display());
             return;
         }
         let err = init(lib).unwrap_err();

@@ -70,9 +70,9 @@ pub fn error_name(error: &NvmlError) -> &'static str {
             "invalid_string"
         }
         NvmlError::LibloadingError(_) => "library_not_found",
-        NvmlError::SetReleaseFailed
-        | NvmlError::GetPciInfoFailed
-        | NvmlError::PciInfoToCFailed => "unknown",
+        NvmlError::SetReleaseFailed | NvmlError::GetPciInfoFailed | NvmlError::PciInfoToCFailed => {
+            "unknown"
+        }
     }
 }
 
@@ -125,7 +125,10 @@ impl ErrorCounter {
             .or_insert(0);
         *count += 1;
         let total = *count;
-        if inner.limiter.allow(&format!("{function}/{name}"), Instant::now()) {
+        if inner
+            .limiter
+            .allow(&format!("{function}/{name}"), Instant::now())
+        {
             tracing::warn!(
                 gpu = device,
                 function,
@@ -179,7 +182,10 @@ mod tests {
         assert_eq!(classify(&NvmlError::GpuLost), ErrorClass::GpuLost);
         assert_eq!(classify(&NvmlError::ResetRequired), ErrorClass::GpuLost);
         assert_eq!(classify(&NvmlError::Uninitialized), ErrorClass::DriverGone);
-        assert_eq!(classify(&NvmlError::DriverNotLoaded), ErrorClass::DriverGone);
+        assert_eq!(
+            classify(&NvmlError::DriverNotLoaded),
+            ErrorClass::DriverGone
+        );
         assert_eq!(classify(&NvmlError::Unknown), ErrorClass::Other);
         assert_eq!(classify(&NvmlError::Timeout), ErrorClass::Other);
     }
@@ -222,7 +228,9 @@ mod tests {
     #[test]
     fn init_reasons_say_what_is_wrong() {
         let lib = Path::new("/usr/lib/libnvidia-ml.so.1");
-        assert!(init_failure_reason(lib, &NvmlError::DriverNotLoaded).contains("driver not loaded"));
+        assert!(
+            init_failure_reason(lib, &NvmlError::DriverNotLoaded).contains("driver not loaded")
+        );
         let r = init_failure_reason(lib, &NvmlError::NoPermission);
         assert!(r.contains("no_permission"), "{r}");
     }

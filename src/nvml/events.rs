@@ -4,8 +4,8 @@
 //! every snapshot.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -48,7 +48,11 @@ impl XidLog {
         match d.counts.get_mut(&code) {
             Some(n) => *n += 1,
             None if full => {
-                tracing::warn!(uuid, xid = code, "XID code dropped: too many distinct codes");
+                tracing::warn!(
+                    uuid,
+                    xid = code,
+                    "XID code dropped: too many distinct codes"
+                );
             }
             None => {
                 d.counts.insert(code, 1);
@@ -89,7 +93,9 @@ pub fn watch_xids(nvml: &Nvml, log: &XidLog, errors: &ErrorCounter, stop: &Recei
         }
         match set.wait(WAIT_MS) {
             Ok(event) => {
-                let Some(xid) = event.event_data else { continue };
+                let Some(xid) = event.event_data else {
+                    continue;
+                };
                 let code = match xid {
                     XidError::Value(v) => v,
                     XidError::Unknown => UNKNOWN_XID,

@@ -6,7 +6,7 @@ use std::mem;
 
 use nvml_wrapper::Device;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
-use nvml_wrapper_sys::bindings::{self as sys, nvmlFieldValue_t, nvmlValueType_t, nvmlValue_t};
+use nvml_wrapper_sys::bindings::{self as sys, nvmlFieldValue_t, nvmlValue_t, nvmlValueType_t};
 
 /// Current clock-event (throttle) reasons as the raw `nvmlClocksEventReason*` bitmask, from
 /// `nvmlDeviceGetCurrentClocksEventReasons` (the name since CUDA 12.2). `FailedToLoadSymbol` when
@@ -133,12 +133,14 @@ fn decode_value(kind: nvmlValueType_t, value: nvmlValue_t) -> Result<FieldValue,
                 FieldValue::Unsigned(u64::from(value.uiVal))
             }
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => {
-                FieldValue::Unsigned(u64::from(value.ulVal))
+                FieldValue::Unsigned(value.ulVal)
             }
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG => {
                 FieldValue::Unsigned(value.ullVal)
             }
-            sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG => FieldValue::Signed(value.sllVal),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG => {
+                FieldValue::Signed(value.sllVal)
+            }
             sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT => {
                 FieldValue::Signed(i64::from(value.siVal))
             }
@@ -158,7 +160,11 @@ mod tests {
     fn values_decode_by_their_tag() {
         let v = nvmlValue_t { ullVal: 1 << 40 };
         assert_eq!(
-            decode_value(sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, v).unwrap(),
+            decode_value(
+                sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                v
+            )
+            .unwrap(),
             FieldValue::Unsigned(1 << 40)
         );
         let v = nvmlValue_t { dVal: 71.5 };
