@@ -83,10 +83,17 @@ impl DeviceReader {
             driver_gone_calls: 0,
             lost: false,
         };
-        // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call.
-        let device = tick.call("nvmlDeviceGetHandleByIndex_v2", 0, || {
-            nvml.device_by_index(self.index)
-        });
+        // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call. It is
+        // never remembered as unsupported: without a handle there is nothing else to read.
+        tick.calls += 1;
+        let device = match nvml.device_by_index(self.index) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tick.fail("nvmlDeviceGetHandleByIndex_v2", 0, &e);
+                tick.unsupported.remove(&("nvmlDeviceGetHandleByIndex_v2", 0));
+                None
+            }
+        };
         let mut sample = DeviceSample {
             index: self.index,
             ..DeviceSample::default()
@@ -504,8 +511,11 @@ fn read_nvlinks(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>) -> Vec
             let (Some(tx), Some(rx)) = (values.next(), values.next()) else {
                 break;
             };
+            let link = l.link;
             let mut kib = |field: u32, r: Result<raw::FieldValue, NvmlError>| {
-                t.field("nvmlDeviceGetFieldValues", field, r)
+                // A per-link key, distinct from the whole call's, so one link's NOT_SUPPORTED
+                // does not switch off the call for every link.
+                t.field("nvmlDeviceGetFieldValues", field | ((link + 1) << 16), r)
                     .and_then(raw::FieldValue::as_u64)
                     .map(kib_to_bytes)
             };
