@@ -582,7 +582,14 @@ impl ThreadGroup {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sample::ClockEventReason;
     use std::sync::Mutex;
+
+    #[test]
+    fn the_sampler_can_be_moved_to_another_thread() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Sampler>();
+    }
 
     #[test]
     fn backoff_doubles_up_to_thirty_seconds() {
@@ -683,5 +690,79 @@ mod tests {
         let t = Instant::now();
         sampler.shutdown();
         assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    }
+
+    /// The simulated driver: `NVML_SIM_LIB` if set, else the `libnvml_sim.so` that `cargo test`
+    /// builds next to this test binary (nvml-sim is a dev-dependency). `None` (test skipped, said
+    /// loudly) only while that library does not implement the NVML ABI yet.
+    fn sim_options() -> Option<SamplerOptions> {
+        let lib = std::env::var_os("NVML_SIM_LIB")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                let exe = std::env::current_exe().unwrap();
+                exe.parent().unwrap().join("libnvml_sim.so")
+            });
+        assert!(lib.exists(), "{} not built", lib.display());
+        if let Err(reason) = discovery::init(&lib) {
+            if reason.contains("missing symbol") {
+                eprintln!(
+                    "SKIPPED: {} does not implement NVML yet: {reason}",
+                    lib.display()
+                );
+                return None;
+            }
+        }
+        Some(SamplerOptions {
+            nvml_lib: lib,
+            interval: Duration::from_millis(200),
+            device_timeout: Duration::from_millis(200),
+            ..SamplerOptions::default()
+        })
+    }
+
+    #[test]
+    fn sample_once_reads_every_simulated_gpu() {
+        let Some(opts) = sim_options() else { return };
+        let s = sample_once(&opts);
+        assert!(s.nvml_up, "{:?}", s.nvml_error);
+        assert!(!s.system.driver_version.is_empty());
+        assert!(s.system.cuda_driver_version.contains('.'));
+        assert_eq!(s.devices.len(), 8, "the default scenario has eight H100s");
+        for (i, d) in s.devices.iter().enumerate() {
+            assert_eq!(d.index as usize, i);
+            assert!(d.up && !d.stale, "gpu {i}: {d:?}");
+            assert!(d.uuid.starts_with("GPU-"), "{}", d.uuid);
+            assert_eq!(d.info.architecture, "hopper");
+            assert!(d.info.name.contains("H100"), "{}", d.info.name);
+            let m = d.memory.expect("memory");
+            assert!(m.total_bytes > 0.0 && m.used_bytes <= m.total_bytes);
+            assert!(d.utilization.is_some_and(|u| (0.0..=1.0).contains(&u)));
+            assert!(d.power_watts.is_some_and(|w| w > 0.0 && w < 2000.0));
+            assert!(d.clocks_hertz.iter().all(|(_, hz)| *hz > 1e6));
+            assert_eq!(d.clock_events.len(), ClockEventReason::ALL.len());
+            assert!(d.fan_speeds.is_empty(), "an H100 SXM has no fan");
+            assert!(d.retired_pages.is_none(), "Hopper has no page retirement");
+        }
+        assert!(s.tick_duration_seconds.is_some());
+        assert!(s.last_tick_timestamp_seconds.is_some());
+    }
+
+    #[test]
+    fn the_sampler_ticks_on_the_simulated_driver_and_shuts_down_promptly() {
+        let Some(opts) = sim_options() else { return };
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let sampler = Sampler::start(opts, move |s| {
+            let _ = tx.lock().unwrap().send(s);
+        })
+        .unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(first.nvml_up, "{:?}", first.nvml_error);
+        let second = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(second.last_tick_timestamp_seconds > first.last_tick_timestamp_seconds);
+        assert_eq!(second.devices.len(), first.devices.len());
+        let t = Instant::now();
+        sampler.shutdown();
+        assert!(t.elapsed() < SHUTDOWN_BOUND, "{:?}", t.elapsed());
     }
 }
