@@ -90,7 +90,8 @@ impl DeviceReader {
             Ok(d) => Some(d),
             Err(e) => {
                 tick.fail("nvmlDeviceGetHandleByIndex_v2", 0, &e);
-                tick.unsupported.remove(&("nvmlDeviceGetHandleByIndex_v2", 0));
+                tick.unsupported
+                    .remove(&("nvmlDeviceGetHandleByIndex_v2", 0));
                 None
             }
         };

@@ -28,9 +28,13 @@ pub fn current_clocks_event_reasons(device: &Device) -> Result<u64, NvmlError> {
 /// The answer of `nvmlDeviceGetRemappedRows`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RawRemappedRows {
+    /// Rows remapped for correctable errors.
     pub correctable: u32,
+    /// Rows remapped for uncorrectable errors.
     pub uncorrectable: u32,
+    /// A remapping is pending (takes effect at the next GPU reset).
     pub pending: bool,
+    /// A remapping failed: the GPU needs service.
     pub failure_occurred: bool,
 }
 
@@ -59,8 +63,11 @@ pub fn remapped_rows(device: &Device) -> Result<RawRemappedRows, NvmlError> {
 /// A decoded field value.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum FieldValue {
+    /// NVML_VALUE_TYPE_DOUBLE.
     Float(f64),
+    /// Any unsigned integer type.
     Unsigned(u64),
+    /// Any signed integer type.
     Signed(i64),
 }
 
