@@ -1,1 +1,107 @@
-fn main(){}
+//! The `nvml-exporter` executable: configuration → logging → [`nvml_exporter::run`]. The only
+//! place that exits: status 2 for a bad flag, variable or file; 1 when it cannot serve.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use nvml_exporter::config::{self, Config, ConfigError, LogFormat};
+
+fn main() -> ExitCode {
+    let config = match config::load(std::env::args_os()) {
+        Ok(config) => config,
+        Err(ConfigError::Cli(e)) => {
+            // `--help` and `--version` are "errors" that print to stdout and exit 0.
+            let _ = e.print();
+            return ExitCode::from(e.exit_code() as u8);
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_tracing(&config);
+
+    if config.once {
+        let (text, nvml_up) = nvml_exporter::sample_once(&config);
+        if std::io::stdout()
+            .write_all(&text)
+            .and_then(|()| std::io::stdout().flush())
+            .is_err()
+        {
+            return ExitCode::from(1);
+        }
+        return if nvml_up {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        };
+    }
+
+    // Two workers are plenty: a scrape copies bytes that the sampler threads prepared.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async {
+        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+            Ok(listener) => listener,
+            Err(e) => {
+                tracing::error!(address = %config.listen, error = %e, "cannot listen");
+                return ExitCode::from(1);
+            }
+        };
+        match listener.local_addr() {
+            Ok(address) => {
+                tracing::info!(%address, version = env!("CARGO_PKG_VERSION"), "listening")
+            }
+            Err(e) => tracing::warn!(error = %e, "listening on an unknown address"),
+        }
+        match nvml_exporter::run(config, listener, shutdown_signal()).await {
+            Ok(()) => {
+                tracing::info!("stopped");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "exporter failed");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+fn init_tracing(config: &Config) {
+    // The filter was validated with the configuration, so this cannot fail here.
+    let filter = tracing_subscriber::EnvFilter::try_new(&config.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match config.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// Completes on SIGTERM (Kubernetes, systemd) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the exporter");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+    }
+}

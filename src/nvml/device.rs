@@ -1,0 +1,665 @@
+//! Reading one device for one tick: every row of the "Device metrics" table in METRICS.md, in
+//! base units, with NVML's answers sorted into "not supported" (remembered and skipped on later
+//! ticks), "device lost", "driver gone" and "counted error".
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use nvml_wrapper::Device;
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, RetirementCause,
+    TemperatureSensor, TemperatureThreshold as NvmlThreshold,
+};
+use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter as NvLinkCounter;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper_sys::bindings::field_id::{
+    NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+};
+
+use super::discovery::device_identity;
+use super::error::{ErrorClass, ErrorCounter, classify};
+use super::raw;
+use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
+use crate::sample::{
+    Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts, MemoryInfo,
+    NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,
+    ThrottleReason,
+};
+
+/// Upper bound of NVLink link indices probed (`NVML_NVLINK_MAX_LINKS` in the CUDA 13 `nvml.h`;
+/// nvml-wrapper-sys 0.10 still says 18). Probing stops at the first link the device rejects.
+pub const NVLINK_MAX_LINKS: u32 = 36;
+
+/// The result of reading a device once.
+#[derive(Debug, Clone)]
+pub struct ReadOutcome {
+    /// The readings; `up` is true unless the device is lost. `stale` is always false here.
+    pub sample: DeviceSample,
+    /// The device answered GPU_IS_LOST or GPU_REQUIRES_RESET: its readings are empty.
+    pub lost: bool,
+    /// Every call made answered UNINITIALIZED or DRIVER_NOT_LOADED: the driver went away.
+    pub driver_gone: bool,
+}
+
+/// Reads one device, tick after tick, remembering what it does not support. Lives on the
+/// device's worker thread for as long as the `Nvml` it reads from.
+pub struct DeviceReader {
+    index: u32,
+    errors: Arc<ErrorCounter>,
+    /// uuid and static info, read on the first successful attempt and never again.
+    identity: Option<(String, DeviceInfo)>,
+    /// (C function, argument) pairs that answered NOT_SUPPORTED: skipped from then on.
+    unsupported: HashSet<(&'static str, u32)>,
+    /// Number of NVLink links, found on the first tick that could probe them.
+    nvlink_count: Option<u32>,
+}
+
+impl DeviceReader {
+    /// A reader for the device at NVML `index`; failures are counted in `errors`.
+    pub fn new(index: u32, errors: Arc<ErrorCounter>) -> Self {
+        DeviceReader {
+            index,
+            errors,
+            identity: None,
+            unsupported: HashSet::new(),
+            nvlink_count: None,
+        }
+    }
+
+    /// The device's uuid, once it has been read.
+    pub fn uuid(&self) -> Option<&str> {
+        self.identity.as_ref().map(|(u, _)| u.as_str())
+    }
+
+    /// Reads every device metric once. Never fails: what cannot be read is `None`/empty.
+    pub fn read(&mut self, nvml: &Nvml) -> ReadOutcome {
+        let mut tick = Tick {
+            index: self.index,
+            errors: &self.errors,
+            unsupported: &mut self.unsupported,
+            calls: 0,
+            driver_gone_calls: 0,
+            lost: false,
+        };
+        // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call. It is
+        // never remembered as unsupported: without a handle there is nothing else to read.
+        tick.calls += 1;
+        let device = match nvml.device_by_index(self.index) {
+            Ok(d) => Some(d),
+            Err(e) => {
+                tick.fail("nvmlDeviceGetHandleByIndex_v2", 0, &e);
+                tick.unsupported
+                    .remove(&("nvmlDeviceGetHandleByIndex_v2", 0));
+                None
+            }
+        };
+        let mut sample = DeviceSample {
+            index: self.index,
+            ..DeviceSample::default()
+        };
+        if let Some(device) = device {
+            if self.identity.is_none() {
+                let identity = device_identity(&device, self.index, &self.errors);
+                // An empty uuid means the device did not answer (e.g. lost): try again next tick.
+                if !identity.0.is_empty() {
+                    self.identity = Some(identity);
+                }
+            }
+            read_metrics(&mut tick, &device, &mut self.nvlink_count, &mut sample);
+        }
+        if let Some((uuid, info)) = &self.identity {
+            sample.uuid = uuid.clone();
+            sample.info = info.clone();
+        }
+        let lost = tick.lost;
+        let driver_gone = tick.calls > 0 && tick.driver_gone_calls == tick.calls;
+        if lost {
+            // A lost device serves only info + up=0: drop whatever was read before the loss.
+            sample = DeviceSample {
+                index: sample.index,
+                uuid: sample.uuid,
+                info: sample.info,
+                ..DeviceSample::default()
+            };
+        }
+        sample.up = !lost && !driver_gone;
+        ReadOutcome {
+            sample,
+            lost,
+            driver_gone,
+        }
+    }
+}
+
+/// Bookkeeping for one read of one device.
+struct Tick<'a> {
+    index: u32,
+    errors: &'a ErrorCounter,
+    unsupported: &'a mut HashSet<(&'static str, u32)>,
+    calls: u32,
+    driver_gone_calls: u32,
+    lost: bool,
+}
+
+impl Tick<'_> {
+    /// Makes one NVML call unless it is known unsupported or the device is already lost this
+    /// tick (every further call would only wait for the same error), and sorts its failure.
+    /// `arg` tells apart calls of one function with different arguments (clock domain, link…).
+    fn call<T>(
+        &mut self,
+        function: &'static str,
+        arg: u32,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        if self.lost || self.unsupported.contains(&(function, arg)) {
+            return None;
+        }
+        self.calls += 1;
+        match f() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(function, arg, &e);
+                None
+            }
+        }
+    }
+
+    /// Sorts a failure: remember NOT_SUPPORTED, flag loss / driver loss, count the rest.
+    fn fail(&mut self, function: &'static str, arg: u32, error: &NvmlError) {
+        match classify(error) {
+            ErrorClass::Unsupported => {
+                // A missing symbol is worth one count (the library is older than expected);
+                // NOT_SUPPORTED is a normal answer and never counted.
+                if matches!(error, NvmlError::FailedToLoadSymbol(_)) {
+                    self.errors.record(Some(self.index), function, error);
+                }
+                self.unsupported.insert((function, arg));
+            }
+            ErrorClass::GpuLost => {
+                self.lost = true;
+                self.errors.record(Some(self.index), function, error);
+            }
+            ErrorClass::DriverGone => {
+                self.driver_gone_calls += 1;
+                self.errors.record(Some(self.index), function, error);
+            }
+            ErrorClass::Other => self.errors.record(Some(self.index), function, error),
+        }
+    }
+
+    /// Sorts the per-field result of a field-value call (same rules as a whole call).
+    fn field<T>(&mut self, function: &'static str, arg: u32, r: Result<T, NvmlError>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(function, arg, &e);
+                None
+            }
+        }
+    }
+}
+
+fn read_metrics(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>, s: &mut DeviceSample) {
+    if let Some(u) = t.call("nvmlDeviceGetUtilizationRates", 0, || d.utilization_rates()) {
+        s.utilization = Some(percent_to_ratio(u.gpu));
+        s.memory_utilization = Some(percent_to_ratio(u.memory));
+    }
+    s.encoder_utilization = t
+        .call("nvmlDeviceGetEncoderUtilization", 0, || {
+            d.encoder_utilization()
+        })
+        .map(|u| percent_to_ratio(u.utilization));
+    s.decoder_utilization = t
+        .call("nvmlDeviceGetDecoderUtilization", 0, || {
+            d.decoder_utilization()
+        })
+        .map(|u| percent_to_ratio(u.utilization));
+
+    s.memory = t
+        .call("nvmlDeviceGetMemoryInfo_v2", 0, || d.memory_info())
+        .map(|m| MemoryInfo {
+            total_bytes: m.total as f64,
+            used_bytes: m.used as f64,
+            free_bytes: m.free as f64,
+            reserved_bytes: m.reserved as f64,
+        });
+    s.bar1_memory = t
+        .call("nvmlDeviceGetBAR1MemoryInfo", 0, || d.bar1_memory_info())
+        .map(|m| Bar1MemoryInfo {
+            total_bytes: m.total as f64,
+            used_bytes: m.used as f64,
+        });
+
+    s.power_watts = t
+        .call("nvmlDeviceGetPowerUsage", 0, || d.power_usage())
+        .map(mw_to_w);
+    s.power_limit_watts = t
+        .call("nvmlDeviceGetEnforcedPowerLimit", 0, || {
+            d.enforced_power_limit()
+        })
+        .map(mw_to_w);
+    s.energy_joules = t
+        .call("nvmlDeviceGetTotalEnergyConsumption", 0, || {
+            d.total_energy_consumption()
+        })
+        .map(mj_to_j);
+
+    read_thermal(t, d, s);
+    read_clocks(t, d, s);
+    read_pcie(t, d, s);
+    read_memory_errors(t, d, s);
+    s.nvlinks = read_nvlinks(t, d, nvlink_count);
+    s.mig_mode = t
+        .call("nvmlDeviceGetMigMode", 0, || d.mig_mode())
+        .map(|m| m.current == 1);
+}
+
+fn read_thermal(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
+    s.temperature_celsius = t
+        .call("nvmlDeviceGetTemperature", 0, || {
+            d.temperature(TemperatureSensor::Gpu)
+        })
+        .map(f64::from);
+    let fields = t.call("nvmlDeviceGetFieldValues", NVML_FI_DEV_MEMORY_TEMP, || {
+        raw::field_values(d, &[(NVML_FI_DEV_MEMORY_TEMP, 0)])
+    });
+    if let Some(r) = fields.and_then(|mut v| v.pop()) {
+        s.memory_temperature_celsius = t
+            .field("nvmlDeviceGetFieldValues", NVML_FI_DEV_MEMORY_TEMP, r)
+            .map(raw::FieldValue::as_f64);
+    }
+    for (i, (ours, theirs)) in [
+        (TemperatureThreshold::Slowdown, NvmlThreshold::Slowdown),
+        (TemperatureThreshold::Shutdown, NvmlThreshold::Shutdown),
+        (TemperatureThreshold::GpuMax, NvmlThreshold::GpuMax),
+        (TemperatureThreshold::MemoryMax, NvmlThreshold::MemoryMax),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        if let Some(c) = t.call("nvmlDeviceGetTemperatureThreshold", i as u32, || {
+            d.temperature_threshold(theirs)
+        }) {
+            s.temperature_thresholds.push((ours, f64::from(c)));
+        }
+    }
+    let fans = t
+        .call("nvmlDeviceGetNumFans", 0, || d.num_fans())
+        .unwrap_or(0);
+    for fan in 0..fans {
+        if let Some(pct) = t.call("nvmlDeviceGetFanSpeed_v2", fan, || d.fan_speed(fan)) {
+            s.fan_speeds.push((fan, percent_to_ratio(pct)));
+        }
+    }
+}
+
+fn read_clocks(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
+    for (i, (ours, theirs)) in [
+        (ClockDomain::Graphics, Clock::Graphics),
+        (ClockDomain::Sm, Clock::SM),
+        (ClockDomain::Memory, Clock::Memory),
+        (ClockDomain::Video, Clock::Video),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let arg = i as u32;
+        if let Some(mhz) = t.call("nvmlDeviceGetClockInfo", arg, || d.clock_info(theirs)) {
+            s.clocks_hertz.push((ours, mhz_to_hz(mhz)));
+        }
+        if let Some(mhz) = t.call("nvmlDeviceGetMaxClockInfo", arg, || {
+            d.max_clock_info(theirs)
+        }) {
+            s.max_clocks_hertz.push((ours, mhz_to_hz(mhz)));
+        }
+    }
+    s.performance_state = t
+        .call("nvmlDeviceGetPerformanceState", 0, || d.performance_state())
+        .map(|p| p.as_c())
+        // NVML_PSTATE_UNKNOWN (32) is not a state: omit it rather than export a sentinel.
+        .filter(|p| *p <= 15);
+
+    // The new name first; a library older than CUDA 12.2 only exports the ThrottleReasons name,
+    // whose bits are the same.
+    let has_new_name = d
+        .nvml()
+        .lib()
+        .nvmlDeviceGetCurrentClocksEventReasons
+        .is_ok();
+    let mask = if has_new_name {
+        t.call("nvmlDeviceGetCurrentClocksEventReasons", 0, || {
+            raw::current_clocks_event_reasons(d)
+        })
+    } else {
+        t.call("nvmlDeviceGetCurrentClocksThrottleReasons", 0, || {
+            d.current_throttle_reasons().map(|r| r.bits())
+        })
+    };
+    if let Some(mask) = mask {
+        s.clock_events = decode_clock_events(mask);
+    }
+
+    for (i, reason) in ThrottleReason::ALL.iter().enumerate() {
+        if let Some(v) = t.call("nvmlDeviceGetViolationStatus", i as u32, || {
+            d.violation_status(perf_policy(*reason))
+        }) {
+            s.throttle_seconds
+                .push((*reason, ns_to_s(v.violation_time)));
+        }
+    }
+}
+
+/// Every known clock-event reason with whether its bit is set in `mask`.
+pub fn decode_clock_events(mask: u64) -> Vec<(ClockEventReason, bool)> {
+    ClockEventReason::ALL
+        .iter()
+        .map(|r| (*r, mask & r.mask() != 0))
+        .collect()
+}
+
+/// The `nvmlPerfPolicyType_t` behind each throttle reason label.
+fn perf_policy(reason: ThrottleReason) -> PerformancePolicy {
+    match reason {
+        ThrottleReason::Power => PerformancePolicy::Power,
+        ThrottleReason::Thermal => PerformancePolicy::Thermal,
+        ThrottleReason::SyncBoost => PerformancePolicy::SyncBoost,
+        ThrottleReason::BoardLimit => PerformancePolicy::BoardLimit,
+        ThrottleReason::LowUtilization => PerformancePolicy::LowUtilization,
+        ThrottleReason::Reliability => PerformancePolicy::Reliability,
+        ThrottleReason::AppClocks => PerformancePolicy::TotalAppClocks,
+        ThrottleReason::BaseClocks => PerformancePolicy::TotalBaseClocks,
+    }
+}
+
+fn read_pcie(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
+    let p = &mut s.pcie;
+    p.transmit_bytes_per_second = t
+        .call("nvmlDeviceGetPcieThroughput", 0, || {
+            d.pcie_throughput(PcieUtilCounter::Send)
+        })
+        .map(|kb| kib_to_bytes(u64::from(kb)) as f64);
+    p.receive_bytes_per_second = t
+        .call("nvmlDeviceGetPcieThroughput", 1, || {
+            d.pcie_throughput(PcieUtilCounter::Receive)
+        })
+        .map(|kb| kib_to_bytes(u64::from(kb)) as f64);
+    p.replay_errors = t
+        .call("nvmlDeviceGetPcieReplayCounter", 0, || {
+            d.pcie_replay_counter()
+        })
+        .map(u64::from);
+    p.link_generation_current = t.call("nvmlDeviceGetCurrPcieLinkGeneration", 0, || {
+        d.current_pcie_link_gen()
+    });
+    p.link_generation_max = t.call("nvmlDeviceGetMaxPcieLinkGeneration", 0, || {
+        d.max_pcie_link_gen()
+    });
+    p.link_width_current = t.call("nvmlDeviceGetCurrPcieLinkWidth", 0, || {
+        d.current_pcie_link_width()
+    });
+    p.link_width_max = t.call("nvmlDeviceGetMaxPcieLinkWidth", 0, || {
+        d.max_pcie_link_width()
+    });
+}
+
+fn read_memory_errors(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
+    let ecc = |t: &mut Tick, base: u32, counter: EccCounter| {
+        let corrected = t.call("nvmlDeviceGetTotalEccErrors", base, || {
+            d.total_ecc_errors(MemoryError::Corrected, counter)
+        })?;
+        let uncorrected = t.call("nvmlDeviceGetTotalEccErrors", base + 1, || {
+            d.total_ecc_errors(MemoryError::Uncorrected, counter)
+        })?;
+        Some(EccCounts {
+            corrected,
+            uncorrected,
+        })
+    };
+    s.ecc_volatile = ecc(t, 0, EccCounter::Volatile);
+    s.ecc_aggregate = ecc(t, 2, EccCounter::Aggregate);
+
+    s.remapped_rows = t
+        .call("nvmlDeviceGetRemappedRows", 0, || raw::remapped_rows(d))
+        .map(|r| RemappedRows {
+            correctable: u64::from(r.correctable),
+            uncorrectable: u64::from(r.uncorrectable),
+            pending: r.pending,
+            failed: r.failure_occurred,
+        });
+
+    let single = t.call("nvmlDeviceGetRetiredPages_v2", 0, || {
+        d.retired_pages(RetirementCause::MultipleSingleBitEccErrors)
+    });
+    let double = t.call("nvmlDeviceGetRetiredPages_v2", 1, || {
+        d.retired_pages(RetirementCause::DoubleBitEccError)
+    });
+    if let (Some(single), Some(double)) = (single, double) {
+        s.retired_pages = Some(RetiredPages {
+            single_bit_ecc: single.len() as u64,
+            double_bit_ecc: double.len() as u64,
+        });
+    }
+}
+
+fn read_nvlinks(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>) -> Vec<NvLinkSample> {
+    let mut links = Vec::new();
+    match *nvlink_count {
+        Some(count) => {
+            for link in 0..count {
+                let up = t.call("nvmlDeviceGetNvLinkState", link, || {
+                    d.link_wrapper_for(link).is_active()
+                });
+                links.push(NvLinkSample {
+                    link,
+                    up: up.unwrap_or(false),
+                    ..NvLinkSample::default()
+                });
+            }
+        }
+        None => {
+            // First tick: probe links until the device rejects an index. Rejection is how NVML
+            // says "no such link", so it is neither counted nor remembered as unsupported.
+            for link in 0..NVLINK_MAX_LINKS {
+                if t.lost {
+                    return links;
+                }
+                t.calls += 1;
+                match d.link_wrapper_for(link).is_active() {
+                    Ok(up) => links.push(NvLinkSample {
+                        link,
+                        up,
+                        ..NvLinkSample::default()
+                    }),
+                    Err(
+                        NvmlError::NotSupported
+                        | NvmlError::InvalidArg
+                        | NvmlError::NotFound
+                        | NvmlError::FailedToLoadSymbol(_),
+                    ) => break,
+                    Err(e) => {
+                        // The probe was cut short by a real failure: try again next tick.
+                        t.fail("nvmlDeviceGetNvLinkState", link, &e);
+                        return Vec::new();
+                    }
+                }
+            }
+            *nvlink_count = Some(links.len() as u32);
+        }
+    }
+    if links.is_empty() {
+        return links;
+    }
+
+    // TX/RX data counters of every link in one field-value call; scope = link.
+    let requests: Vec<(u32, u32)> = links
+        .iter()
+        .flat_map(|l| {
+            [
+                (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, l.link),
+                (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, l.link),
+            ]
+        })
+        .collect();
+    if let Some(values) = t.call(
+        "nvmlDeviceGetFieldValues",
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+        || raw::field_values(d, &requests),
+    ) {
+        let mut values = values.into_iter();
+        for l in &mut links {
+            let (Some(tx), Some(rx)) = (values.next(), values.next()) else {
+                break;
+            };
+            let link = l.link;
+            let mut kib = |field: u32, r: Result<raw::FieldValue, NvmlError>| {
+                // A per-link key, distinct from the whole call's, so one link's NOT_SUPPORTED
+                // does not switch off the call for every link.
+                t.field("nvmlDeviceGetFieldValues", field | ((link + 1) << 16), r)
+                    .and_then(raw::FieldValue::as_u64)
+                    .map(kib_to_bytes)
+            };
+            l.transmit_bytes = kib(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, tx);
+            l.receive_bytes = kib(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, rx);
+        }
+    }
+
+    for l in &mut links {
+        for (i, (ours, theirs)) in [
+            (NvLinkErrorType::CrcFlit, NvLinkCounter::DlCrcFlit),
+            (NvLinkErrorType::CrcData, NvLinkCounter::DlCrcData),
+            (NvLinkErrorType::Replay, NvLinkCounter::DlReplay),
+            (NvLinkErrorType::Recovery, NvLinkCounter::DlRecovery),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            // One argument per (link, counter) so NOT_SUPPORTED is remembered for exactly that.
+            let arg = l.link * 4 + i as u32;
+            if let Some(n) = t.call("nvmlDeviceGetNvLinkErrorCounter", arg, || {
+                d.link_wrapper_for(l.link).error_counter(theirs)
+            }) {
+                l.errors.push((ours, n));
+            }
+        }
+    }
+    links
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_event_mask_decodes_every_reason() {
+        let events = decode_clock_events(0x4 | 0x40);
+        assert_eq!(events.len(), ClockEventReason::ALL.len());
+        let active: Vec<_> = events
+            .iter()
+            .filter(|(_, on)| *on)
+            .map(|(r, _)| *r)
+            .collect();
+        assert_eq!(
+            active,
+            vec![
+                ClockEventReason::SwPowerCap,
+                ClockEventReason::HwThermalSlowdown
+            ]
+        );
+        assert!(decode_clock_events(0).iter().all(|(_, on)| !on));
+    }
+
+    #[test]
+    fn throttle_reasons_map_to_distinct_policies() {
+        let policies: HashSet<u32> = ThrottleReason::ALL
+            .iter()
+            .map(|r| perf_policy(*r).as_c())
+            .collect();
+        assert_eq!(policies.len(), ThrottleReason::ALL.len());
+    }
+
+    fn tick<'a>(
+        errors: &'a ErrorCounter,
+        unsupported: &'a mut HashSet<(&'static str, u32)>,
+    ) -> Tick<'a> {
+        Tick {
+            index: 3,
+            errors,
+            unsupported,
+            calls: 0,
+            driver_gone_calls: 0,
+            lost: false,
+        }
+    }
+
+    #[test]
+    fn not_supported_is_remembered_and_never_counted() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = HashSet::new();
+        let mut t = tick(&errors, &mut unsupported);
+        let r: Option<u32> = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
+            Err(NvmlError::NotSupported)
+        });
+        assert_eq!(r, None);
+        let mut called = false;
+        let _ = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
+            called = true;
+            Ok(1u32)
+        });
+        assert!(!called, "an unsupported call must be skipped");
+        // Another argument of the same function is still tried.
+        assert_eq!(t.call("nvmlDeviceGetFanSpeed_v2", 1, || Ok(5u32)), Some(5));
+        assert!(errors.snapshot().is_empty());
+    }
+
+    #[test]
+    fn other_errors_are_counted_by_function_and_name() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = HashSet::new();
+        let mut t = tick(&errors, &mut unsupported);
+        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
+        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
+        assert!(!t.lost);
+        let s = errors.snapshot();
+        assert_eq!(
+            s[&("nvmlDeviceGetPowerUsage".to_string(), "unknown".to_string())],
+            2
+        );
+    }
+
+    #[test]
+    fn a_lost_gpu_stops_further_calls_this_tick() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = HashSet::new();
+        let mut t = tick(&errors, &mut unsupported);
+        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::GpuLost));
+        assert!(t.lost);
+        let mut called = false;
+        let _ = t.call("nvmlDeviceGetTemperature", 0, || {
+            called = true;
+            Ok(1u32)
+        });
+        assert!(!called);
+        let s = errors.snapshot();
+        assert_eq!(
+            s[&(
+                "nvmlDeviceGetPowerUsage".to_string(),
+                "gpu_is_lost".to_string()
+            )],
+            1
+        );
+    }
+
+    #[test]
+    fn driver_gone_is_every_call_answering_uninitialized() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = HashSet::new();
+        let mut t = tick(&errors, &mut unsupported);
+        let _: Option<u32> = t.call("a", 0, || Err(NvmlError::Uninitialized));
+        let _: Option<u32> = t.call("b", 0, || Err(NvmlError::DriverNotLoaded));
+        assert_eq!((t.calls, t.driver_gone_calls), (2, 2));
+        let _ = t.call("c", 0, || Ok(1u32));
+        assert_ne!(t.calls, t.driver_gone_calls);
+    }
+}

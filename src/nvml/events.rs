@@ -1,0 +1,271 @@
+//! XID (critical error) events: an NVML event set registered on every device that supports
+//! them, waited on in a loop with a short timeout so that shutdown is prompt. Counts are kept
+//! per device uuid (so they survive a re-initialisation that renumbers devices) and merged into
+//! every snapshot.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{EventSet, Nvml};
+
+use super::error::ErrorCounter;
+use crate::sample::DeviceSample;
+
+/// Distinct XID codes remembered per device; a device spraying random codes cannot grow the
+/// series count without bound. Codes beyond it are dropped (and logged).
+pub const MAX_XID_CODES_PER_DEVICE: usize = 64;
+
+/// How long one `nvmlEventSetWait_v2` may block: the bound on how late shutdown is noticed.
+const WAIT_MS: u32 = 1000;
+
+/// The code NVML reports for an XID it could not identify (nvml-wrapper's `XidError::Unknown`).
+const UNKNOWN_XID: u64 = 999;
+
+#[derive(Debug, Default, Clone, PartialEq)]
+struct DeviceXids {
+    counts: BTreeMap<u64, u64>,
+    last_seconds: Option<f64>,
+}
+
+/// Cumulative XID counts by device uuid, shared between the event thread and the sampler.
+#[derive(Debug, Default)]
+pub struct XidLog {
+    devices: Mutex<HashMap<String, DeviceXids>>,
+}
+
+impl XidLog {
+    /// Counts one XID `code` on the device `uuid`, seen at `at_seconds` (Unix time).
+    pub fn record(&self, uuid: &str, code: u64, at_seconds: f64) {
+        let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        let d = devices.entry(uuid.to_string()).or_default();
+        d.last_seconds = Some(at_seconds);
+        let full = d.counts.len() >= MAX_XID_CODES_PER_DEVICE;
+        match d.counts.get_mut(&code) {
+            Some(n) => *n += 1,
+            None if full => {
+                tracing::warn!(
+                    uuid,
+                    xid = code,
+                    "XID code dropped: too many distinct codes"
+                );
+            }
+            None => {
+                d.counts.insert(code, 1);
+            }
+        }
+    }
+
+    /// Copies the counts and last-event time into the matching devices of a snapshot.
+    pub fn fill(&self, devices: &mut [DeviceSample]) {
+        let log = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        for d in devices {
+            if let Some(x) = log.get(&d.uuid) {
+                d.xid_counts = x.counts.clone();
+                d.last_xid_timestamp_seconds = x.last_seconds;
+            }
+        }
+    }
+
+    /// Forgets devices that are no longer present (after a rediscovery), so their series go.
+    pub fn retain(&self, uuids: &HashSet<String>) {
+        self.devices
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|u, _| uuids.contains(u));
+    }
+}
+
+/// The event loop, run on its own thread until `stop` receives or disconnects. Registers
+/// XidCriticalError on every device that supports it; returns at once when none does.
+pub fn watch_xids(nvml: &Nvml, log: &XidLog, errors: &ErrorCounter, stop: &Receiver<()>) {
+    let Some((set, devices)) = register(nvml, errors) else {
+        return;
+    };
+    loop {
+        match stop.try_recv() {
+            Err(TryRecvError::Empty) => {}
+            _ => return,
+        }
+        match set.wait(WAIT_MS) {
+            Ok(event) => {
+                let Some(xid) = event.event_data else {
+                    continue;
+                };
+                let code = match xid {
+                    XidError::Value(v) => v,
+                    XidError::Unknown => UNKNOWN_XID,
+                };
+                // SAFETY: the handle is only compared, never dereferenced.
+                let handle = unsafe { event.device.handle() } as usize;
+                if let Some((_, uuid)) = devices.iter().find(|(h, _)| *h == handle) {
+                    tracing::warn!(uuid, xid = code, "XID event");
+                    log.record(uuid, code, unix_now());
+                }
+            }
+            Err(NvmlError::Timeout) => {}
+            Err(e) => {
+                errors.record(None, "nvmlEventSetWait_v2", &e);
+                // Don't spin on a persistent failure: pause, still listening for shutdown.
+                match stop.recv_timeout(Duration::from_millis(u64::from(WAIT_MS))) {
+                    Err(RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+            }
+        }
+    }
+}
+
+/// Creates the event set and registers every device that supports XID events; the devices are
+/// returned as (raw handle, uuid) so events can be attributed without further NVML calls.
+fn register<'n>(
+    nvml: &'n Nvml,
+    errors: &ErrorCounter,
+) -> Option<(EventSet<'n>, Vec<(usize, String)>)> {
+    let count = match nvml.device_count() {
+        Ok(n) => n,
+        Err(e) => {
+            errors.record(None, "nvmlDeviceGetCount_v2", &e);
+            return None;
+        }
+    };
+    let mut set = create_set(nvml, errors)?;
+    let mut registered: Vec<(usize, String)> = Vec::new();
+    for index in 0..count {
+        let Ok(device) = nvml.device_by_index(index) else {
+            continue;
+        };
+        match device.supported_event_types() {
+            Ok(t) if t.contains(EventTypes::CRITICAL_XID_ERROR) => {}
+            Ok(_) | Err(NvmlError::NotSupported) => continue,
+            Err(e) => {
+                errors.record(Some(index), "nvmlDeviceGetSupportedEventTypes", &e);
+                continue;
+            }
+        }
+        let Ok(uuid) = device.uuid() else { continue };
+        match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+            Ok(s) => {
+                set = s;
+                // SAFETY: the handle is only kept for comparison.
+                registered.push((unsafe { device.handle() } as usize, uuid));
+            }
+            Err(e) => {
+                errors.record(Some(index), "nvmlDeviceRegisterEvents", &e.error);
+                // nvml-wrapper frees the set on failure: start a new one and re-register the
+                // devices that were already in it.
+                set = create_set(nvml, errors)?;
+                let mut kept = Vec::new();
+                for (handle, uuid) in registered {
+                    let Ok(d) = nvml.device_by_uuid(uuid.as_str()) else {
+                        continue;
+                    };
+                    match d.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                        Ok(s) => {
+                            set = s;
+                            kept.push((handle, uuid));
+                        }
+                        Err(e) => {
+                            errors.record(None, "nvmlDeviceRegisterEvents", &e.error);
+                            return None;
+                        }
+                    }
+                }
+                registered = kept;
+            }
+        }
+    }
+    if registered.is_empty() {
+        None
+    } else {
+        Some((set, registered))
+    }
+}
+
+fn create_set<'n>(nvml: &'n Nvml, errors: &ErrorCounter) -> Option<EventSet<'n>> {
+    match nvml.create_event_set() {
+        Ok(s) => Some(s),
+        Err(NvmlError::NotSupported) => None,
+        Err(e) => {
+            errors.record(None, "nvmlEventSetCreate", &e);
+            None
+        }
+    }
+}
+
+/// Seconds since the Unix epoch.
+pub fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_accumulate_per_device_and_code() {
+        let log = XidLog::default();
+        log.record("GPU-a", 79, 10.0);
+        log.record("GPU-a", 79, 11.0);
+        log.record("GPU-a", 48, 12.0);
+        let mut devices = vec![
+            DeviceSample {
+                uuid: "GPU-a".into(),
+                ..Default::default()
+            },
+            DeviceSample {
+                uuid: "GPU-b".into(),
+                ..Default::default()
+            },
+        ];
+        log.fill(&mut devices);
+        assert_eq!(devices[0].xid_counts, BTreeMap::from([(48, 1), (79, 2)]));
+        assert_eq!(devices[0].last_xid_timestamp_seconds, Some(12.0));
+        assert!(devices[1].xid_counts.is_empty());
+        assert_eq!(devices[1].last_xid_timestamp_seconds, None);
+    }
+
+    #[test]
+    fn distinct_codes_are_bounded_per_device() {
+        let log = XidLog::default();
+        for code in 0..(MAX_XID_CODES_PER_DEVICE as u64 + 10) {
+            log.record("GPU-a", code, 1.0);
+        }
+        log.record("GPU-a", 0, 2.0); // a known code still counts
+        let mut d = vec![DeviceSample {
+            uuid: "GPU-a".into(),
+            ..Default::default()
+        }];
+        log.fill(&mut d);
+        assert_eq!(d[0].xid_counts.len(), MAX_XID_CODES_PER_DEVICE);
+        assert_eq!(d[0].xid_counts[&0], 2);
+    }
+
+    #[test]
+    fn retain_forgets_departed_devices() {
+        let log = XidLog::default();
+        log.record("GPU-a", 79, 1.0);
+        log.record("GPU-b", 79, 1.0);
+        log.retain(&HashSet::from(["GPU-b".to_string()]));
+        let mut d = vec![
+            DeviceSample {
+                uuid: "GPU-a".into(),
+                ..Default::default()
+            },
+            DeviceSample {
+                uuid: "GPU-b".into(),
+                ..Default::default()
+            },
+        ];
+        log.fill(&mut d);
+        assert!(d[0].xid_counts.is_empty());
+        assert_eq!(d[1].xid_counts.len(), 1);
+    }
+}

@@ -1,0 +1,10 @@
+//! Everything that talks to NVML (through nvml-wrapper): loading the library, discovering
+//! devices, reading a device for one tick, XID events. The rest of the exporter sees only the
+//! plain data of [`crate::sample`].
+
+pub mod device;
+pub mod discovery;
+pub mod error;
+pub mod events;
+pub mod raw;
+pub mod units;

@@ -1,0 +1,193 @@
+//! NVML calls that nvml-wrapper 0.13 does not wrap (or wraps without a parameter we need), made
+//! through `nvml.lib()` the same way the wrapper makes its own calls: look the symbol up with
+//! `nvml_sym`, call it, turn the return code into a `Result` with `nvml_try`.
+
+use std::mem;
+
+use nvml_wrapper::Device;
+use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
+use nvml_wrapper_sys::bindings::{self as sys, nvmlFieldValue_t, nvmlValue_t, nvmlValueType_t};
+
+/// Current clock-event (throttle) reasons as the raw `nvmlClocksEventReason*` bitmask, from
+/// `nvmlDeviceGetCurrentClocksEventReasons` (the name since CUDA 12.2). `FailedToLoadSymbol` when
+/// the library predates it: the caller then falls back to the older ThrottleReasons call.
+pub fn current_clocks_event_reasons(device: &Device) -> Result<u64, NvmlError> {
+    let sym = nvml_sym(
+        device
+            .nvml()
+            .lib()
+            .nvmlDeviceGetCurrentClocksEventReasons
+            .as_ref(),
+    )?;
+    let mut mask: u64 = 0;
+    // SAFETY: the handle comes from a live `Device` of a live `Nvml`; the out-pointer is valid.
+    unsafe { nvml_try(sym(device.handle(), &mut mask))? };
+    Ok(mask)
+}
+
+/// The answer of `nvmlDeviceGetRemappedRows`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawRemappedRows {
+    /// Rows remapped for correctable errors.
+    pub correctable: u32,
+    /// Rows remapped for uncorrectable errors.
+    pub uncorrectable: u32,
+    /// A remapping is pending (takes effect at the next GPU reset).
+    pub pending: bool,
+    /// A remapping failed: the GPU needs service.
+    pub failure_occurred: bool,
+}
+
+/// Row-remapping counters (Ampere and newer), from `nvmlDeviceGetRemappedRows`.
+pub fn remapped_rows(device: &Device) -> Result<RawRemappedRows, NvmlError> {
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetRemappedRows.as_ref())?;
+    let (mut corr, mut unc, mut pending, mut failed) = (0u32, 0u32, 0u32, 0u32);
+    // SAFETY: valid handle, four valid out-pointers.
+    unsafe {
+        nvml_try(sym(
+            device.handle(),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failed,
+        ))?
+    };
+    Ok(RawRemappedRows {
+        correctable: corr,
+        uncorrectable: unc,
+        pending: pending != 0,
+        failure_occurred: failed != 0,
+    })
+}
+
+/// A decoded field value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum FieldValue {
+    /// NVML_VALUE_TYPE_DOUBLE.
+    Float(f64),
+    /// Any unsigned integer type.
+    Unsigned(u64),
+    /// Any signed integer type.
+    Signed(i64),
+}
+
+impl FieldValue {
+    /// The value as a float (for gauges).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            FieldValue::Float(v) => v,
+            FieldValue::Unsigned(v) => v as f64,
+            FieldValue::Signed(v) => v as f64,
+        }
+    }
+
+    /// The value as an unsigned integer (for counters); `None` for a negative or fractional value.
+    pub fn as_u64(self) -> Option<u64> {
+        match self {
+            FieldValue::Unsigned(v) => Some(v),
+            FieldValue::Signed(v) => u64::try_from(v).ok(),
+            FieldValue::Float(v) if v >= 0.0 && v.fract() == 0.0 => Some(v as u64),
+            FieldValue::Float(_) => None,
+        }
+    }
+}
+
+/// Reads several field values in one `nvmlDeviceGetFieldValues` call. Each request is
+/// (field id, scope id); the scope is the NVLink link for per-link fields and 0 otherwise
+/// (nvml-wrapper's `field_values_for` cannot set it). The outer error is the call's; each inner
+/// result is that field's own `nvmlReturn`.
+///
+/// Field ids are passed as `nvml.h` numbers them: nvml-wrapper renumbers only ids 251–273 for
+/// drivers ≥ 580.82, and the ids used here (82, 138, 139) are outside that range.
+pub fn field_values(
+    device: &Device,
+    requests: &[(u32, u32)],
+) -> Result<Vec<Result<FieldValue, NvmlError>>, NvmlError> {
+    if requests.is_empty() {
+        return Ok(Vec::new());
+    }
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetFieldValues.as_ref())?;
+    let mut values: Vec<nvmlFieldValue_t> = requests
+        .iter()
+        .map(|&(field, scope)| {
+            // SAFETY: nvmlFieldValue_t is plain old data; all-zero is a valid value.
+            let mut v: nvmlFieldValue_t = unsafe { mem::zeroed() };
+            v.fieldId = field;
+            v.scopeId = scope;
+            v
+        })
+        .collect();
+    let count = i32::try_from(values.len()).map_err(|_| NvmlError::InvalidArg)?;
+    // SAFETY: the buffer holds exactly `count` initialised entries.
+    unsafe { nvml_try(sym(device.handle(), count, values.as_mut_ptr()))? };
+    Ok(values
+        .iter()
+        .map(|v| {
+            nvml_try(v.nvmlReturn)?;
+            decode_value(v.valueType, v.value)
+        })
+        .collect())
+}
+
+/// Interprets the `nvmlValue_t` union by its `nvmlValueType_t` tag.
+fn decode_value(kind: nvmlValueType_t, value: nvmlValue_t) -> Result<FieldValue, NvmlError> {
+    // SAFETY: each arm reads the member the tag names; every member is plain data, so a
+    // mismatched tag from a broken library yields a wrong number, never undefined behaviour.
+    unsafe {
+        Ok(match kind {
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE => FieldValue::Float(value.dVal),
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_INT => {
+                FieldValue::Unsigned(u64::from(value.uiVal))
+            }
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG => {
+                FieldValue::Unsigned(value.ulVal)
+            }
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG => {
+                FieldValue::Unsigned(value.ullVal)
+            }
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_LONG_LONG => {
+                FieldValue::Signed(value.sllVal)
+            }
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT => {
+                FieldValue::Signed(i64::from(value.siVal))
+            }
+            sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_SHORT => {
+                FieldValue::Unsigned(u64::from(value.usVal))
+            }
+            other => return Err(NvmlError::UnexpectedVariant(other)),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_decode_by_their_tag() {
+        let v = nvmlValue_t { ullVal: 1 << 40 };
+        assert_eq!(
+            decode_value(
+                sys::nvmlValueType_enum_NVML_VALUE_TYPE_UNSIGNED_LONG_LONG,
+                v
+            )
+            .unwrap(),
+            FieldValue::Unsigned(1 << 40)
+        );
+        let v = nvmlValue_t { dVal: 71.5 };
+        assert_eq!(
+            decode_value(sys::nvmlValueType_enum_NVML_VALUE_TYPE_DOUBLE, v)
+                .unwrap()
+                .as_f64(),
+            71.5
+        );
+        let v = nvmlValue_t { siVal: -3 };
+        let d = decode_value(sys::nvmlValueType_enum_NVML_VALUE_TYPE_SIGNED_INT, v).unwrap();
+        assert_eq!(d, FieldValue::Signed(-3));
+        assert_eq!(d.as_u64(), None);
+        assert!(matches!(
+            decode_value(99, nvmlValue_t { uiVal: 0 }),
+            Err(NvmlError::UnexpectedVariant(99))
+        ));
+    }
+}
