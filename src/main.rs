@@ -1,7 +1,7 @@
 //! The `nvml-exporter` executable: configuration → logging → [`nvml_exporter::run`]. The only
 //! place that exits: status 2 for a bad flag, variable or file; 1 when it cannot serve.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use nvml_exporter::config::{self, Config, ConfigError, LogFormat};

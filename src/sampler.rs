@@ -693,9 +693,8 @@ mod tests {
     }
 
     /// The simulated driver: `NVML_SIM_LIB` if set, else the `libnvml_sim.so` that `cargo test`
-    /// builds next to this test binary (nvml-sim is a dev-dependency). `None` (test skipped, said
-    /// loudly) only while that library does not implement the NVML ABI yet.
-    fn sim_options() -> Option<SamplerOptions> {
+    /// builds next to this test binary (nvml-sim is a dev-dependency).
+    fn sim_options() -> SamplerOptions {
         let lib = std::env::var_os("NVML_SIM_LIB")
             .map(PathBuf::from)
             .unwrap_or_else(|| {
@@ -703,26 +702,17 @@ mod tests {
                 exe.parent().unwrap().join("libnvml_sim.so")
             });
         assert!(lib.exists(), "{} not built", lib.display());
-        if let Err(reason) = discovery::init(&lib) {
-            if reason.contains("missing symbol") {
-                eprintln!(
-                    "SKIPPED: {} does not implement NVML yet: {reason}",
-                    lib.display()
-                );
-                return None;
-            }
-        }
-        Some(SamplerOptions {
+        SamplerOptions {
             nvml_lib: lib,
             interval: Duration::from_millis(200),
             device_timeout: Duration::from_millis(200),
             ..SamplerOptions::default()
-        })
+        }
     }
 
     #[test]
     fn sample_once_reads_every_simulated_gpu() {
-        let Some(opts) = sim_options() else { return };
+        let opts = sim_options();
         let s = sample_once(&opts);
         assert!(s.nvml_up, "{:?}", s.nvml_error);
         assert!(!s.system.driver_version.is_empty());
@@ -749,7 +739,7 @@ mod tests {
 
     #[test]
     fn the_sampler_ticks_on_the_simulated_driver_and_shuts_down_promptly() {
-        let Some(opts) = sim_options() else { return };
+        let opts = sim_options();
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         let sampler = Sampler::start(opts, move |s| {
