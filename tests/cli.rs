@@ -16,47 +16,76 @@ fn help_documents_every_option() {
     assert!(out.status.success());
     let help = String::from_utf8_lossy(&out.stdout);
     for option in [
-        "--config", "--listen", "--interval", "--device-timeout", "--stale-grace", "--nvml-lib", "--demo", "--once",
-        "--log-format", "--log-level", "NVML_EXPORTER_LISTEN", "9400",
+        "--config",
+        "--listen",
+        "--interval",
+        "--device-timeout",
+        "--stale-grace",
+        "--nvml-lib",
+        "--demo",
+        "--once",
+        "--log-format",
+        "--log-level",
+        "NVML_EXPORTER_LISTEN",
+        "9400",
     ] {
-        assert!(help.contains(option), "--help does not mention {option}:\n{help}");
+        assert!(
+            help.contains(option),
+            "--help does not mention {option}:\n{help}"
+        );
     }
 }
 
 #[test]
 fn unknown_flag_exits_2() {
-    let out = exporter_command(&[], &["--listne", ":9400"]).output().unwrap();
+    let out = exporter_command(&[], &["--listne", ":9400"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--listne"), "{}", stderr(&out));
 }
 
 #[test]
 fn bad_flag_value_exits_2_naming_the_option() {
-    let out = exporter_command(&[], &["--interval", "often"]).output().unwrap();
+    let out = exporter_command(&[], &["--interval", "often"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--interval"), "{}", stderr(&out));
 }
 
 #[test]
 fn bad_environment_value_exits_2_naming_the_option() {
-    let out = exporter_command(&[("NVML_EXPORTER_LISTEN", "not-an-address")], &["--once"]).output().unwrap();
+    let out = exporter_command(&[("NVML_EXPORTER_LISTEN", "not-an-address")], &["--once"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--listen"), "{}", stderr(&out));
 
-    let out = exporter_command(&[("NVML_EXPORTER_INTERVAL", "1ms")], &["--once"]).output().unwrap();
+    let out = exporter_command(&[("NVML_EXPORTER_INTERVAL", "1ms")], &["--once"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("--interval") && err.contains("NVML_EXPORTER_INTERVAL"), "{err}");
+    assert!(
+        err.contains("--interval") && err.contains("NVML_EXPORTER_INTERVAL"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bad_config_file_exits_2_naming_option_and_line() {
     let mut file = tempfile::NamedTempFile::new().unwrap();
     writeln!(file, "listen = \":9400\"\n\nlog_format = \"xml\"").unwrap();
-    let out = exporter_command(&[], &["--config", file.path().to_str().unwrap(), "--once"]).output().unwrap();
+    let out = exporter_command(&[], &["--config", file.path().to_str().unwrap(), "--once"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
-    assert!(err.contains("line 3") && err.contains("log_format"), "{err}");
+    assert!(
+        err.contains("line 3") && err.contains("log_format"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -68,28 +97,68 @@ fn environment_overrides_file_and_flag_overrides_environment() {
     let sim = common::sim_lib();
     let sim = sim.to_str().unwrap();
     let scenario = common::scenario("h100x8");
-    let env_ok = [("NVML_EXPORTER_INTERVAL", "2s"), ("NVML_SIM_SCENARIO", scenario.to_str().unwrap())];
+    let env_ok = [
+        ("NVML_EXPORTER_INTERVAL", "2s"),
+        ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
+    ];
 
-    let file_only = exporter_command(&[], &["--config", path, "--once", "--nvml-lib", sim]).output().unwrap();
-    assert_eq!(file_only.status.code(), Some(2), "the file's bad interval is used");
-
-    let env_wins = exporter_command(&env_ok, &["--config", path, "--once", "--nvml-lib", sim, "--stale-grace", "5s"])
+    let file_only = exporter_command(&[], &["--config", path, "--once", "--nvml-lib", sim])
         .output()
         .unwrap();
-    assert_eq!(env_wins.status.code(), Some(0), "env beats file: {}", stderr(&env_wins));
+    assert_eq!(
+        file_only.status.code(),
+        Some(2),
+        "the file's bad interval is used"
+    );
 
-    let flag_wins = exporter_command(&env_ok, &["--config", path, "--once", "--interval", "10ms"]).output().unwrap();
+    let env_wins = exporter_command(
+        &env_ok,
+        &[
+            "--config",
+            path,
+            "--once",
+            "--nvml-lib",
+            sim,
+            "--stale-grace",
+            "5s",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        env_wins.status.code(),
+        Some(0),
+        "env beats file: {}",
+        stderr(&env_wins)
+    );
+
+    let flag_wins = exporter_command(&env_ok, &["--config", path, "--once", "--interval", "10ms"])
+        .output()
+        .unwrap();
     assert_eq!(flag_wins.status.code(), Some(2), "flag beats env");
-    assert!(stderr(&flag_wins).contains("command line"), "{}", stderr(&flag_wins));
+    assert!(
+        stderr(&flag_wins).contains("command line"),
+        "{}",
+        stderr(&flag_wins)
+    );
 }
 
 #[test]
 fn once_without_a_library_exits_1_and_says_why() {
-    let out = exporter_command(&[], &["--once", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"]).output().unwrap();
+    let out = exporter_command(
+        &[],
+        &["--once", "--nvml-lib", "/nonexistent/libnvidia-ml.so.1"],
+    )
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("nvml_exporter_nvml_up 0"), "{text}");
-    assert!(stderr(&out).contains("/nonexistent/libnvidia-ml.so.1"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/nonexistent/libnvidia-ml.so.1"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// Debian's real `libnvidia-ml.so.1` on a machine without an NVIDIA driver: NVML answers
@@ -97,14 +166,21 @@ fn once_without_a_library_exits_1_and_says_why() {
 #[test]
 fn real_driver_library_without_a_driver_reports_driver_not_loaded() {
     let Ok(real) = std::env::var("NVML_EXPORTER_TEST_REAL_NVML") else {
-        eprintln!("NVML_EXPORTER_TEST_REAL_NVML not set (scripts/test.sh sets it); nothing to check here");
+        eprintln!(
+            "NVML_EXPORTER_TEST_REAL_NVML not set (scripts/test.sh sets it); nothing to check here"
+        );
         return;
     };
-    let out = exporter_command(&[], &["--once", "--nvml-lib", &real]).output().unwrap();
+    let out = exporter_command(&[], &["--once", "--nvml-lib", &real])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nvml_exporter_nvml_up 0"));
     let err = stderr(&out).to_lowercase();
-    assert!(err.contains("driver") && err.contains("not loaded"), "{err}");
+    assert!(
+        err.contains("driver") && err.contains("not loaded"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -124,8 +200,15 @@ fn demo_loads_the_simulator_next_to_the_executable() {
     assert!(text.contains("nvml_exporter_gpus 8"), "{text}");
 
     std::fs::remove_file(dir.path().join("libnvml_sim.so")).unwrap();
-    let out = std::process::Command::new(&bin).args(["--demo", "--once"]).output().unwrap();
-    assert_eq!(out.status.code(), Some(1), "no simulator next to the binary");
+    let out = std::process::Command::new(&bin)
+        .args(["--demo", "--once"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "no simulator next to the binary"
+    );
     assert!(stderr(&out).contains("libnvml_sim.so"), "{}", stderr(&out));
 }
 
@@ -135,6 +218,7 @@ fn once_output_is_deterministic_with_a_pinned_clock() {
     let a = run_once(&env, &[]);
     let b = run_once(&env, &[]);
     assert_eq!(a.status.code(), Some(0), "{}", stderr(&a));
-    let strip = |o: &std::process::Output| common::strip_volatile(&String::from_utf8_lossy(&o.stdout));
+    let strip =
+        |o: &std::process::Output| common::strip_volatile(&String::from_utf8_lossy(&o.stdout));
     assert_eq!(strip(&a), strip(&b));
 }

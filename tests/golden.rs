@@ -10,7 +10,12 @@ use std::path::Path;
 #[test]
 fn default_scenario_matches_the_golden_file() {
     let out = common::run_once(&[("NVML_SIM_TIME", "60")], &[]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let actual = common::strip_volatile(&String::from_utf8_lossy(&out.stdout));
     let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/h100x8.prom");
 

@@ -35,7 +35,9 @@ pub fn sim_lib() -> PathBuf {
 
 /// A shipped scenario file by name (without `.toml`).
 pub fn scenario(name: &str) -> PathBuf {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("nvml-sim/scenarios").join(format!("{name}.toml"));
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("nvml-sim/scenarios")
+        .join(format!("{name}.toml"));
     assert!(path.exists(), "no scenario {}", path.display());
     path
 }
@@ -55,9 +57,17 @@ pub fn exporter_command(env: &[(&str, &str)], args: &[&str]) -> Command {
 /// Runs `nvml-exporter --once` on the simulator with `env`, and returns its output.
 pub fn run_once(env: &[(&str, &str)], extra_args: &[&str]) -> Output {
     let sim = sim_lib();
-    let mut args = vec!["--once", "--nvml-lib", sim.to_str().unwrap(), "--log-level", "warn"];
+    let mut args = vec![
+        "--once",
+        "--nvml-lib",
+        sim.to_str().unwrap(),
+        "--log-level",
+        "warn",
+    ];
     args.extend_from_slice(extra_args);
-    exporter_command(env, &args).output().expect("run nvml-exporter")
+    exporter_command(env, &args)
+        .output()
+        .expect("run nvml-exporter")
 }
 
 /// A running exporter on 127.0.0.1 with an OS-chosen port. Killed on drop.
@@ -94,7 +104,10 @@ impl Exporter {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if line.contains("listening") {
-                    if let Some(addr) = line.split_whitespace().find_map(|w| w.strip_prefix("address=")) {
+                    if let Some(addr) = line
+                        .split_whitespace()
+                        .find_map(|w| w.strip_prefix("address="))
+                    {
                         let _ = tx.send(addr.trim_matches('"').to_string());
                     }
                 }
@@ -105,7 +118,10 @@ impl Exporter {
             Ok(a) => a.parse().expect("listen address"),
             Err(_) => {
                 let _ = child.kill();
-                panic!("exporter did not start listening; logs:\n{}", logs.lock().unwrap().join("\n"));
+                panic!(
+                    "exporter did not start listening; logs:\n{}",
+                    logs.lock().unwrap().join("\n")
+                );
             }
         };
         Exporter { child, addr, logs }
@@ -128,7 +144,12 @@ impl Exporter {
     }
 
     /// Polls `/metrics` until `cond` holds, failing with the last exposition after `timeout`.
-    pub fn wait_metrics(&self, timeout: Duration, what: &str, cond: impl Fn(&Exposition) -> bool) -> Exposition {
+    pub fn wait_metrics(
+        &self,
+        timeout: Duration,
+        what: &str,
+        cond: impl Fn(&Exposition) -> bool,
+    ) -> Exposition {
         let start = Instant::now();
         loop {
             let m = self.metrics();
@@ -136,7 +157,11 @@ impl Exporter {
                 return m;
             }
             if start.elapsed() > timeout {
-                panic!("timed out after {timeout:?} waiting for {what}; last /metrics:\n{}\nlogs:\n{}", m.text, self.logs());
+                panic!(
+                    "timed out after {timeout:?} waiting for {what}; last /metrics:\n{}\nlogs:\n{}",
+                    m.text,
+                    self.logs()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -183,7 +208,10 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
     pub fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
@@ -206,7 +234,9 @@ pub fn http_request(method: &str, url: &str, headers: &[(&str, &str)]) -> Respon
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let mut resp = agent.run(req.body(()).unwrap()).unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let mut resp = agent
+        .run(req.body(()).unwrap())
+        .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
     let status = resp.status().as_u16();
     let headers = resp
         .headers()
@@ -215,9 +245,16 @@ pub fn http_request(method: &str, url: &str, headers: &[(&str, &str)]) -> Respon
         .collect();
     let mut body = Vec::new();
     if method != "HEAD" {
-        resp.body_mut().as_reader().read_to_end(&mut body).expect("read body");
+        resp.body_mut()
+            .as_reader()
+            .read_to_end(&mut body)
+            .expect("read body");
     }
-    Response { status, headers, body }
+    Response {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// One series of an exposition.
@@ -254,21 +291,34 @@ impl Exposition {
             }
             series.push(parse_series(line));
         }
-        Exposition { text: text.to_string(), series, types }
+        Exposition {
+            text: text.to_string(),
+            series,
+            types,
+        }
     }
 
     /// Series of metric `name` whose labels include every pair of `labels`.
     pub fn find(&self, name: &str, labels: &[(&str, &str)]) -> Vec<&Series> {
         self.series
             .iter()
-            .filter(|s| s.name == name && labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+            .filter(|s| {
+                s.name == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
             .collect()
     }
 
     /// The value of the single series matching `name` and `labels`; None when there is none.
     pub fn value(&self, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         let found = self.find(name, labels);
-        assert!(found.len() <= 1, "{name}{labels:?} matches {} series", found.len());
+        assert!(
+            found.len() <= 1,
+            "{name}{labels:?} matches {} series",
+            found.len()
+        );
         found.first().map(|s| s.value)
     }
 
@@ -289,25 +339,39 @@ impl Exposition {
 fn parse_series(line: &str) -> Series {
     let (name_labels, value) = match line.find('{') {
         Some(open) => {
-            let close = line.rfind('}').unwrap_or_else(|| panic!("unclosed labels: {line}"));
+            let close = line
+                .rfind('}')
+                .unwrap_or_else(|| panic!("unclosed labels: {line}"));
             (&line[..=close], line[close + 1..].trim())
         }
         None => {
-            let (n, v) = line.split_once(' ').unwrap_or_else(|| panic!("no value: {line}"));
+            let (n, v) = line
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("no value: {line}"));
             (n, v.trim())
         }
     };
-    let value = value.split_whitespace().next().unwrap_or_else(|| panic!("no value: {line}"));
+    let value = value
+        .split_whitespace()
+        .next()
+        .unwrap_or_else(|| panic!("no value: {line}"));
     let value = match value {
         "+Inf" => f64::INFINITY,
         "-Inf" => f64::NEG_INFINITY,
         v => v.parse().unwrap_or_else(|_| panic!("bad value in: {line}")),
     };
     let (name, labels) = match name_labels.find('{') {
-        Some(open) => (&name_labels[..open], parse_labels(&name_labels[open + 1..name_labels.len() - 1])),
+        Some(open) => (
+            &name_labels[..open],
+            parse_labels(&name_labels[open + 1..name_labels.len() - 1]),
+        ),
         None => (name_labels, BTreeMap::new()),
     };
-    Series { name: name.to_string(), labels, value }
+    Series {
+        name: name.to_string(),
+        labels,
+        value,
+    }
 }
 
 fn parse_labels(s: &str) -> BTreeMap<String, String> {
@@ -355,4 +419,14 @@ pub fn strip_volatile(text: &str) -> String {
         .filter(|l| l.starts_with('#') || !VOLATILE_PREFIXES.iter().any(|p| l.starts_with(p)))
         .map(|l| format!("{l}\n"))
         .collect()
+}
+
+impl Exposition {
+    /// Every series (any name) whose labels include all of `labels`, in exposition order.
+    pub fn find_any_labels(&self, labels: &[(&str, &str)]) -> Vec<&Series> {
+        self.series
+            .iter()
+            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+            .collect()
+    }
 }
