@@ -22,15 +22,31 @@ const CODES: &[(u32, &str, &CStr)] = &[
     (14, "CORRUPTED_INFOROM", c"Corrupted infoROM"),
     (15, "GPU_IS_LOST", c"GPU is lost"),
     (16, "RESET_REQUIRED", c"GPU requires restart"),
-    (17, "OPERATING_SYSTEM", c"The operating system has blocked the request."),
-    (18, "LIB_RM_VERSION_MISMATCH", c"RM has detected an NVML/RM version mismatch."),
+    (
+        17,
+        "OPERATING_SYSTEM",
+        c"The operating system has blocked the request.",
+    ),
+    (
+        18,
+        "LIB_RM_VERSION_MISMATCH",
+        c"RM has detected an NVML/RM version mismatch.",
+    ),
     (19, "IN_USE", c"In use by another client"),
     (20, "MEMORY", c"Insufficient Memory"),
     (21, "NO_DATA", c"No data"),
-    (22, "VGPU_ECC_NOT_SUPPORTED", c"ECC is not supported for vGPU"),
+    (
+        22,
+        "VGPU_ECC_NOT_SUPPORTED",
+        c"ECC is not supported for vGPU",
+    ),
     (23, "INSUFFICIENT_RESOURCES", c"Insufficient resources"),
     (24, "FREQ_NOT_SUPPORTED", c"Frequency not supported"),
-    (25, "ARGUMENT_VERSION_MISMATCH", c"Argument version mismatch"),
+    (
+        25,
+        "ARGUMENT_VERSION_MISMATCH",
+        c"Argument version mismatch",
+    ),
     (26, "DEPRECATED", c"Deprecated"),
     (27, "NOT_READY", c"Not ready"),
     (28, "GPU_NOT_FOUND", c"GPU not found"),
@@ -42,7 +58,10 @@ const CODES: &[(u32, &str, &CStr)] = &[
 pub fn code_from_name(name: &str) -> Option<u32> {
     let upper = name.trim().to_ascii_uppercase();
     let short = upper.strip_prefix("NVML_ERROR_").unwrap_or(&upper);
-    CODES.iter().find(|(_, n, _)| *n == short).map(|(c, _, _)| *c)
+    CODES
+        .iter()
+        .find(|(_, n, _)| *n == short)
+        .map(|(c, _, _)| *c)
 }
 
 /// The static description of a code (what `nvmlErrorString` returns).

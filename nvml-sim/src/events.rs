@@ -94,24 +94,25 @@ impl EventSets {
     }
 
     /// Takes the next event due by `now`, or tells when the next one is due.
-    /// `Err(())`: unknown set. `Ok(Err(due))`: nothing yet; the next occurrence is at `due`.
+    /// `None`: unknown set. `Some(Err(due))`: nothing yet; the next occurrence is at `due`.
     pub fn poll(
         &self,
         id: usize,
         events: &[EventSpec],
         now: f64,
-    ) -> Result<Result<Delivered, Option<f64>>, ()> {
+    ) -> Option<Result<Delivered, Option<f64>>> {
         let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let regs = s.sets.get_mut(&id).ok_or(())?;
+        let regs = s.sets.get_mut(&id)?;
         let mut best: Option<(Key, usize)> = None;
         for (r, reg) in regs.iter().enumerate() {
             if reg.mask & XID_EVENT == 0 {
                 continue;
             }
             for (i, e) in events.iter().enumerate().filter(|(_, e)| e.gpu == reg.gpu) {
-                if let Some(k) = next_occurrence(e, i, reg.delivered)
-                    && best.is_none_or(|(b, _)| k < b)
-                {
+                let Some(k) = next_occurrence(e, i, reg.delivered) else {
+                    continue;
+                };
+                if best.is_none_or(|(b, _)| k < b) {
                     best = Some((k, r));
                 }
             }
@@ -119,13 +120,13 @@ impl EventSets {
         match best {
             Some((key, r)) if key.0 <= now => {
                 regs[r].delivered = key;
-                Ok(Ok(Delivered {
+                Some(Ok(Delivered {
                     gpu: regs[r].gpu,
                     xid: events[key.1].xid,
                     t: key.0,
                 }))
             }
-            other => Ok(Err(other.map(|(k, _)| k.0))),
+            other => Some(Err(other.map(|(k, _)| k.0))),
         }
     }
 }
@@ -135,24 +136,36 @@ mod tests {
     use super::*;
 
     fn ev(t: f64, gpu: usize, xid: u64, repeat: Option<f64>) -> EventSpec {
-        EventSpec { t, gpu, xid, repeat }
+        EventSpec {
+            t,
+            gpu,
+            xid,
+            repeat,
+        }
     }
 
     #[test]
     fn delivers_each_occurrence_once_in_order_after_registration() {
-        let events = [ev(30.0, 1, 79, None), ev(10.0, 0, 48, Some(20.0)), ev(5.0, 1, 13, None)];
+        let events = [
+            ev(30.0, 1, 79, None),
+            ev(10.0, 0, 48, Some(20.0)),
+            ev(5.0, 1, 13, None),
+        ];
         let sets = EventSets::default();
         let id = sets.create();
         assert!(sets.register(id, 1, XID_EVENT, 6.0));
         assert!(sets.register(id, 0, XID_EVENT, 6.0));
         // t=5 on gpu1 happened before registration: never delivered.
-        let got: Vec<_> = std::iter::from_fn(|| sets.poll(id, &events, 50.0).unwrap().ok())
+        let got: Vec<_> = std::iter::from_fn(|| sets.poll(id, &events, 50.0)?.ok())
             .map(|d| (d.t, d.gpu, d.xid))
             .collect();
-        assert_eq!(got, vec![(10.0, 0, 48), (30.0, 1, 79), (30.0, 0, 48), (50.0, 0, 48)]);
+        assert_eq!(
+            got,
+            vec![(10.0, 0, 48), (30.0, 1, 79), (30.0, 0, 48), (50.0, 0, 48)]
+        );
         assert_eq!(sets.poll(id, &events, 50.0).unwrap(), Err(Some(70.0)));
         assert!(sets.free(id));
-        assert!(sets.poll(id, &events, 50.0).is_err());
+        assert!(sets.poll(id, &events, 50.0).is_none());
     }
 
     #[test]

@@ -116,9 +116,15 @@ mod tests {
         assert!(!effect(&f, 0, "nvmlDeviceGetName", 20.0).lost);
         assert!(effect(&f, 0, "nvmlDeviceGetName", 75.0).lost);
         assert!(!effect(&f, 1, "nvmlDeviceGetName", 15.0).lost);
-        assert_eq!(effect(&f, 1, "nvmlDeviceGetMemoryInfo_v2", 5.5).error, Some(10));
+        assert_eq!(
+            effect(&f, 1, "nvmlDeviceGetMemoryInfo_v2", 5.5).error,
+            Some(10)
+        );
         assert_eq!(effect(&f, 1, "nvmlDeviceGetPowerUsage", 5.5).error, None);
-        assert_eq!(effect(&f, 1, "nvmlDeviceGetPowerUsage", 35.0).hang_s, Some(2.5));
+        assert_eq!(
+            effect(&f, 1, "nvmlDeviceGetPowerUsage", 35.0).hang_s,
+            Some(2.5)
+        );
         assert_eq!(init_error(&f, 2.9), Some(9));
         assert_eq!(init_error(&f, 3.0), None);
     }

@@ -159,7 +159,11 @@ impl DeviceCall<'_> {
 
     /// Fails with NOT_SUPPORTED unless `supported`.
     pub fn require(&self, supported: bool) -> NvmlResult {
-        if supported { Ok(()) } else { Err(NOT_SUPPORTED) }
+        if supported {
+            Ok(())
+        } else {
+            Err(NOT_SUPPORTED)
+        }
     }
 }
 

@@ -5,7 +5,9 @@
 //! reproducible, and monotonic (every integrand is ≥ 0). Partial sums are cached every 64 s so a
 //! call at a late t costs at most 256 evaluations after the first.
 
-use crate::physics::{REASON_GPU_IDLE, REASON_HW_THERMAL, REASON_SW_POWER_CAP, REASON_SW_THERMAL, Sample};
+use crate::physics::{
+    REASON_GPU_IDLE, REASON_HW_THERMAL, REASON_SW_POWER_CAP, REASON_SW_THERMAL, Sample,
+};
 use crate::scenario::GpuSpec;
 use std::sync::Mutex;
 
@@ -42,7 +44,11 @@ fn integrand(gpu: &GpuSpec, t: f64) -> [f64; N] {
         on(REASON_SW_POWER_CAP),
         on(REASON_SW_THERMAL | REASON_HW_THERMAL),
         on(REASON_GPU_IDLE),
-        if s.sm_mhz < gpu.clocks.sm.base && s.reasons & REASON_GPU_IDLE == 0 { 1.0 } else { 0.0 },
+        if s.sm_mhz < gpu.clocks.sm.base && s.reasons & REASON_GPU_IDLE == 0 {
+            1.0
+        } else {
+            0.0
+        },
         on(REASON_SW_POWER_CAP | REASON_SW_THERMAL | REASON_HW_THERMAL),
         s.nvlink_tx,
         s.nvlink_rx,

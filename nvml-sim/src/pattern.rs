@@ -80,9 +80,9 @@ impl Pattern {
             return Ok(());
         };
         let period = match shape {
-            Shape::Sine { period, .. } | Shape::Square { period, .. } | Shape::Ramp { period, .. } => {
-                *period
-            }
+            Shape::Sine { period, .. }
+            | Shape::Square { period, .. }
+            | Shape::Ramp { period, .. } => *period,
             Shape::Steps { values, step, .. } => {
                 if values.is_empty() {
                     return Err("steps: `values` is empty".into());
@@ -93,10 +93,10 @@ impl Pattern {
         if !(period.is_finite() && period > 0.0) {
             return Err(format!("period/step must be > 0, got {period}"));
         }
-        if let Shape::Square { duty, .. } = shape
-            && !(0.0..=1.0).contains(duty)
-        {
-            return Err(format!("square: duty must be in 0..=1, got {duty}"));
+        if let Shape::Square { duty, .. } = shape {
+            if !(0.0..=1.0).contains(duty) {
+                return Err(format!("square: duty must be in 0..=1, got {duty}"));
+            }
         }
         Ok(())
     }
@@ -164,7 +164,8 @@ mod tests {
         assert!((sine.at(0.0) - 0.5).abs() < 1e-12);
         assert!((sine.at(10.0) - 1.0).abs() < 1e-12);
         assert!((sine.at(30.0) - 0.0).abs() < 1e-12);
-        let sq = parse("p = { shape = \"square\", low = 0.1, high = 0.9, period = 10, duty = 0.3 }");
+        let sq =
+            parse("p = { shape = \"square\", low = 0.1, high = 0.9, period = 10, duty = 0.3 }");
         assert_eq!(sq.at(2.9), 0.9);
         assert_eq!(sq.at(3.1), 0.1);
         assert_eq!(sq.at(12.0), 0.9);
@@ -178,7 +179,15 @@ mod tests {
 
     #[test]
     fn invalid_shapes_are_rejected() {
-        assert!(parse("p = { shape = \"sine\", min = 0.0, max = 1.0, period = 0 }").validate().is_err());
-        assert!(parse("p = { shape = \"steps\", values = [], step = 1 }").validate().is_err());
+        assert!(
+            parse("p = { shape = \"sine\", min = 0.0, max = 1.0, period = 0 }")
+                .validate()
+                .is_err()
+        );
+        assert!(
+            parse("p = { shape = \"steps\", values = [], step = 1 }")
+                .validate()
+                .is_err()
+        );
     }
 }

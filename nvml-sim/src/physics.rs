@@ -98,8 +98,8 @@ impl Sample {
         let power_capped = demand > p.limit_w;
 
         let th = &gpu.thermal;
-        let temperature_c =
-            th.ambient_c + power_w / p.default_limit_w * (th.at_tdp_c - th.ambient_c) * th.heat_factor;
+        let temperature_c = th.ambient_c
+            + power_w / p.default_limit_w * (th.at_tdp_c - th.ambient_c) * th.heat_factor;
         let sw_thermal = temperature_c >= th.gpu_max_c;
         let hw_thermal = temperature_c >= th.slowdown_c;
 
@@ -154,12 +154,26 @@ impl Sample {
         let memory_used = by_pattern.max(held).min(usable);
 
         let active_links = gpu.active_links() > 0;
-        let link_rate = |x: f64| if active_links { non_negative(x) * 1e9 } else { 0.0 };
+        let link_rate = |x: f64| {
+            if active_links {
+                non_negative(x) * 1e9
+            } else {
+                0.0
+            }
+        };
         Sample {
             utilization,
             memory_utilization: ratio(load.memory_utilization.at(t)),
-            encoder: if gpu.encoder { ratio(load.encoder.at(t)) } else { 0.0 },
-            decoder: if gpu.decoder { ratio(load.decoder.at(t)) } else { 0.0 },
+            encoder: if gpu.encoder {
+                ratio(load.encoder.at(t))
+            } else {
+                0.0
+            },
+            decoder: if gpu.decoder {
+                ratio(load.decoder.at(t))
+            } else {
+                0.0
+            },
             memory_used,
             power_w,
             temperature_c,

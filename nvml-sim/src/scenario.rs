@@ -516,7 +516,7 @@ impl Scenario {
             if e.gpu >= n {
                 return Err(format!("event {i}: gpu {} out of range (0..{n})", e.gpu));
             }
-            if e.repeat.is_some_and(|r| !(r > 0.0)) {
+            if e.repeat.is_some_and(|r| r.is_nan() || r <= 0.0) {
                 return Err(format!("event {i}: repeat must be > 0"));
             }
         }
@@ -525,7 +525,7 @@ impl Scenario {
             if f.gpu.is_some_and(|g| g >= n) {
                 return Err(ctx(format!("gpu out of range (0..{n})")));
             }
-            if !(f.to > f.from) {
+            if f.to.partial_cmp(&f.from) != Some(std::cmp::Ordering::Greater) {
                 return Err(ctx("`to` must be after `from`".into()));
             }
             if f.repeat.is_some_and(|r| r < f.to - f.from || r <= 0.0) {
@@ -569,11 +569,16 @@ impl GpuSpec {
         }
         let held: u64 = self.processes.iter().map(|p| p.used_memory_mib).sum();
         if held > self.memory_total_mib - self.memory_reserved_mib {
-            return Err(format!("processes hold {held} MiB, more than the usable memory"));
+            return Err(format!(
+                "processes hold {held} MiB, more than the usable memory"
+            ));
         }
         for p in &self.processes {
             if !["compute", "graphics", "both"].contains(&p.kind.as_str()) {
-                return Err(format!("process {}: kind must be compute|graphics|both", p.pid));
+                return Err(format!(
+                    "process {}: kind must be compute|graphics|both",
+                    p.pid
+                ));
             }
         }
         let p = &self.power;
@@ -653,15 +658,28 @@ mod tests {
 
     #[test]
     fn mistakes_are_reported() {
-        let base = "[[gpu]]\nmodel = \"L4\"\nuuid = \"GPU-1\"\npci_bus_id = \"01:00.0\"\nserial = \"1\"\n";
+        let base =
+            "[[gpu]]\nmodel = \"L4\"\nuuid = \"GPU-1\"\npci_bus_id = \"01:00.0\"\nserial = \"1\"\n";
         assert!(Scenario::parse(base).is_ok());
         let typo = format!("{base}utilisation = 1\n");
         assert!(Scenario::parse(&typo).unwrap_err().contains("utilisation"));
         let unknown = base.replace("L4", "L5");
-        assert!(Scenario::parse(&unknown).unwrap_err().contains("unknown model"));
+        assert!(
+            Scenario::parse(&unknown)
+                .unwrap_err()
+                .contains("unknown model")
+        );
         let bad_fault = format!("{base}[[fault]]\nkind = \"error\"\nto = 5\nerror = \"NOPE\"\n");
-        assert!(Scenario::parse(&bad_fault).unwrap_err().contains("unknown error"));
+        assert!(
+            Scenario::parse(&bad_fault)
+                .unwrap_err()
+                .contains("unknown error")
+        );
         let bad_event = format!("{base}[[event]]\nt = 1\ngpu = 3\nxid = 79\n");
-        assert!(Scenario::parse(&bad_event).unwrap_err().contains("out of range"));
+        assert!(
+            Scenario::parse(&bad_event)
+                .unwrap_err()
+                .contains("out of range")
+        );
     }
 }

@@ -86,11 +86,26 @@ fn values_at_t60_follow_the_scenario() {
     ];
     for (i, (util, watts, temp, reasons)) in expected.into_iter().enumerate() {
         let d = gpu(i as u32);
-        assert_eq!(d.utilization_rates().unwrap().gpu, util, "gpu {i} utilization");
+        assert_eq!(
+            d.utilization_rates().unwrap().gpu,
+            util,
+            "gpu {i} utilization"
+        );
         let mw = d.power_usage().unwrap();
-        assert!((mw as f64 - watts * 1000.0).abs() <= 1.0, "gpu {i} power {mw} mW");
-        assert_eq!(d.temperature(TemperatureSensor::Gpu).unwrap(), temp, "gpu {i} temp");
-        assert_eq!(d.current_throttle_reasons().unwrap(), reasons, "gpu {i} reasons");
+        assert!(
+            (mw as f64 - watts * 1000.0).abs() <= 1.0,
+            "gpu {i} power {mw} mW"
+        );
+        assert_eq!(
+            d.temperature(TemperatureSensor::Gpu).unwrap(),
+            temp,
+            "gpu {i} temp"
+        );
+        assert_eq!(
+            d.current_throttle_reasons().unwrap(),
+            reasons,
+            "gpu {i} reasons"
+        );
     }
     assert_eq!(gpu(5).enforced_power_limit().unwrap(), 450_000);
     assert_eq!(gpu(0).enforced_power_limit().unwrap(), 700_000);
@@ -130,10 +145,20 @@ fn counters_are_deterministic_and_consistent_with_power() {
     use nvml_wrapper::enum_wrappers::device::PerformancePolicy;
     let v = gpu(5).violation_status(PerformancePolicy::Power).unwrap();
     assert_eq!(v.violation_time, 60_000_000_000);
-    assert_eq!(gpu(0).violation_status(PerformancePolicy::Power).unwrap().violation_time, 0);
-    let ecc = gpu(6).total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile).unwrap();
+    assert_eq!(
+        gpu(0)
+            .violation_status(PerformancePolicy::Power)
+            .unwrap()
+            .violation_time,
+        0
+    );
+    let ecc = gpu(6)
+        .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+        .unwrap();
     assert_eq!(ecc, 14);
-    let agg = gpu(6).total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate).unwrap();
+    let agg = gpu(6)
+        .total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
+        .unwrap();
     assert_eq!(agg, 354);
 }
 
@@ -142,10 +167,16 @@ fn passive_cooling_no_encoder_no_retirement_on_hopper() {
     let d = gpu(0);
     assert_eq!(d.num_fans().unwrap(), 0);
     assert!(matches!(d.fan_speed(0), Err(NvmlError::NotSupported)));
-    assert!(matches!(d.encoder_utilization(), Err(NvmlError::NotSupported)));
+    assert!(matches!(
+        d.encoder_utilization(),
+        Err(NvmlError::NotSupported)
+    ));
     assert!(d.decoder_utilization().is_ok());
     use nvml_wrapper::enum_wrappers::device::RetirementCause;
-    assert!(matches!(d.retired_pages(RetirementCause::MultipleSingleBitEccErrors), Err(NvmlError::NotSupported)));
+    assert!(matches!(
+        d.retired_pages(RetirementCause::MultipleSingleBitEccErrors),
+        Err(NvmlError::NotSupported)
+    ));
     let mig = d.mig_mode().unwrap();
     assert_eq!((mig.current, mig.pending), (0, 0));
 }
@@ -156,10 +187,18 @@ fn nvlink_state_errors_and_throughput_fields() {
     for link in 0..18 {
         assert!(d.link_wrapper_for(link).is_active().unwrap());
     }
-    assert!(matches!(d.link_wrapper_for(18).is_active(), Err(NvmlError::InvalidArg)));
+    assert!(matches!(
+        d.link_wrapper_for(18).is_active(),
+        Err(NvmlError::InvalidArg)
+    ));
     use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
     // 36 CRC flit errors per hour: 0.6 per link after 60 s, floored.
-    assert_eq!(d.link_wrapper_for(0).error_counter(ErrorCounter::DlCrcFlit).unwrap(), 0);
+    assert_eq!(
+        d.link_wrapper_for(0)
+            .error_counter(ErrorCounter::DlCrcFlit)
+            .unwrap(),
+        0
+    );
 
     // Per-link TX bytes need scopeId, which nvml-wrapper does not set: call the ABI directly.
     let mut values: Vec<b::nvmlFieldValue_t> = (0..3)
@@ -176,7 +215,11 @@ fn nvlink_state_errors_and_throughput_fields() {
         })
         .collect();
     // SAFETY: valid handle and an array of 3 entries.
-    let rc = unsafe { nvml().lib().nvmlDeviceGetFieldValues(d.handle(), 3, values.as_mut_ptr()) };
+    let rc = unsafe {
+        nvml()
+            .lib()
+            .nvmlDeviceGetFieldValues(d.handle(), 3, values.as_mut_ptr())
+    };
     assert_eq!(rc, b::nvmlReturn_enum_NVML_SUCCESS);
     assert_eq!(values[0].nvmlReturn, b::nvmlReturn_enum_NVML_SUCCESS);
     // 150 GB/s over 18 links for 60 s, in KiB.
@@ -187,7 +230,10 @@ fn nvlink_state_errors_and_throughput_fields() {
     assert_eq!(values[1].nvmlReturn, b::nvmlReturn_enum_NVML_SUCCESS);
     // SAFETY: as above.
     assert_eq!(unsafe { values[1].value.uiVal }, 72); // 66 °C + 6 °C HBM offset
-    assert_eq!(values[2].nvmlReturn, b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED);
+    assert_eq!(
+        values[2].nvmlReturn,
+        b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+    );
 }
 
 #[test]
@@ -195,7 +241,13 @@ fn remapped_rows_through_the_raw_abi() {
     let (mut corr, mut unc, mut pending, mut failure) = (9, 9, 9, 9);
     // SAFETY: valid handle and four out-pointers.
     let rc = unsafe {
-        nvml().lib().nvmlDeviceGetRemappedRows(gpu(0).handle(), &mut corr, &mut unc, &mut pending, &mut failure)
+        nvml().lib().nvmlDeviceGetRemappedRows(
+            gpu(0).handle(),
+            &mut corr,
+            &mut unc,
+            &mut pending,
+            &mut failure,
+        )
     };
     assert_eq!(rc, b::nvmlReturn_enum_NVML_SUCCESS);
     assert_eq!((corr, unc, pending, failure), (0, 0, 0, 0));
@@ -209,14 +261,26 @@ fn versioned_struct_and_buffer_protocols() {
         let h = gpu(1).handle();
         let mut mem: b::nvmlMemory_v2_t = std::mem::zeroed();
         mem.version = 1 << 24 | std::mem::size_of::<b::nvmlMemory_v2_t>() as u32;
-        assert_eq!(lib.nvmlDeviceGetMemoryInfo_v2(h, &mut mem), b::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH);
+        assert_eq!(
+            lib.nvmlDeviceGetMemoryInfo_v2(h, &mut mem),
+            b::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        );
         mem.version = 2 << 24 | std::mem::size_of::<b::nvmlMemory_v2_t>() as u32;
-        assert_eq!(lib.nvmlDeviceGetMemoryInfo_v2(h, &mut mem), b::nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(
+            lib.nvmlDeviceGetMemoryInfo_v2(h, &mut mem),
+            b::nvmlReturn_enum_NVML_SUCCESS
+        );
         assert_eq!(mem.used, 18432 * MIB);
 
         let mut name = [0 as std::os::raw::c_char; 8];
-        assert_eq!(lib.nvmlDeviceGetName(h, name.as_mut_ptr(), 8), b::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE);
-        assert_eq!(lib.nvmlDeviceGetName(h, std::ptr::null_mut(), 96), b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT);
+        assert_eq!(
+            lib.nvmlDeviceGetName(h, name.as_mut_ptr(), 8),
+            b::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE
+        );
+        assert_eq!(
+            lib.nvmlDeviceGetName(h, std::ptr::null_mut(), 96),
+            b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
+        );
 
         let mut count: c_uint = 0;
         assert_eq!(
@@ -225,14 +289,25 @@ fn versioned_struct_and_buffer_protocols() {
         );
         assert_eq!(count, 1);
         let mut infos = [std::mem::zeroed::<b::nvmlProcessInfo_v2_t>(); 1];
-        assert_eq!(lib.nvmlDeviceGetComputeRunningProcesses_v3(h, &mut count, infos.as_mut_ptr()), b::nvmlReturn_enum_NVML_SUCCESS);
+        assert_eq!(
+            lib.nvmlDeviceGetComputeRunningProcesses_v3(h, &mut count, infos.as_mut_ptr()),
+            b::nvmlReturn_enum_NVML_SUCCESS
+        );
         assert_eq!((count, infos[0].pid), (1, 412301));
 
         let bogus = 0x10 as b::nvmlDevice_t;
         let mut util: c_uint = 0;
-        assert_eq!(lib.nvmlDeviceGetPowerUsage(bogus, &mut util), b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT);
-        assert_eq!(lib.nvmlDeviceGetPowerUsage(h, std::ptr::null_mut()), b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT);
-        let msg = std::ffi::CStr::from_ptr(lib.nvmlErrorString(b::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST));
+        assert_eq!(
+            lib.nvmlDeviceGetPowerUsage(bogus, &mut util),
+            b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            lib.nvmlDeviceGetPowerUsage(h, std::ptr::null_mut()),
+            b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
+        );
+        let msg = std::ffi::CStr::from_ptr(
+            lib.nvmlErrorString(b::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST),
+        );
         assert_eq!(msg.to_str().unwrap(), "GPU is lost");
     }
 }

@@ -35,8 +35,8 @@ fn wait(sim: &Sim, set: nvmlEventSet_t, timeout_ms: c_uint) -> Result<nvmlEventD
     loop {
         let now = sim.now();
         let next = match sim.events.poll(id, &sim.scenario.events, now) {
-            Err(()) => return Err(INVALID_ARGUMENT),
-            Ok(Ok(ev)) => {
+            None => return Err(INVALID_ARGUMENT),
+            Some(Ok(ev)) => {
                 return Ok(nvmlEventData_t {
                     device: ffi::handle_of(ev.gpu),
                     eventType: XID_EVENT,
@@ -45,7 +45,7 @@ fn wait(sim: &Sim, set: nvmlEventSet_t, timeout_ms: c_uint) -> Result<nvmlEventD
                     computeInstanceId: u32::MAX,
                 });
             }
-            Ok(Err(next)) => next,
+            Some(Err(next)) => next,
         };
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {

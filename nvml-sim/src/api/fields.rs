@@ -22,8 +22,14 @@ fn nvlink_kib(c: &DeviceCall, scope: u32, tx: bool) -> Result<Value, u32> {
         return Ok(Value::Ull(0));
     }
     let totals = c.totals();
-    let bytes = if tx { totals.nvlink_tx_bytes } else { totals.nvlink_rx_bytes };
-    Ok(Value::Ull((bytes / c.gpu.active_links() as f64 / 1024.0) as u64))
+    let bytes = if tx {
+        totals.nvlink_tx_bytes
+    } else {
+        totals.nvlink_rx_bytes
+    };
+    Ok(Value::Ull(
+        (bytes / c.gpu.active_links() as f64 / 1024.0) as u64,
+    ))
 }
 
 fn field(c: &DeviceCall, id: u32, scope: u32) -> Result<Value, u32> {

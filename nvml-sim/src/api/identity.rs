@@ -3,7 +3,7 @@
 use crate::device::{arch_code, brand_code};
 use crate::ffi::{device_fns, write, write_str};
 use crate::scenario::{GpuSpec, parse_bus_id};
-use nvml_wrapper_sys::bindings::{nvmlPciInfo_t, nvmlBrandType_t, nvmlDeviceArchitecture_t};
+use nvml_wrapper_sys::bindings::{nvmlBrandType_t, nvmlDeviceArchitecture_t, nvmlPciInfo_t};
 use std::os::raw::{c_char, c_int, c_uint};
 
 /// The pre-v2 `nvmlPciInfo_t`: a 16-byte bus id and four reserved words where v2 has `busId[32]`.

@@ -12,15 +12,22 @@ use std::os::raw::{c_uint, c_ulonglong};
 const NO_INSTANCE: c_uint = u32::MAX;
 
 fn alive<'a>(c: &'a DeviceCall, graphics: bool) -> impl Iterator<Item = &'a ProcessSpec> {
-    c.gpu
-        .processes
-        .iter()
-        .filter(move |p| p.alive(c.t) && if graphics { p.is_graphics() } else { p.is_compute() })
+    c.gpu.processes.iter().filter(move |p| {
+        p.alive(c.t)
+            && if graphics {
+                p.is_graphics()
+            } else {
+                p.is_compute()
+            }
+    })
 }
 
 fn v1(c: &DeviceCall, graphics: bool) -> Vec<nvmlProcessInfo_v1_t> {
     alive(c, graphics)
-        .map(|p| nvmlProcessInfo_v1_t { pid: p.pid, usedGpuMemory: p.used_memory_mib * MIB })
+        .map(|p| nvmlProcessInfo_v1_t {
+            pid: p.pid,
+            usedGpuMemory: p.used_memory_mib * MIB,
+        })
         .collect()
 }
 

@@ -33,7 +33,11 @@ fn retired<'a>(c: &DeviceCall<'a>, cause: c_uint) -> Result<&'a [u64], u32> {
 }
 
 /// Volatile (since driver load) count of an ECC error type, if ECC is on.
-pub(crate) fn ecc_count(c: &DeviceCall, error_type: c_uint, counter_type: c_uint) -> Result<u64, u32> {
+pub(crate) fn ecc_count(
+    c: &DeviceCall,
+    error_type: c_uint,
+    counter_type: c_uint,
+) -> Result<u64, u32> {
     let ecc = &c.gpu.ecc;
     c.require(ecc.enabled)?;
     let (volatile, lifetime): (&Counter, u64) = match error_type {

@@ -24,7 +24,13 @@ fn by_index(index: c_uint, out: *mut nvmlDevice_t) -> ffi::NvmlResult {
         return Err(INVALID_ARGUMENT);
     }
     // A lost GPU cannot be opened, just as the real driver answers when it fell off the bus.
-    if crate::faults::effect(&sim.scenario.faults, i, "nvmlDeviceGetHandleByIndex", sim.now()).lost
+    if crate::faults::effect(
+        &sim.scenario.faults,
+        i,
+        "nvmlDeviceGetHandleByIndex",
+        sim.now(),
+    )
+    .lost
     {
         return Err(ffi::GPU_IS_LOST);
     }
@@ -87,8 +93,11 @@ plain_fns! {
         if name.is_null() || length == 0 {
             return Err(INVALID_ARGUMENT);
         }
-        let n = process.name.len().min(length as usize - 1);
-        write_str(name, length, &process.name[..process.name.floor_char_boundary(n)])
+        let mut n = process.name.len().min(length as usize - 1);
+        while !process.name.is_char_boundary(n) {
+            n -= 1;
+        }
+        write_str(name, length, &process.name[..n])
     }
     /// Number of GPUs.
     fn nvmlDeviceGetCount(device_count: *mut c_uint) { count(device_count) }
