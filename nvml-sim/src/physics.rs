@@ -195,3 +195,79 @@ impl Sample {
         gpu.thermal.memory_offset_c.map(|o| self.temperature_c + o)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    fn gpu(extra: &str) -> GpuSpec {
+        let text = format!(
+            "[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"GPU-1\"\npci_bus_id = \"01:00.0\"\nserial = \"1\"\n{extra}"
+        );
+        Scenario::parse(&text).unwrap().gpus.remove(0)
+    }
+
+    #[test]
+    fn power_follows_load_and_is_clipped_at_the_limit() {
+        let half = Sample::at(&gpu("load = { utilization = 0.5 }"), 0.0);
+        assert!((half.power_w - (72.0 + 0.5 * 628.0)).abs() < 1e-9);
+        assert_eq!(half.reasons, 0);
+        assert_eq!(half.sm_mhz, 1980.0);
+
+        let capped = Sample::at(
+            &gpu("power = { limit_w = 400 }\nload = { utilization = 1.0 }"),
+            0.0,
+        );
+        assert_eq!(capped.power_w, 400.0);
+        assert_eq!(capped.reasons, REASON_SW_POWER_CAP);
+        assert!(
+            capped.sm_mhz < 1980.0 && capped.sm_mhz >= 1590.0,
+            "{}",
+            capped.sm_mhz
+        );
+    }
+
+    #[test]
+    fn heat_causes_thermal_reasons_and_lower_clocks() {
+        let sw = Sample::at(
+            &gpu("thermal = { heat_factor = 1.55 }\nload = { utilization = 1.0 }"),
+            0.0,
+        );
+        assert!(
+            sw.temperature_c >= 87.0 && sw.temperature_c < 89.0,
+            "{}",
+            sw.temperature_c
+        );
+        assert_eq!(sw.reasons, REASON_SW_THERMAL);
+        assert_eq!(sw.sm_mhz, (1980.0f64 * 0.9).round());
+
+        let hw = Sample::at(
+            &gpu("thermal = { heat_factor = 2 }\nload = { utilization = 1.0 }"),
+            0.0,
+        );
+        assert_eq!(
+            hw.reasons,
+            REASON_SW_THERMAL | REASON_HW_THERMAL | REASON_HW_SLOWDOWN
+        );
+        assert!(hw.sm_mhz < sw.sm_mhz);
+    }
+
+    #[test]
+    fn idle_gpu_reports_idle_reason_and_idle_clocks() {
+        let s = Sample::at(&gpu("load = { utilization = 0.0 }"), 5.0);
+        assert_eq!(s.reasons, REASON_GPU_IDLE);
+        assert_eq!((s.sm_mhz, s.video_mhz, s.power_w), (345.0, 765.0, 72.0));
+    }
+
+    #[test]
+    fn memory_used_never_below_the_processes() {
+        let g = gpu(
+            "load = { memory_used = 0.01 }\n[[gpu.process]]\npid = 1\nname = \"p\"\nused_memory_mib = 4096\nto = 10",
+        );
+        assert_eq!(Sample::at(&g, 5.0).memory_used, 4096 * MIB);
+        // After the process exits at t = 10 only the pattern remains.
+        let pattern = (0.01 * g.usable_bytes() as f64) as u64;
+        assert_eq!(Sample::at(&g, 10.0).memory_used, pattern);
+    }
+}

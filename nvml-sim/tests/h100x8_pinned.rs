@@ -311,3 +311,29 @@ fn versioned_struct_and_buffer_protocols() {
         assert_eq!(msg.to_str().unwrap(), "GPU is lost");
     }
 }
+
+#[test]
+fn concurrent_callers_see_the_same_answers() {
+    let read_all = || -> Vec<(u32, u32, u64, u64)> {
+        (0..8)
+            .map(|i| {
+                let d = gpu(i);
+                (
+                    d.power_usage().unwrap(),
+                    d.temperature(TemperatureSensor::Gpu).unwrap(),
+                    d.total_energy_consumption().unwrap(),
+                    d.memory_info().unwrap().used,
+                )
+            })
+            .collect()
+    };
+    let expected = read_all();
+    let handles: Vec<_> = (0..8)
+        .map(|_| std::thread::spawn(move || (0..50).map(|_| read_all()).collect::<Vec<_>>()))
+        .collect();
+    for h in handles {
+        for got in h.join().unwrap() {
+            assert_eq!(got, expected);
+        }
+    }
+}
