@@ -91,9 +91,9 @@ pub struct GpuSpec {
     pub bar1_used_mib: u64,
     /// Whether the board supports MIG (the mode itself is always disabled).
     pub mig_capable: bool,
-    /// NVENC present.
+    /// Encoder utilization is answered (H100/A100 lack NVENC but still answer 0 %).
     pub encoder: bool,
-    /// NVDEC present.
+    /// Decoder utilization is answered.
     pub decoder: bool,
     /// Number of fans (0: passively cooled, fan queries answer NOT_SUPPORTED).
     pub fans: u32,

@@ -105,8 +105,21 @@ fn fans_only_on_the_blower_card() {
 
 #[test]
 fn encoder_nvlink_and_mig() {
-    assert!(unsupported(gpu("H100-SXM5-80GB").encoder_utilization()));
-    assert!(unsupported(gpu("A100-SXM4-80GB").encoder_utilization()));
+    // No NVENC on H100/A100, but the query answers 0 % rather than NOT_SUPPORTED.
+    assert_eq!(
+        gpu("H100-SXM5-80GB")
+            .encoder_utilization()
+            .unwrap()
+            .utilization,
+        0
+    );
+    assert_eq!(
+        gpu("A100-SXM4-80GB")
+            .encoder_utilization()
+            .unwrap()
+            .utilization,
+        0
+    );
     assert!(gpu("L4").encoder_utilization().is_ok());
     assert!(gpu("RTX6000-Ada").encoder_utilization().is_ok());
 

@@ -50,7 +50,7 @@ device_fns! {
         let s = c.sample();
         write(utilization, nvmlUtilization_t { gpu: percent(s.utilization), memory: percent(s.memory_utilization) })
     }
-    /// Encoder utilization, percent (NOT_SUPPORTED without NVENC).
+    /// Encoder utilization, percent (NOT_SUPPORTED when the scenario says `encoder = false`).
     fn nvmlDeviceGetEncoderUtilization(utilization: *mut c_uint, sampling_period_us: *mut c_uint) |c| {
         c.require(c.gpu.encoder)?;
         write(utilization, percent(c.sample().encoder))?;
