@@ -210,9 +210,9 @@ pub struct Counter {
 }
 
 impl Counter {
-    /// The count at time `t` (monotonic in t).
+    /// The count at time `t` (monotonic in t: a negative rate counts as 0).
     pub fn at(&self, t: f64) -> u64 {
-        self.initial + (self.per_hour * t.max(0.0) / 3600.0).floor() as u64
+        self.initial + (self.per_hour.max(0.0) * t.max(0.0) / 3600.0).floor() as u64
     }
 }
 

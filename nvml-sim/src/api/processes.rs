@@ -1,7 +1,7 @@
 //! Running processes (compute and graphics, three struct versions) and per-process utilization.
 
 use crate::device::MIB;
-use crate::ffi::{DeviceCall, INVALID_ARGUMENT, NOT_FOUND, device_fns, read, write_array};
+use crate::ffi::{DeviceCall, NOT_FOUND, device_fns, read, write_array};
 use crate::scenario::ProcessSpec;
 use nvml_wrapper_sys::bindings::{
     nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlProcessUtilizationSample_t,
@@ -97,9 +97,6 @@ device_fns! {
                 decUtil: share(p, s.decoder),
             })
             .collect();
-        if utilization.is_null() && samples.is_empty() {
-            return Err(INVALID_ARGUMENT);
-        }
         write_array(process_samples_count, utilization, &samples)
     }
 }
