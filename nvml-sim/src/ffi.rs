@@ -167,8 +167,22 @@ impl DeviceCall<'_> {
     }
 }
 
+/// Applies the injected faults for a call of `function` on GPU `index`: a lost GPU answers
+/// NVML_ERROR_GPU_IS_LOST, a hang sleeps, an error is returned.
+pub fn inject_faults(sim: &Sim, index: usize, function: &str) -> NvmlResult {
+    let effect = faults::effect(&sim.scenario.faults, index, function, sim.now());
+    if effect.lost {
+        return Err(GPU_IS_LOST);
+    }
+    if let Some(seconds) = effect.hang_s {
+        // A real sleep: the point is to make the caller's deadline handling observable.
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    }
+    effect.error.map_or(Ok(()), Err)
+}
+
 /// Common prologue of every call taking a device handle: init and handle checks, then injected
-/// faults (lost device, hang, error) for `function`, then the body.
+/// faults for `function`, then the body.
 pub fn with_device(
     function: &str,
     device: nvmlDevice_t,
@@ -177,17 +191,7 @@ pub fn with_device(
     guard(|| {
         let sim = state::sim()?;
         let index = index_of(sim, device).ok_or(INVALID_ARGUMENT)?;
-        let effect = faults::effect(&sim.scenario.faults, index, function, sim.now());
-        if effect.lost {
-            return Err(GPU_IS_LOST);
-        }
-        if let Some(seconds) = effect.hang_s {
-            // A real sleep: the point is to make the caller's deadline handling observable.
-            std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
-        }
-        if let Some(code) = effect.error {
-            return Err(code);
-        }
+        inject_faults(sim, index, function)?;
         let call = DeviceCall {
             sim,
             index,

@@ -23,17 +23,9 @@ fn by_index(index: c_uint, out: *mut nvmlDevice_t) -> ffi::NvmlResult {
     if i >= sim.scenario.gpus.len() {
         return Err(INVALID_ARGUMENT);
     }
-    // A lost GPU cannot be opened, just as the real driver answers when it fell off the bus.
-    if crate::faults::effect(
-        &sim.scenario.faults,
-        i,
-        "nvmlDeviceGetHandleByIndex",
-        sim.now(),
-    )
-    .lost
-    {
-        return Err(ffi::GPU_IS_LOST);
-    }
+    // A lost GPU cannot be opened, just as the real driver answers when it fell off the bus;
+    // error and hang faults naming this function apply too.
+    ffi::inject_faults(sim, i, "nvmlDeviceGetHandleByIndex")?;
     write(out, ffi::handle_of(i))
 }
 
