@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Every nvml* symbol the simulator exports must also be exported by the real driver library
+# (Debian non-free libnvidia-ml1, 535.x), so a client written against the sim never depends on
+# an entry point the driver lacks. Symbols newer than 535 are allowed only when listed below.
+#
+# Usage: check-symbols.sh REAL_LIB SIM_LIB     (e.g. .../libnvidia-ml.so.1 target/release/libnvml_sim.so)
+set -euo pipefail
+
+if [[ $# -ne 2 ]]; then
+    echo "usage: $0 REAL_LIB SIM_LIB" >&2
+    exit 2
+fi
+real=$1
+sim=$2
+
+# Newer-than-535 entry points the simulator may export, one per line, each with the driver
+# branch that introduced it, e.g.:
+#   nvmlDeviceGetSomethingNew   # 550
+EXCEPTIONS=(
+)
+
+exports() {
+    nm -D --defined-only "$1" | awk '$3 ~ /^nvml/ { sub(/@.*/, "", $3); print $3 }' | sort -u
+}
+
+real_syms=$(exports "$real")
+sim_syms=$(exports "$sim")
+if [[ -z $real_syms ]]; then
+    echo "check-symbols: $real exports no nvml* symbols" >&2
+    exit 2
+fi
+if [[ -z $sim_syms ]]; then
+    echo "check-symbols: $sim exports no nvml* symbols" >&2
+    exit 2
+fi
+
+offenders=$(comm -23 <(echo "$sim_syms") <(echo "$real_syms") |
+    grep -vxF -f <(printf '%s\n' "${EXCEPTIONS[@]}" ; echo '') || true)
+
+count=$(echo "$sim_syms" | wc -l)
+if [[ -n $offenders ]]; then
+    echo "check-symbols: the simulator exports symbols the real driver library does not:" >&2
+    echo "$offenders" | sed 's/^/  /' >&2
+    exit 1
+fi
+echo "check-symbols: all $count nvml* symbols of $sim exist in $real"

@@ -1,0 +1,9 @@
+//! The exported NVML C functions, grouped as in `nvml.h`.
+
+pub mod events;
+pub mod fields;
+pub mod identity;
+pub mod metrics;
+pub mod processes;
+pub mod reliability;
+pub mod system;

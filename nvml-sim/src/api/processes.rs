@@ -1,0 +1,102 @@
+//! Running processes (compute and graphics, three struct versions) and per-process utilization.
+
+use crate::device::MIB;
+use crate::ffi::{DeviceCall, NOT_FOUND, device_fns, read, write_array};
+use crate::scenario::ProcessSpec;
+use nvml_wrapper_sys::bindings::{
+    nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlProcessUtilizationSample_t,
+};
+use std::os::raw::{c_uint, c_ulonglong};
+
+/// Without MIG a process belongs to no GPU/compute instance: NVML says 0xFFFFFFFF.
+const NO_INSTANCE: c_uint = u32::MAX;
+
+fn alive<'a>(c: &'a DeviceCall, graphics: bool) -> impl Iterator<Item = &'a ProcessSpec> {
+    c.gpu.processes.iter().filter(move |p| {
+        p.alive(c.t)
+            && if graphics {
+                p.is_graphics()
+            } else {
+                p.is_compute()
+            }
+    })
+}
+
+fn v1(c: &DeviceCall, graphics: bool) -> Vec<nvmlProcessInfo_v1_t> {
+    alive(c, graphics)
+        .map(|p| nvmlProcessInfo_v1_t {
+            pid: p.pid,
+            usedGpuMemory: p.used_memory_mib * MIB,
+        })
+        .collect()
+}
+
+fn v2(c: &DeviceCall, graphics: bool) -> Vec<nvmlProcessInfo_v2_t> {
+    alive(c, graphics)
+        .map(|p| nvmlProcessInfo_v2_t {
+            pid: p.pid,
+            usedGpuMemory: p.used_memory_mib * MIB,
+            gpuInstanceId: NO_INSTANCE,
+            computeInstanceId: NO_INSTANCE,
+        })
+        .collect()
+}
+
+device_fns! {
+    /// Compute processes (v1 struct).
+    fn nvmlDeviceGetComputeRunningProcesses(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) |c| {
+        write_array(info_count, infos, &v1(c, false))
+    }
+    /// Compute processes (v2 struct).
+    fn nvmlDeviceGetComputeRunningProcesses_v2(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        write_array(info_count, infos, &v2(c, false))
+    }
+    /// Compute processes (v2 struct, current entry point).
+    fn nvmlDeviceGetComputeRunningProcesses_v3(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        write_array(info_count, infos, &v2(c, false))
+    }
+    /// Graphics processes (v1 struct).
+    fn nvmlDeviceGetGraphicsRunningProcesses(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) |c| {
+        write_array(info_count, infos, &v1(c, true))
+    }
+    /// Graphics processes (v2 struct).
+    fn nvmlDeviceGetGraphicsRunningProcesses_v2(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        write_array(info_count, infos, &v2(c, true))
+    }
+    /// Graphics processes (v2 struct, current entry point).
+    fn nvmlDeviceGetGraphicsRunningProcesses_v3(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        write_array(info_count, infos, &v2(c, true))
+    }
+    /// MPS compute processes (none: the simulator runs no MPS server).
+    fn nvmlDeviceGetMPSComputeRunningProcesses_v3(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |_c| {
+        write_array::<nvmlProcessInfo_v2_t>(info_count, infos, &[])
+    }
+    /// Per-process utilization: the device's utilization split by the processes' memory share.
+    /// NOT_FOUND when no process ran.
+    fn nvmlDeviceGetProcessUtilization(
+        utilization: *mut nvmlProcessUtilizationSample_t,
+        process_samples_count: *mut c_uint,
+        _last_seen_time_stamp: c_ulonglong,
+    ) |c| {
+        read(process_samples_count)?;
+        let procs: Vec<_> = alive(c, false).collect();
+        let held: u64 = procs.iter().map(|p| p.used_memory_mib).sum();
+        if procs.is_empty() || held == 0 {
+            return Err(NOT_FOUND);
+        }
+        let s = c.sample();
+        let share = |p: &ProcessSpec, x: f64| ((x * 100.0 * p.used_memory_mib as f64 / held as f64).round()) as c_uint;
+        let samples: Vec<_> = procs
+            .iter()
+            .map(|p| nvmlProcessUtilizationSample_t {
+                pid: p.pid,
+                timeStamp: (c.t * 1e6) as c_ulonglong,
+                smUtil: share(p, s.utilization),
+                memUtil: share(p, s.memory_utilization),
+                encUtil: share(p, s.encoder),
+                decUtil: share(p, s.decoder),
+            })
+            .collect();
+        write_array(process_samples_count, utilization, &samples)
+    }
+}

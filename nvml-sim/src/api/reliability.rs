@@ -1,0 +1,139 @@
+//! Reliability: ECC counts and mode, row remapping (Ampere+), page retirement (pre-Ampere),
+//! NVLink state and error counters.
+
+use crate::ffi::{DeviceCall, INVALID_ARGUMENT, device_fns, read, write, write_array};
+use crate::scenario::Counter;
+use std::os::raw::{c_uint, c_ulonglong};
+
+/// NVLink generation by architecture (NVLink 2 on Volta, 3 on Ampere, 4 on Hopper).
+fn nvlink_version(arch: u32) -> c_uint {
+    use nvml_wrapper_sys::bindings as b;
+    match arch {
+        b::NVML_DEVICE_ARCH_VOLTA => 2,
+        b::NVML_DEVICE_ARCH_AMPERE => 3,
+        _ => 4,
+    }
+}
+
+fn link(c: &DeviceCall, link: c_uint) -> Result<u32, u32> {
+    c.require(c.gpu.has_nvlink())?;
+    if link >= c.gpu.nvlink.links {
+        return Err(INVALID_ARGUMENT);
+    }
+    Ok(link)
+}
+
+fn retired<'a>(c: &DeviceCall<'a>, cause: c_uint) -> Result<&'a [u64], u32> {
+    c.require(c.gpu.has_page_retirement())?;
+    match cause {
+        0 => Ok(&c.gpu.retired_pages.single_bit),
+        1 => Ok(&c.gpu.retired_pages.double_bit),
+        _ => Err(INVALID_ARGUMENT),
+    }
+}
+
+/// Volatile (since driver load) count of an ECC error type, if ECC is on.
+pub(crate) fn ecc_count(
+    c: &DeviceCall,
+    error_type: c_uint,
+    counter_type: c_uint,
+) -> Result<u64, u32> {
+    let ecc = &c.gpu.ecc;
+    c.require(ecc.enabled)?;
+    let (volatile, lifetime): (&Counter, u64) = match error_type {
+        0 => (&ecc.corrected, ecc.lifetime_corrected),
+        1 => (&ecc.uncorrected, ecc.lifetime_uncorrected),
+        _ => return Err(INVALID_ARGUMENT),
+    };
+    match counter_type {
+        0 => Ok(volatile.at(c.t)),
+        1 => Ok(lifetime + volatile.at(c.t)),
+        _ => Err(INVALID_ARGUMENT),
+    }
+}
+
+device_fns! {
+    /// ECC error total (0 corrected / 1 uncorrected; 0 volatile / 1 aggregate).
+    fn nvmlDeviceGetTotalEccErrors(error_type: c_uint, counter_type: c_uint, ecc_counts: *mut c_ulonglong) |c| {
+        write(ecc_counts, ecc_count(c, error_type, counter_type)?)
+    }
+    /// ECC mode (current, pending).
+    fn nvmlDeviceGetEccMode(current: *mut c_uint, pending: *mut c_uint) |c| {
+        if current.is_null() || pending.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        write(current, c.gpu.ecc.enabled as c_uint)?;
+        write(pending, c.gpu.ecc.enabled as c_uint)
+    }
+    /// Default ECC mode.
+    fn nvmlDeviceGetDefaultEccMode(default_mode: *mut c_uint) |c| {
+        write(default_mode, c.gpu.ecc.enabled as c_uint)
+    }
+    /// Remapped rows (Ampere and newer).
+    fn nvmlDeviceGetRemappedRows(
+        corr_rows: *mut c_uint,
+        unc_rows: *mut c_uint,
+        is_pending: *mut c_uint,
+        failure_occurred: *mut c_uint,
+    ) |c| {
+        c.require(c.gpu.has_row_remapping())?;
+        if corr_rows.is_null() || unc_rows.is_null() || is_pending.is_null() || failure_occurred.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        let r = &c.gpu.remapped_rows;
+        write(corr_rows, r.correctable)?;
+        write(unc_rows, r.uncorrectable)?;
+        write(is_pending, r.pending as c_uint)?;
+        write(failure_occurred, r.failure as c_uint)
+    }
+    /// Retired page addresses for a cause (pre-Ampere only).
+    fn nvmlDeviceGetRetiredPages(cause: c_uint, page_count: *mut c_uint, addresses: *mut c_ulonglong) |c| {
+        write_array(page_count, addresses, retired(c, cause)?)
+    }
+    /// Retired page addresses and retirement times (pre-Ampere only).
+    fn nvmlDeviceGetRetiredPages_v2(
+        cause: c_uint,
+        page_count: *mut c_uint,
+        addresses: *mut c_ulonglong,
+        timestamps: *mut c_ulonglong,
+    ) |c| {
+        let pages = retired(c, cause)?;
+        let capacity = read(page_count)?;
+        write_array(page_count, addresses, pages)?;
+        if !timestamps.is_null() {
+            // Retired before the simulation started: time 0.
+            write(page_count, capacity)?;
+            write_array(page_count, timestamps, &vec![0u64; pages.len()])?;
+        }
+        Ok(())
+    }
+    /// Whether a page retirement waits for a reboot (pre-Ampere only; never here).
+    fn nvmlDeviceGetRetiredPagesPendingStatus(is_pending: *mut c_uint) |c| {
+        c.require(c.gpu.has_page_retirement())?;
+        write(is_pending, 0)
+    }
+    /// NVLink link state (1 = up).
+    fn nvmlDeviceGetNvLinkState(link_index: c_uint, is_active: *mut c_uint) |c| {
+        let l = link(c, link_index)?;
+        write(is_active, !c.gpu.nvlink.down.contains(&l) as c_uint)
+    }
+    /// NVLink version of a link.
+    fn nvmlDeviceGetNvLinkVersion(link_index: c_uint, version: *mut c_uint) |c| {
+        link(c, link_index)?;
+        write(version, nvlink_version(c.gpu.arch()))
+    }
+    /// NVLink error counter (0 replay, 1 recovery, 2 CRC flit, 3 CRC data, 4 ECC data).
+    fn nvmlDeviceGetNvLinkErrorCounter(link_index: c_uint, counter: c_uint, counter_value: *mut c_ulonglong) |c| {
+        link(c, link_index)?;
+        let e = &c.gpu.nvlink.errors;
+        let value = match counter {
+            0 => e.replay.at(c.t),
+            1 => e.recovery.at(c.t),
+            2 => e.crc_flit.at(c.t),
+            3 => e.crc_data.at(c.t),
+            4 => 0,
+            _ => return Err(INVALID_ARGUMENT),
+        };
+        write(counter_value, value)
+    }
+}

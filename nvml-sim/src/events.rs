@@ -1,0 +1,179 @@
+//! Event sets: XID events from the scenario delivered to the sets registered before they happen.
+//!
+//! An event occurrence is ordered by (time, index in the scenario). A registration remembers the
+//! last occurrence it delivered (initially: its registration time), so each occurrence in
+//! (registered, now] is delivered once, in order.
+
+use crate::scenario::EventSpec;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// `nvmlEventTypeXidCriticalError`: the only event type the simulator generates.
+pub const XID_EVENT: u64 = nvml_wrapper_sys::bindings::nvmlEventTypeXidCriticalError as u64;
+
+/// An occurrence key: (time, scenario event index).
+type Key = (f64, usize);
+
+#[derive(Debug, Clone)]
+struct Registration {
+    gpu: usize,
+    mask: u64,
+    delivered: Key,
+}
+
+/// All event sets of the process, by id (the id is the handle the caller sees).
+#[derive(Debug, Default)]
+pub struct EventSets {
+    inner: Mutex<Sets>,
+}
+
+#[derive(Debug, Default)]
+struct Sets {
+    next_id: usize,
+    sets: HashMap<usize, Vec<Registration>>,
+}
+
+/// An event handed to the caller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Delivered {
+    /// GPU index.
+    pub gpu: usize,
+    /// XID number.
+    pub xid: u64,
+    /// When it happened.
+    pub t: f64,
+}
+
+/// The first occurrence of event `i` strictly after `after`.
+fn next_occurrence(e: &EventSpec, i: usize, after: Key) -> Option<Key> {
+    let key = |k: f64| (e.t + k * e.repeat.unwrap_or(0.0), i);
+    let gt = |a: Key| a.0 > after.0 || (a.0 == after.0 && a.1 > after.1);
+    match e.repeat {
+        None => Some(key(0.0)).filter(|k| gt(*k)),
+        Some(period) => {
+            let mut k = ((after.0 - e.t) / period).floor().max(0.0);
+            while !gt(key(k)) {
+                k += 1.0;
+            }
+            Some(key(k))
+        }
+    }
+}
+
+impl EventSets {
+    /// Creates an empty set and returns its id (never 0, so the handle is never null).
+    pub fn create(&self) -> usize {
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        s.next_id += 1;
+        let id = s.next_id;
+        s.sets.insert(id, Vec::new());
+        id
+    }
+
+    /// Frees a set; false if unknown.
+    pub fn free(&self, id: usize) -> bool {
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        s.sets.remove(&id).is_some()
+    }
+
+    /// Registers `gpu` for the event types in `mask` at time `t`; false if the set is unknown.
+    pub fn register(&self, id: usize, gpu: usize, mask: u64, t: f64) -> bool {
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(regs) = s.sets.get_mut(&id) else {
+            return false;
+        };
+        match regs.iter_mut().find(|r| r.gpu == gpu) {
+            Some(r) => r.mask |= mask,
+            None => regs.push(Registration {
+                gpu,
+                mask,
+                delivered: (t, usize::MAX),
+            }),
+        }
+        true
+    }
+
+    /// Takes the next event due by `now`, or tells when the next one is due.
+    /// `None`: unknown set. `Some(Err(due))`: nothing yet; the next occurrence is at `due`.
+    pub fn poll(
+        &self,
+        id: usize,
+        events: &[EventSpec],
+        now: f64,
+    ) -> Option<Result<Delivered, Option<f64>>> {
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let regs = s.sets.get_mut(&id)?;
+        let mut best: Option<(Key, usize)> = None;
+        for (r, reg) in regs.iter().enumerate() {
+            if reg.mask & XID_EVENT == 0 {
+                continue;
+            }
+            for (i, e) in events.iter().enumerate().filter(|(_, e)| e.gpu == reg.gpu) {
+                let Some(k) = next_occurrence(e, i, reg.delivered) else {
+                    continue;
+                };
+                if best.is_none_or(|(b, _)| k < b) {
+                    best = Some((k, r));
+                }
+            }
+        }
+        match best {
+            Some((key, r)) if key.0 <= now => {
+                regs[r].delivered = key;
+                Some(Ok(Delivered {
+                    gpu: regs[r].gpu,
+                    xid: events[key.1].xid,
+                    t: key.0,
+                }))
+            }
+            other => Some(Err(other.map(|(k, _)| k.0))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(t: f64, gpu: usize, xid: u64, repeat: Option<f64>) -> EventSpec {
+        EventSpec {
+            t,
+            gpu,
+            xid,
+            repeat,
+        }
+    }
+
+    #[test]
+    fn delivers_each_occurrence_once_in_order_after_registration() {
+        let events = [
+            ev(30.0, 1, 79, None),
+            ev(10.0, 0, 48, Some(20.0)),
+            ev(5.0, 1, 13, None),
+        ];
+        let sets = EventSets::default();
+        let id = sets.create();
+        assert!(sets.register(id, 1, XID_EVENT, 6.0));
+        assert!(sets.register(id, 0, XID_EVENT, 6.0));
+        // t=5 on gpu1 happened before registration: never delivered.
+        let got: Vec<_> = std::iter::from_fn(|| sets.poll(id, &events, 50.0)?.ok())
+            .map(|d| (d.t, d.gpu, d.xid))
+            .collect();
+        assert_eq!(
+            got,
+            vec![(10.0, 0, 48), (30.0, 1, 79), (30.0, 0, 48), (50.0, 0, 48)]
+        );
+        assert_eq!(sets.poll(id, &events, 50.0).unwrap(), Err(Some(70.0)));
+        assert!(sets.free(id));
+        assert!(sets.poll(id, &events, 50.0).is_none());
+    }
+
+    #[test]
+    fn unregistered_types_get_nothing() {
+        let events = [ev(1.0, 0, 79, None)];
+        let sets = EventSets::default();
+        let id = sets.create();
+        sets.register(id, 0, 0x4, 0.0);
+        assert_eq!(sets.poll(id, &events, 10.0).unwrap(), Err(None));
+    }
+}

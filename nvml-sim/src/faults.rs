@@ -1,0 +1,131 @@
+//! Fault injection: which injected fault, if any, applies to a call at time t.
+
+use crate::scenario::{FaultKind, FaultSpec};
+
+/// What an injected fault does to one call.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Effect {
+    /// The device is lost: answer NVML_ERROR_GPU_IS_LOST.
+    pub lost: bool,
+    /// Block this many seconds before answering.
+    pub hang_s: Option<f64>,
+    /// Answer this error instead of the real result.
+    pub error: Option<u32>,
+}
+
+/// Whether the fault window covers `t`, honouring `repeat`.
+pub fn window_active(f: &FaultSpec, t: f64) -> bool {
+    let t = match f.repeat {
+        Some(period) if t >= f.from => f.from + (t - f.from).rem_euclid(period),
+        _ => t,
+    };
+    t >= f.from && t < f.to
+}
+
+/// Strips a `_vN` version suffix so a fault on `nvmlDeviceGetMemoryInfo` covers `_v2` too.
+fn base_name(name: &str) -> &str {
+    match name.rsplit_once("_v") {
+        Some((base, n)) if !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
+        _ => name,
+    }
+}
+
+/// The combined effect of every fault on a call of `function` on GPU `gpu` at `t`.
+pub fn effect(faults: &[FaultSpec], gpu: usize, function: &str, t: f64) -> Effect {
+    let mut effect = Effect::default();
+    for f in faults {
+        if f.kind == FaultKind::Init || f.gpu.is_some_and(|g| g != gpu) || !window_active(f, t) {
+            continue;
+        }
+        let matches = f
+            .function
+            .as_deref()
+            .is_none_or(|want| base_name(want) == base_name(function));
+        match f.kind {
+            FaultKind::Lost => effect.lost = true,
+            FaultKind::Hang if matches => {
+                effect.hang_s = Some(effect.hang_s.unwrap_or(0.0).max(f.seconds.unwrap_or(0.0)))
+            }
+            FaultKind::Error if matches && effect.error.is_none() => effect.error = Some(f.code),
+            _ => {}
+        }
+    }
+    effect
+}
+
+/// The error an init attempt at `t` (seconds since the first attempt) fails with, if any.
+pub fn init_error(faults: &[FaultSpec], t: f64) -> Option<u32> {
+    faults
+        .iter()
+        .find(|f| f.kind == FaultKind::Init && window_active(f, t))
+        .map(|f| f.code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scenario::Scenario;
+
+    fn faults() -> Vec<FaultSpec> {
+        Scenario::parse(
+            r#"
+            [[gpu]]
+            model = "L4"
+            uuid = "GPU-a"
+            pci_bus_id = "01:00.0"
+            serial = "1"
+            [[gpu]]
+            model = "L4"
+            uuid = "GPU-b"
+            pci_bus_id = "02:00.0"
+            serial = "2"
+            [[fault]]
+            kind = "lost"
+            gpu = 0
+            from = 10
+            to = 20
+            repeat = 60
+            [[fault]]
+            kind = "error"
+            gpu = 1
+            function = "nvmlDeviceGetMemoryInfo"
+            error = "TIMEOUT"
+            from = 5
+            to = 6
+            [[fault]]
+            kind = "hang"
+            gpu = 1
+            seconds = 2.5
+            from = 30
+            to = 40
+            [[fault]]
+            kind = "init"
+            error = "DRIVER_NOT_LOADED"
+            to = 3
+            "#,
+        )
+        .unwrap()
+        .faults
+    }
+
+    #[test]
+    fn windows_repeat_and_target_one_device_and_function() {
+        let f = faults();
+        assert!(!effect(&f, 0, "nvmlDeviceGetName", 9.9).lost);
+        assert!(effect(&f, 0, "nvmlDeviceGetName", 10.0).lost);
+        assert!(!effect(&f, 0, "nvmlDeviceGetName", 20.0).lost);
+        assert!(effect(&f, 0, "nvmlDeviceGetName", 75.0).lost);
+        assert!(!effect(&f, 1, "nvmlDeviceGetName", 15.0).lost);
+        assert_eq!(
+            effect(&f, 1, "nvmlDeviceGetMemoryInfo_v2", 5.5).error,
+            Some(10)
+        );
+        assert_eq!(effect(&f, 1, "nvmlDeviceGetPowerUsage", 5.5).error, None);
+        assert_eq!(
+            effect(&f, 1, "nvmlDeviceGetPowerUsage", 35.0).hang_s,
+            Some(2.5)
+        );
+        assert_eq!(init_error(&f, 2.9), Some(9));
+        assert_eq!(init_error(&f, 3.0), None);
+    }
+}

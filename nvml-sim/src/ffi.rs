@@ -1,0 +1,244 @@
+//! Helpers shared by every exported function: panic containment, pointer checks, C strings,
+//! device handles and the per-call fault checks.
+//!
+//! Handles are addresses inside a static table, so a handle is valid exactly when it points into
+//! the first `gpu count` bytes of that table: no allocation, nothing to free, cheap to check.
+
+use crate::faults;
+use crate::integrals::Totals;
+use crate::physics::Sample;
+use crate::scenario::{GpuSpec, MAX_GPUS};
+use crate::state::{self, Sim};
+use nvml_wrapper_sys::bindings::{self as b, nvmlDevice_t, nvmlReturn_t};
+use std::cell::OnceCell;
+use std::os::raw::{c_char, c_uint};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+/// Result of an entry point body: `Err(code)` is returned to the caller as is.
+pub type NvmlResult = Result<(), nvmlReturn_t>;
+
+/// Success.
+pub const SUCCESS: nvmlReturn_t = b::nvmlReturn_enum_NVML_SUCCESS;
+/// Bad argument.
+pub const INVALID_ARGUMENT: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT;
+/// Not supported by this device.
+pub const NOT_SUPPORTED: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+/// Buffer too small.
+pub const INSUFFICIENT_SIZE: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_SIZE;
+/// Versioned struct with the wrong version word.
+pub const VERSION_MISMATCH: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+/// Not found.
+pub const NOT_FOUND: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+/// Device lost.
+pub const GPU_IS_LOST: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
+/// Internal failure (a caught panic).
+pub const UNKNOWN: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+
+static HANDLES: [u8; MAX_GPUS] = [0; MAX_GPUS];
+
+/// Runs an entry point body; a panic becomes NVML_ERROR_UNKNOWN instead of unwinding into C.
+pub fn guard(body: impl FnOnce() -> NvmlResult) -> nvmlReturn_t {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => UNKNOWN,
+    }
+}
+
+/// The handle of GPU `index`.
+pub fn handle_of(index: usize) -> nvmlDevice_t {
+    HANDLES[..].as_ptr().wrapping_add(index) as nvmlDevice_t
+}
+
+/// The index behind a handle, if it names one of the scenario's GPUs.
+pub fn index_of(sim: &Sim, device: nvmlDevice_t) -> Option<usize> {
+    let offset = (device as usize).checked_sub(HANDLES.as_ptr() as usize)?;
+    (offset < sim.scenario.gpus.len()).then_some(offset)
+}
+
+/// Writes `value` through `ptr` after a null check.
+///
+/// The caller of the exported function promises `ptr` is null or valid (the NVML contract);
+/// this is the single place that trusts it.
+pub(crate) fn write<T>(ptr: *mut T, value: T) -> NvmlResult {
+    if ptr.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null, and valid for writes per the NVML contract of the exported function.
+    unsafe { ptr.write_unaligned(value) };
+    Ok(())
+}
+
+/// Reads the value behind `ptr` after a null check (used for versioned structs' version word).
+pub(crate) fn read<T: Copy>(ptr: *const T) -> Result<T, nvmlReturn_t> {
+    if ptr.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null, and valid for reads per the NVML contract of the exported function.
+    Ok(unsafe { ptr.read_unaligned() })
+}
+
+/// Copies `s` and a NUL into `buf` of `len` bytes; too small: NVML_ERROR_INSUFFICIENT_SIZE.
+pub(crate) fn write_str(buf: *mut c_char, len: c_uint, s: &str) -> NvmlResult {
+    if buf.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    if (len as usize) < s.len() + 1 {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    // SAFETY: `buf` holds `len` >= s.len() + 1 bytes per the caller's contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), buf.cast::<u8>(), s.len());
+        *buf.add(s.len()) = 0;
+    }
+    Ok(())
+}
+
+/// Reads a NUL-terminated C string argument.
+pub(crate) fn read_str<'a>(s: *const c_char) -> Result<&'a str, nvmlReturn_t> {
+    if s.is_null() {
+        return Err(INVALID_ARGUMENT);
+    }
+    // SAFETY: non-null and NUL-terminated per the NVML contract.
+    unsafe { std::ffi::CStr::from_ptr(s) }
+        .to_str()
+        .map_err(|_| INVALID_ARGUMENT)
+}
+
+/// Writes `items` into the caller's array of `*count` entries with the INSUFFICIENT_SIZE
+/// protocol: `*count` always ends up holding the number of items; a null array or a short one
+/// answers NVML_ERROR_INSUFFICIENT_SIZE (unless there is nothing to write).
+pub(crate) fn write_array<T: Copy>(count: *mut c_uint, array: *mut T, items: &[T]) -> NvmlResult {
+    let capacity = read(count)? as usize;
+    write(count, items.len() as c_uint)?;
+    if items.is_empty() {
+        return Ok(());
+    }
+    if array.is_null() || capacity < items.len() {
+        return Err(INSUFFICIENT_SIZE);
+    }
+    for (i, item) in items.iter().enumerate() {
+        // SAFETY: the array holds `capacity` >= items.len() entries.
+        unsafe { array.add(i).write_unaligned(*item) };
+    }
+    Ok(())
+}
+
+/// Checks a versioned struct's version word (`sizeof(T) | version << 24`).
+pub(crate) fn check_version<T>(found: u32, version: u32) -> NvmlResult {
+    if found == (std::mem::size_of::<T>() as u32 | (version << 24)) {
+        Ok(())
+    } else {
+        Err(VERSION_MISMATCH)
+    }
+}
+
+/// What a device entry point gets: the GPU, the time of the call and lazily computed state.
+pub struct DeviceCall<'a> {
+    /// The simulation.
+    pub sim: &'a Sim,
+    /// The GPU's index.
+    pub index: usize,
+    /// The GPU.
+    pub gpu: &'a GpuSpec,
+    /// Simulated time of the call.
+    pub t: f64,
+    sample: OnceCell<Sample>,
+}
+
+impl DeviceCall<'_> {
+    /// The GPU's instantaneous state.
+    pub fn sample(&self) -> &Sample {
+        self.sample.get_or_init(|| Sample::at(self.gpu, self.t))
+    }
+
+    /// The GPU's accumulated counters.
+    pub fn totals(&self) -> Totals {
+        self.sim.integrals[self.index].at(self.gpu, self.t)
+    }
+
+    /// Fails with NOT_SUPPORTED unless `supported`.
+    pub fn require(&self, supported: bool) -> NvmlResult {
+        if supported {
+            Ok(())
+        } else {
+            Err(NOT_SUPPORTED)
+        }
+    }
+}
+
+/// Applies the injected faults for a call of `function` on GPU `index`: a lost GPU answers
+/// NVML_ERROR_GPU_IS_LOST, a hang sleeps, an error is returned.
+pub fn inject_faults(sim: &Sim, index: usize, function: &str) -> NvmlResult {
+    let effect = faults::effect(&sim.scenario.faults, index, function, sim.now());
+    if effect.lost {
+        return Err(GPU_IS_LOST);
+    }
+    if let Some(seconds) = effect.hang_s {
+        // A real sleep: the point is to make the caller's deadline handling observable.
+        std::thread::sleep(std::time::Duration::from_secs_f64(seconds));
+    }
+    effect.error.map_or(Ok(()), Err)
+}
+
+/// Common prologue of every call taking a device handle: init and handle checks, then injected
+/// faults for `function`, then the body.
+pub fn with_device(
+    function: &str,
+    device: nvmlDevice_t,
+    body: impl FnOnce(&DeviceCall) -> NvmlResult,
+) -> nvmlReturn_t {
+    guard(|| {
+        let sim = state::sim()?;
+        let index = index_of(sim, device).ok_or(INVALID_ARGUMENT)?;
+        inject_faults(sim, index, function)?;
+        let call = DeviceCall {
+            sim,
+            index,
+            gpu: &sim.scenario.gpus[index],
+            t: sim.now(),
+            sample: OnceCell::new(),
+        };
+        body(&call)
+    })
+}
+
+/// Declares exported functions that take a device handle first. Each body gets `call:
+/// &DeviceCall` and returns `NvmlResult`.
+macro_rules! device_fns {
+    ($(
+        $(#[$meta:meta])*
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) |$call:ident| $body:block
+    )*) => {$(
+        $(#[$meta])*
+        ///
+        /// # Safety
+        /// Pointer arguments must be null or valid for the accesses `nvml.h` describes.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            device: nvml_wrapper_sys::bindings::nvmlDevice_t,
+            $($arg: $ty),*
+        ) -> nvml_wrapper_sys::bindings::nvmlReturn_t {
+            $crate::ffi::with_device(stringify!($name), device, |$call| $body)
+        }
+    )*};
+}
+pub(crate) use device_fns;
+
+/// Declares exported functions that need no device (a panic still becomes NVML_ERROR_UNKNOWN).
+macro_rules! plain_fns {
+    ($(
+        $(#[$meta:meta])*
+        fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block
+    )*) => {$(
+        $(#[$meta])*
+        ///
+        /// # Safety
+        /// Pointer arguments must be null or valid for the accesses `nvml.h` describes.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> nvml_wrapper_sys::bindings::nvmlReturn_t {
+            $crate::ffi::guard(|| $body)
+        }
+    )*};
+}
+pub(crate) use plain_fns;

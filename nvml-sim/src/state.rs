@@ -1,0 +1,146 @@
+//! Process-global state: the loaded scenario, the init reference count and the simulated clock.
+//!
+//! The scenario is loaded once per process, at the first nvmlInit; a load error is printed to
+//! stderr once and every nvmlInit then fails. t = 0 is the first successful init.
+
+use crate::events::EventSets;
+use crate::integrals::Integrals;
+use crate::scenario::{DEFAULT_SCENARIO, Scenario};
+use nvml_wrapper_sys::bindings as b;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// Path of the scenario file; unset: the compiled-in `h100x8.toml`.
+pub const ENV_SCENARIO: &str = "NVML_SIM_SCENARIO";
+/// Pins t to this many seconds (a frozen clock).
+pub const ENV_TIME: &str = "NVML_SIM_TIME";
+/// Starts the running clock at this many seconds.
+pub const ENV_START: &str = "NVML_SIM_START";
+
+/// A loaded scenario and its runtime caches.
+#[derive(Debug)]
+pub struct Sim {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// Per-GPU integral caches.
+    pub integrals: Vec<Integrals>,
+    /// Event sets.
+    pub events: EventSets,
+    /// How time is read.
+    pub clock: Clock,
+}
+
+/// How the simulated time is obtained.
+#[derive(Debug, Clone, Copy)]
+pub struct Clock {
+    /// Frozen at this t.
+    pub pinned: Option<f64>,
+    /// Running clock offset.
+    pub start: f64,
+}
+
+static LOADED: OnceLock<Result<Arc<Sim>, String>> = OnceLock::new();
+static FIRST_ATTEMPT: OnceLock<Instant> = OnceLock::new();
+static ORIGIN: OnceLock<Instant> = OnceLock::new();
+static INIT_COUNT: AtomicU32 = AtomicU32::new(0);
+/// Serializes init/shutdown transitions so the count and the origin change together.
+static TRANSITION: Mutex<()> = Mutex::new(());
+
+fn env_seconds(name: &str) -> Result<Option<f64>, String> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .map(Some)
+            .ok_or_else(|| format!("{name}={v:?} is not a number of seconds >= 0")),
+        Err(_) => Ok(None),
+    }
+}
+
+fn load() -> Result<Arc<Sim>, String> {
+    let (text, origin) = match std::env::var_os(ENV_SCENARIO) {
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| format!("cannot read {}: {e}", path.to_string_lossy()))?;
+            (text, path.to_string_lossy().into_owned())
+        }
+        None => (DEFAULT_SCENARIO.to_owned(), "built-in h100x8.toml".into()),
+    };
+    let scenario = Scenario::parse(&text).map_err(|e| format!("scenario {origin}: {e}"))?;
+    let clock = Clock {
+        pinned: env_seconds(ENV_TIME)?,
+        start: env_seconds(ENV_START)?.unwrap_or(0.0),
+    };
+    Ok(Arc::new(Sim {
+        integrals: scenario.gpus.iter().map(|_| Integrals::default()).collect(),
+        events: EventSets::default(),
+        scenario,
+        clock,
+    }))
+}
+
+fn loaded() -> Result<&'static Arc<Sim>, &'static str> {
+    LOADED
+        .get_or_init(|| {
+            let r = load();
+            if let Err(e) = &r {
+                // Printed once: the OnceLock makes this the only load attempt in the process.
+                eprintln!("nvml-sim: {e}");
+            }
+            r
+        })
+        .as_ref()
+        .map_err(|e| e.as_str())
+}
+
+/// nvmlInit: reference-counted; fails with an injected init error or a bad scenario.
+pub fn init() -> u32 {
+    let _guard = TRANSITION.lock().unwrap_or_else(|e| e.into_inner());
+    let first_attempt = *FIRST_ATTEMPT.get_or_init(Instant::now);
+    let Ok(sim) = loaded() else {
+        return b::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
+    };
+    let t = sim
+        .clock
+        .pinned
+        .unwrap_or_else(|| sim.clock.start + first_attempt.elapsed().as_secs_f64());
+    if let Some(code) = crate::faults::init_error(&sim.scenario.faults, t) {
+        return code;
+    }
+    ORIGIN.get_or_init(Instant::now);
+    INIT_COUNT.fetch_add(1, Ordering::SeqCst);
+    b::nvmlReturn_enum_NVML_SUCCESS
+}
+
+/// nvmlShutdown: drops one reference.
+pub fn shutdown() -> u32 {
+    let _guard = TRANSITION.lock().unwrap_or_else(|e| e.into_inner());
+    if INIT_COUNT.load(Ordering::SeqCst) == 0 {
+        return b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+    }
+    INIT_COUNT.fetch_sub(1, Ordering::SeqCst);
+    b::nvmlReturn_enum_NVML_SUCCESS
+}
+
+/// The simulation, if the library is initialized.
+pub fn sim() -> Result<&'static Sim, u32> {
+    if INIT_COUNT.load(Ordering::SeqCst) == 0 {
+        return Err(b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED);
+    }
+    loaded()
+        .map(|s| s.as_ref())
+        .map_err(|_| b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED)
+}
+
+impl Sim {
+    /// The current simulated time, seconds.
+    pub fn now(&self) -> f64 {
+        self.clock.pinned.unwrap_or_else(|| {
+            let origin = ORIGIN.get().copied().unwrap_or_else(Instant::now);
+            self.clock.start + origin.elapsed().as_secs_f64()
+        })
+    }
+}

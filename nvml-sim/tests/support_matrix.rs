@@ -1,0 +1,170 @@
+//! What each model answers NOT_SUPPORTED for, checked on one scenario holding one GPU of every
+//! preset: fans, encoder, NVLink, MIG, ECC, row remapping vs page retirement, memory temperature.
+
+mod common;
+
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper_sys::bindings as b;
+
+const MODELS: [&str; 5] = [
+    "H100-SXM5-80GB",
+    "A100-SXM4-80GB",
+    "L4",
+    "RTX6000-Ada",
+    "V100-SXM2-32GB",
+];
+
+fn nvml() -> &'static Nvml {
+    static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let path = PATH.get_or_init(|| {
+        let mut text = String::new();
+        for (i, m) in MODELS.iter().enumerate() {
+            text += &format!(
+                "[[gpu]]\nmodel = \"{m}\"\nuuid = \"GPU-{i}\"\npci_bus_id = \"{:02x}:00.0\"\nserial = \"{i}\"\n",
+                i + 1
+            );
+        }
+        let p = std::env::temp_dir().join(format!("nvml-sim-matrix-{}.toml", std::process::id()));
+        std::fs::write(&p, text).unwrap();
+        p
+    });
+    common::nvml(&[
+        ("NVML_SIM_SCENARIO", Some(path.to_str().unwrap())),
+        ("NVML_SIM_TIME", Some("10")),
+        ("NVML_SIM_START", None),
+    ])
+}
+
+fn gpu(model: &str) -> Device<'static> {
+    let i = MODELS.iter().position(|m| *m == model).unwrap();
+    nvml().device_by_index(i as u32).unwrap()
+}
+
+fn unsupported<T: std::fmt::Debug>(r: Result<T, NvmlError>) -> bool {
+    matches!(r, Err(NvmlError::NotSupported))
+}
+
+fn remapped_rows(d: &Device) -> u32 {
+    let (mut a, mut b_, mut c, mut e) = (0, 0, 0, 0);
+    // SAFETY: valid handle and out-pointers.
+    unsafe {
+        nvml()
+            .lib()
+            .nvmlDeviceGetRemappedRows(d.handle(), &mut a, &mut b_, &mut c, &mut e)
+    }
+}
+
+fn memory_temp(d: &Device) -> u32 {
+    // SAFETY: plain C struct; valid handle and a one-entry array.
+    unsafe {
+        let mut v: b::nvmlFieldValue_t = std::mem::zeroed();
+        v.fieldId = b::field_id::NVML_FI_DEV_MEMORY_TEMP;
+        assert_eq!(
+            nvml().lib().nvmlDeviceGetFieldValues(d.handle(), 1, &mut v),
+            0
+        );
+        v.nvmlReturn
+    }
+}
+
+#[test]
+fn names_and_architectures() {
+    let names: Vec<_> = MODELS.iter().map(|m| gpu(m).name().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA A100-SXM4-80GB",
+            "NVIDIA L4",
+            "NVIDIA RTX 6000 Ada Generation",
+            "Tesla V100-SXM2-32GB"
+        ]
+    );
+    assert_eq!(gpu("L4").memory_info().unwrap().total, 23034 * 1024 * 1024);
+    assert_eq!(
+        gpu("A100-SXM4-80GB").enforced_power_limit().unwrap(),
+        400_000
+    );
+    assert_eq!(gpu("L4").enforced_power_limit().unwrap(), 72_000);
+}
+
+#[test]
+fn fans_only_on_the_blower_card() {
+    for m in ["H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "V100-SXM2-32GB"] {
+        assert_eq!(gpu(m).num_fans().unwrap(), 0, "{m}");
+        assert!(unsupported(gpu(m).fan_speed(0)), "{m}");
+    }
+    let rtx = gpu("RTX6000-Ada");
+    assert_eq!(rtx.num_fans().unwrap(), 1);
+    let speed = rtx.fan_speed(0).unwrap();
+    assert!((30..=100).contains(&speed), "{speed}");
+    assert!(matches!(rtx.fan_speed(1), Err(NvmlError::InvalidArg)));
+}
+
+#[test]
+fn encoder_nvlink_and_mig() {
+    // No NVENC on H100/A100, but the query answers 0 % rather than NOT_SUPPORTED.
+    assert_eq!(
+        gpu("H100-SXM5-80GB")
+            .encoder_utilization()
+            .unwrap()
+            .utilization,
+        0
+    );
+    assert_eq!(
+        gpu("A100-SXM4-80GB")
+            .encoder_utilization()
+            .unwrap()
+            .utilization,
+        0
+    );
+    assert!(gpu("L4").encoder_utilization().is_ok());
+    assert!(gpu("RTX6000-Ada").encoder_utilization().is_ok());
+
+    assert!(unsupported(gpu("L4").link_wrapper_for(0).is_active()));
+    assert!(unsupported(
+        gpu("RTX6000-Ada").link_wrapper_for(0).is_active()
+    ));
+    assert!(
+        gpu("A100-SXM4-80GB")
+            .link_wrapper_for(11)
+            .is_active()
+            .unwrap()
+    );
+
+    assert!(gpu("H100-SXM5-80GB").mig_mode().is_ok());
+    assert!(gpu("A100-SXM4-80GB").mig_mode().is_ok());
+    assert!(unsupported(gpu("L4").mig_mode()));
+}
+
+#[test]
+fn remapping_from_ampere_retirement_before() {
+    let ok = b::nvmlReturn_enum_NVML_SUCCESS;
+    let ns = b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+    assert_eq!(remapped_rows(&gpu("H100-SXM5-80GB")), ok);
+    assert_eq!(remapped_rows(&gpu("A100-SXM4-80GB")), ok);
+    assert_eq!(remapped_rows(&gpu("L4")), ok);
+    assert_eq!(remapped_rows(&gpu("V100-SXM2-32GB")), ns);
+    let cause = RetirementCause::MultipleSingleBitEccErrors;
+    assert!(unsupported(gpu("A100-SXM4-80GB").retired_pages(cause)));
+    assert!(
+        gpu("V100-SXM2-32GB")
+            .retired_pages(cause)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn ecc_off_on_the_workstation_card_and_hbm_sensor_only_on_hbm() {
+    let ecc = |m| gpu(m).total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile);
+    assert!(unsupported(ecc("RTX6000-Ada")));
+    assert_eq!(ecc("L4").unwrap(), 0);
+    assert_eq!(memory_temp(&gpu("H100-SXM5-80GB")), 0);
+    assert_eq!(
+        memory_temp(&gpu("L4")),
+        b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
+    );
+}
