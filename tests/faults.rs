@@ -11,7 +11,10 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn faults_env(start: &str) -> Vec<(&'static str, String)> {
     vec![
-        ("NVML_SIM_SCENARIO", common::scenario("faults").to_str().unwrap().to_string()),
+        (
+            "NVML_SIM_SCENARIO",
+            common::scenario("faults").to_str().unwrap().to_string(),
+        ),
         ("NVML_SIM_START", start.to_string()),
     ]
 }
@@ -26,53 +29,91 @@ fn up(m: &Exposition, gpu: u32) -> Option<f64> {
 }
 
 fn timestamp(m: &Exposition) -> f64 {
-    m.value("nvml_exporter_last_sample_timestamp_seconds", &[]).unwrap_or(0.0)
+    m.value("nvml_exporter_last_sample_timestamp_seconds", &[])
+        .unwrap_or(0.0)
 }
 
 #[test]
 fn a_lost_gpu_goes_down_alone_and_comes_back() {
     // faults.toml: GPU 1 is lost from t = 10 s to t = 20 s.
-    let mut e = start(&faults_env("7"), &["--interval", "250ms", "--stale-grace", "1s"]);
-    e.wait_metrics(WAIT, "all four GPUs up", |m| (0..4).all(|g| up(m, g) == Some(1.0)));
+    let mut e = start(
+        &faults_env("7"),
+        &["--interval", "250ms", "--stale-grace", "1s"],
+    );
+    e.wait_metrics(WAIT, "all four GPUs up", |m| {
+        (0..4).all(|g| up(m, g) == Some(1.0))
+    });
 
     let lost = e.wait_metrics(WAIT, "GPU 1 down", |m| up(m, 1) == Some(0.0));
     let g1 = [("gpu", "1")];
     assert_eq!(lost.find("nvidia_gpu_info", &g1).len(), 1, "identity stays");
-    let g1_series: Vec<&str> = lost.find_any_labels(&g1).into_iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(g1_series, ["nvidia_gpu_info", "nvidia_gpu_up"], "a lost GPU keeps only info and up");
+    let g1_series: Vec<&str> = lost
+        .find_any_labels(&g1)
+        .into_iter()
+        .map(|s| s.name.as_str())
+        .collect();
+    assert_eq!(
+        g1_series,
+        ["nvidia_gpu_info", "nvidia_gpu_up"],
+        "a lost GPU keeps only info and up"
+    );
     for g in [0, 2, 3] {
         assert_eq!(up(&lost, g), Some(1.0), "GPU {g} unaffected");
         assert!(lost.gpu_value("nvidia_gpu_power_watts", g, &[]).is_some());
     }
     // The others stay fresh while GPU 1 is lost.
     let t = timestamp(&lost);
-    let later = e.wait_metrics(WAIT, "a newer tick during the loss", |m| timestamp(m) > t + 0.5);
+    let later = e.wait_metrics(WAIT, "a newer tick during the loss", |m| {
+        timestamp(m) > t + 0.5
+    });
     assert_eq!(up(&later, 0), Some(1.0));
 
     let back = e.wait_metrics(WAIT, "GPU 1 back", |m| up(m, 1) == Some(1.0));
-    assert!(back.gpu_value("nvidia_gpu_power_watts", 1, &[]).is_some(), "its series return");
+    assert!(
+        back.gpu_value("nvidia_gpu_power_watts", 1, &[]).is_some(),
+        "its series return"
+    );
     assert!(e.alive());
 }
 
 #[test]
 fn a_hanging_gpu_does_not_hold_up_the_others() {
     // faults.toml: on GPU 2, nvmlDeviceGetTemperature blocks 5 s per call from t = 25 s to 35 s.
-    let mut e = start(&faults_env("23"), &["--interval", "250ms", "--stale-grace", "1s"]);
-    e.wait_metrics(WAIT, "all four GPUs up", |m| (0..4).all(|g| up(m, g) == Some(1.0)));
-    let hung = e.wait_metrics(WAIT, "GPU 2 down after the grace period", |m| up(m, 2) == Some(0.0));
+    let mut e = start(
+        &faults_env("23"),
+        &["--interval", "250ms", "--stale-grace", "1s"],
+    );
+    e.wait_metrics(WAIT, "all four GPUs up", |m| {
+        (0..4).all(|g| up(m, g) == Some(1.0))
+    });
+    let hung = e.wait_metrics(WAIT, "GPU 2 down after the grace period", |m| {
+        up(m, 2) == Some(0.0)
+    });
     // While GPU 2 hangs, ticks keep their cadence for the others.
     let t = timestamp(&hung);
     let started = std::time::Instant::now();
     let next = e.wait_metrics(WAIT, "ticks continue", |m| timestamp(m) >= t + 1.0);
-    assert!(started.elapsed() < Duration::from_secs(4), "ticks stalled: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "ticks stalled: {:?}",
+        started.elapsed()
+    );
     for g in [0, 1, 3] {
         assert_eq!(up(&next, g), Some(1.0), "GPU {g} stays up");
     }
     let served = std::time::Instant::now();
     let _ = e.get("/metrics");
-    assert!(served.elapsed() < Duration::from_secs(1), "a scrape took {:?}", served.elapsed());
+    assert!(
+        served.elapsed() < Duration::from_secs(1),
+        "a scrape took {:?}",
+        served.elapsed()
+    );
 
-    e.wait_metrics(Duration::from_secs(40), "GPU 2 back after the hang window", |m| up(m, 2) == Some(1.0));
+    e.wait_metrics(
+        Duration::from_secs(40),
+        "GPU 2 back after the hang window",
+        |m| up(m, 2) == Some(1.0),
+    );
     assert!(e.alive());
 }
 
@@ -80,35 +121,75 @@ fn a_hanging_gpu_does_not_hold_up_the_others() {
 fn failing_calls_are_counted_and_only_their_series_go() {
     // faults.toml: GPU 3's nvmlDeviceGetPowerUsage fails with UNKNOWN from t = 40 s to 45 s.
     let e = start(&faults_env("39"), &["--interval", "250ms"]);
-    let labels = [("function", "nvmlDeviceGetPowerUsage"), ("error", "unknown")];
-    let m = e.wait_metrics(WAIT, "the error counted", |m| m.value("nvml_exporter_nvml_errors_total", &labels).unwrap_or(0.0) > 0.0);
+    let labels = [
+        ("function", "nvmlDeviceGetPowerUsage"),
+        ("error", "unknown"),
+    ];
+    let m = e.wait_metrics(WAIT, "the error counted", |m| {
+        m.value("nvml_exporter_nvml_errors_total", &labels)
+            .unwrap_or(0.0)
+            > 0.0
+    });
     let m = if m.gpu_value("nvidia_gpu_power_watts", 3, &[]).is_none() {
         m
     } else {
-        e.wait_metrics(WAIT, "GPU 3 power absent while failing", |m| m.gpu_value("nvidia_gpu_power_watts", 3, &[]).is_none())
+        e.wait_metrics(WAIT, "GPU 3 power absent while failing", |m| {
+            m.gpu_value("nvidia_gpu_power_watts", 3, &[]).is_none()
+        })
     };
-    assert_eq!(up(&m, 3), Some(1.0), "one failing call does not take the GPU down");
-    assert!(m.gpu_value("nvidia_gpu_temperature_celsius", 3, &[]).is_some());
+    assert_eq!(
+        up(&m, 3),
+        Some(1.0),
+        "one failing call does not take the GPU down"
+    );
+    assert!(
+        m.gpu_value("nvidia_gpu_temperature_celsius", 3, &[])
+            .is_some()
+    );
     assert!(m.gpu_value("nvidia_gpu_power_watts", 2, &[]).is_some());
-    e.wait_metrics(WAIT, "GPU 3 power back", |m| m.gpu_value("nvidia_gpu_power_watts", 3, &[]).is_some());
+    e.wait_metrics(WAIT, "GPU 3 power back", |m| {
+        m.gpu_value("nvidia_gpu_power_watts", 3, &[]).is_some()
+    });
 }
 
 #[test]
 fn nvml_init_failing_at_start_is_retried_without_a_restart() {
     // faults.toml: nvmlInit answers DRIVER_NOT_LOADED for the first 3 s.
     let e = start(&faults_env("0"), &["--interval", "250ms"]);
-    let first = e.metrics();
-    if first.value("nvml_exporter_nvml_up", &[]) == Some(0.0) {
+    // Before NVML answers, /readyz says why (after a first attempt; "no sample yet" before it).
+    let started = std::time::Instant::now();
+    loop {
         let r = e.get("/readyz");
-        assert_eq!(r.status, 503);
-        assert!(r.text().to_lowercase().contains("driver not loaded"), "{}", r.text());
+        assert_eq!(r.status, 503, "not ready while init fails: {}", r.text());
+        if r.text().to_lowercase().contains("driver not loaded") {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "no reason given: {}",
+            r.text()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
-    e.wait_metrics(WAIT, "NVML up after retries", |m| m.value("nvml_exporter_nvml_up", &[]) == Some(1.0));
-    let m = e.wait_metrics(WAIT, "4 GPUs", |m| m.find("nvidia_gpu_up", &[]).iter().filter(|s| s.value == 1.0).count() == 4);
+    assert_eq!(e.metrics().value("nvml_exporter_nvml_up", &[]), Some(0.0));
+    e.wait_metrics(WAIT, "NVML up after retries", |m| {
+        m.value("nvml_exporter_nvml_up", &[]) == Some(1.0)
+    });
+    let m = e.wait_metrics(WAIT, "4 GPUs", |m| {
+        m.find("nvidia_gpu_up", &[])
+            .iter()
+            .filter(|s| s.value == 1.0)
+            .count()
+            == 4
+    });
     assert_eq!(m.value("nvml_exporter_gpus", &[]), Some(4.0));
     let start = std::time::Instant::now();
     while e.get("/readyz").status != 200 {
-        assert!(start.elapsed() < WAIT, "never ready: {}", e.get("/readyz").text());
+        assert!(
+            start.elapsed() < WAIT,
+            "never ready: {}",
+            e.get("/readyz").text()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -117,11 +198,35 @@ fn nvml_init_failing_at_start_is_retried_without_a_restart() {
 fn xid_events_are_counted_per_gpu_and_code() {
     // h100x8.toml: XID 79 on GPU 6 at t = 30 s.
     let scenario = common::scenario("h100x8");
-    let e = Exporter::start(&[("NVML_SIM_SCENARIO", scenario.to_str().unwrap()), ("NVML_SIM_START", "27")], &["--interval", "250ms"]);
-    let m = e.wait_metrics(WAIT, "XID 79 on GPU 6", |m| m.gpu_value("nvidia_gpu_xid_errors_total", 6, &[("xid", "79")]).is_some());
-    assert_eq!(m.gpu_value("nvidia_gpu_xid_errors_total", 6, &[("xid", "79")]), Some(1.0));
-    let when = m.gpu_value("nvidia_gpu_last_xid_timestamp_seconds", 6, &[]).expect("time of the last XID");
+    let e = Exporter::start(
+        &[
+            ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
+            ("NVML_SIM_START", "27"),
+        ],
+        &["--interval", "250ms"],
+    );
+    let m = e.wait_metrics(WAIT, "XID 79 on GPU 6", |m| {
+        m.gpu_value("nvidia_gpu_xid_errors_total", 6, &[("xid", "79")])
+            .is_some()
+    });
+    assert_eq!(
+        m.gpu_value("nvidia_gpu_xid_errors_total", 6, &[("xid", "79")]),
+        Some(1.0)
+    );
+    let when = m
+        .gpu_value("nvidia_gpu_last_xid_timestamp_seconds", 6, &[])
+        .expect("time of the last XID");
     assert!(when > 1.7e9);
-    assert!(m.find("nvidia_gpu_xid_errors_total", &[]).iter().all(|s| s.labels["gpu"] == "6"), "only GPU 6 had one");
-    assert_eq!(m.types.get("nvidia_gpu_xid_errors_total").map(String::as_str), Some("counter"));
+    assert!(
+        m.find("nvidia_gpu_xid_errors_total", &[])
+            .iter()
+            .all(|s| s.labels["gpu"] == "6"),
+        "only GPU 6 had one"
+    );
+    assert_eq!(
+        m.types
+            .get("nvidia_gpu_xid_errors_total")
+            .map(String::as_str),
+        Some("counter")
+    );
 }

@@ -99,6 +99,7 @@ fn loaded() -> Result<&'static Arc<Sim>, &'static str> {
 /// nvmlInit: reference-counted; fails with an injected init error or a bad scenario.
 pub fn init() -> u32 {
     let _guard = TRANSITION.lock().unwrap_or_else(|e| e.into_inner());
+    stay_loaded();
     let first_attempt = *FIRST_ATTEMPT.get_or_init(Instant::now);
     let Ok(sim) = loaded() else {
         return b::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
@@ -113,6 +114,31 @@ pub fn init() -> u32 {
     ORIGIN.get_or_init(Instant::now);
     INIT_COUNT.fetch_add(1, Ordering::SeqCst);
     b::nvmlReturn_enum_NVML_SUCCESS
+}
+
+/// Keeps this library mapped for the life of the process, as the first init happens.
+///
+/// A client that fails to initialise drops the library (`dlclose`), and a later attempt loads it
+/// anew. The real driver's state lives in the kernel and survives that; ours lives in statics, so
+/// without this an init fault "for the first N seconds" would restart its clock at every retry.
+fn stay_loaded() {
+    static PINNED: OnceLock<()> = OnceLock::new();
+    PINNED.get_or_init(|| {
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: dladdr only reads the address of a function of this library and fills `info`;
+        // dlopen with RTLD_NOLOAD returns a new reference to the already-mapped library (never
+        // loads anything), and RTLD_NODELETE makes later dlclose calls leave it mapped.
+        unsafe {
+            if libc::dladdr(stay_loaded as *const libc::c_void, &mut info) != 0
+                && !info.dli_fname.is_null()
+            {
+                libc::dlopen(
+                    info.dli_fname,
+                    libc::RTLD_NOW | libc::RTLD_NOLOAD | libc::RTLD_NODELETE,
+                );
+            }
+        }
+    });
 }
 
 /// nvmlShutdown: drops one reference.

@@ -338,7 +338,7 @@ impl Exposition {
 
 fn parse_series(line: &str) -> Series {
     let (name_labels, value) = match line.find('{') {
-        Some(open) => {
+        Some(_) => {
             let close = line
                 .rfind('}')
                 .unwrap_or_else(|| panic!("unclosed labels: {line}"));
@@ -426,7 +426,11 @@ impl Exposition {
     pub fn find_any_labels(&self, labels: &[(&str, &str)]) -> Vec<&Series> {
         self.series
             .iter()
-            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v)))
+            .filter(|s| {
+                labels
+                    .iter()
+                    .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
+            })
             .collect()
     }
 }
