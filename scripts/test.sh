@@ -49,10 +49,14 @@ if [ -z "$real_lib" ]; then
 fi
 export NVML_EXPORTER_TEST_REAL_NVML=$real_lib
 
+# The binary and the simulator, where cargo puts them (CARGO_TARGET_DIR or target/).
+cargo build --workspace --locked
+target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+bin=$target_dir/debug/nvml-exporter
+sim=$target_dir/debug/libnvml_sim.so
+
 check "cargo test" cargo test --workspace --locked
 
-bin=$root/target/debug/nvml-exporter
-sim=$root/target/debug/libnvml_sim.so
 lint_scenarios() {
   local ok=0 scenario out
   for scenario in nvml-sim/scenarios/*.toml; do

@@ -69,8 +69,11 @@ fn every_scenario_gpu_is_served_with_its_identity() {
                     assert_eq!(labels[key], want, "{scenario} gpu {i} {key}");
                 }
             }
+            // Product names as the driver reports them: "NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB".
             assert!(
-                labels["name"].starts_with("NVIDIA "),
+                ["NVIDIA ", "Tesla "]
+                    .iter()
+                    .any(|p| labels["name"].starts_with(p)),
                 "{scenario} gpu {i}: {labels:?}"
             );
             assert_eq!(labels["driver_version"], driver, "{scenario}");
