@@ -104,6 +104,12 @@ pub struct DeviceSample {
     /// Current MIG mode (true = enabled); `None` on devices without MIG.
     pub mig_mode: Option<bool>,
 
+    /// Whether the device supports NVML GPM (Hopper and newer); `None` when NVML could not say.
+    pub gpm_supported: Option<bool>,
+    /// Saturation averages over the last sampling interval, from two consecutive GPM samples;
+    /// `None` on the first tick after (re)start, and on devices without GPM.
+    pub gpm: Option<GpmMetrics>,
+
     /// Compute and graphics processes on the device (read only with `--processes`).
     pub processes: Vec<ProcessSample>,
 }
@@ -176,6 +182,30 @@ pub struct NvLinkSample {
     pub transmit_bytes: Option<u64>,
     pub receive_bytes: Option<u64>,
     pub errors: Vec<(NvLinkErrorType, u64)>,
+}
+
+/// GPM metrics (`nvmlGpmMetricsGet`) averaged over the interval between two samples. Each field
+/// is `None` (or the pair absent) when NVML answered that metric with an error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpmMetrics {
+    /// Share of time the graphics/compute engine was active (GRAPHICS_UTIL).
+    pub graphics_engine_active: Option<f64>,
+    /// Average share of SMs that had at least one warp resident (SM_UTIL).
+    pub sm_active: Option<f64>,
+    /// Average resident warps as a share of the maximum (SM_OCCUPANCY).
+    pub sm_occupancy: Option<f64>,
+    /// Share of cycles any tensor pipe was active (ANY_TENSOR_UTIL).
+    pub tensor_active: Option<f64>,
+    /// Share of cycles the DRAM interface was busy (DRAM_BW_UTIL).
+    pub dram_active: Option<f64>,
+    /// Per-pipe activity ratios.
+    pub pipes: Vec<(GpmPipe, f64)>,
+    pub pcie_transmit_bytes_per_second: Option<f64>,
+    pub pcie_receive_bytes_per_second: Option<f64>,
+    pub nvlink_transmit_bytes_per_second: Option<f64>,
+    pub nvlink_receive_bytes_per_second: Option<f64>,
+    /// Per media engine (NVDEC, NVJPG, NVOFA instance) activity ratios.
+    pub media_engines: Vec<(MediaEngine, f64)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -277,6 +307,42 @@ label_enum!(
         CrcData => "crc_data",
         Replay => "replay",
         Recovery => "recovery",
+    }
+);
+
+label_enum!(
+    /// `pipe` label of `nvidia_gpu_pipe_active_ratio` (GPM *_UTIL pipe metrics).
+    GpmPipe {
+        Fp64 => "fp64",
+        Fp32 => "fp32",
+        Fp16 => "fp16",
+        Integer => "integer",
+        DfmaTensor => "dfma_tensor",
+        HmmaTensor => "hmma_tensor",
+        ImmaTensor => "imma_tensor",
+    }
+);
+
+label_enum!(
+    /// `engine` label of `nvidia_gpu_media_engine_active_ratio` (GPM NVDEC/NVJPG/NVOFA metrics).
+    MediaEngine {
+        Nvdec0 => "nvdec0",
+        Nvdec1 => "nvdec1",
+        Nvdec2 => "nvdec2",
+        Nvdec3 => "nvdec3",
+        Nvdec4 => "nvdec4",
+        Nvdec5 => "nvdec5",
+        Nvdec6 => "nvdec6",
+        Nvdec7 => "nvdec7",
+        Nvjpg0 => "nvjpg0",
+        Nvjpg1 => "nvjpg1",
+        Nvjpg2 => "nvjpg2",
+        Nvjpg3 => "nvjpg3",
+        Nvjpg4 => "nvjpg4",
+        Nvjpg5 => "nvjpg5",
+        Nvjpg6 => "nvjpg6",
+        Nvjpg7 => "nvjpg7",
+        Nvofa0 => "nvofa0",
     }
 );
 
