@@ -7,6 +7,10 @@
 //! the deadline is served from its last reading marked `stale` (and `up = false` once that is
 //! older than the grace period); a worker still inside a call gets no new request, and its late
 //! result is taken when it arrives. No thread here runs on an async runtime.
+//!
+//! GPM saturation metrics are averages between a device's samples of two consecutive ticks, so
+//! each request carries the tick number and each worker keeps its previous GPM sample on its
+//! own stack, next to the `Nvml` it borrows; a worker that missed a tick starts a new window.
 
 use std::collections::HashSet;
 use std::io;
@@ -22,6 +26,7 @@ use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, LogLimiter, classify, error_name};
 use crate::nvml::events::{XidLog, unix_now, watch_xids};
+use crate::nvml::gpm::GpmState;
 use crate::sample::{DeviceSample, Snapshot, SystemInfo};
 
 /// First wait after a failed NVML initialisation; doubled after each failure.
@@ -318,8 +323,8 @@ enum TickEnd {
 /// One device's worker as seen by the coordinator.
 struct Slot {
     index: u32,
-    /// "Read now"; dropping it ends the worker once it is idle.
-    requests: Sender<()>,
+    /// "Read now, as tick N"; dropping it ends the worker once it is idle.
+    requests: Sender<u64>,
     /// A request is outstanding (the worker is inside NVML).
     busy: bool,
     /// A request was sent this tick and its answer arrived this tick.
@@ -333,6 +338,8 @@ struct Session {
     generation: u64,
     system: SystemInfo,
     workers: Vec<Slot>,
+    /// Ticks started in this session; the number of the next one.
+    ticks: u64,
     threads: ThreadGroup,
     /// Dropping it tells the XID thread to stop.
     xid_stop: Option<Sender<()>>,
@@ -358,13 +365,16 @@ impl Session {
         let mut threads = ThreadGroup::new();
         let mut workers = Vec::new();
         for index in 0..count {
-            let (req_tx, req_rx) = mpsc::channel::<()>();
+            let (req_tx, req_rx) = mpsc::channel::<u64>();
             let nvml = Arc::clone(&nvml);
             let tx = tx.clone();
             let mut reader = DeviceReader::new(index, Arc::clone(errors));
             let spawned = threads.spawn(format!("nvml-gpu{index}"), move || {
-                while req_rx.recv().is_ok() {
-                    let outcome = Box::new(reader.read(&nvml));
+                // Borrows `nvml`, so it lives here rather than in the reader; it is dropped
+                // (freeing its sample) before this thread's reference to the library.
+                let mut gpm = GpmState::new();
+                while let Ok(tick) = req_rx.recv() {
+                    let outcome = Box::new(reader.read(&nvml, tick, &mut gpm));
                     let msg = Msg::Reading {
                         generation,
                         index,
@@ -408,6 +418,7 @@ impl Session {
             generation,
             system,
             workers,
+            ticks: 0,
             threads,
             xid_stop,
         })
@@ -416,11 +427,13 @@ impl Session {
     /// Asks every idle worker for a reading and waits for the answers until `deadline`.
     fn tick(&mut self, rx: &Receiver<Msg>, deadline: Instant) -> TickEnd {
         let mut pending: HashSet<u32> = HashSet::new();
+        let tick = self.ticks;
+        self.ticks += 1;
         for w in &mut self.workers {
             w.fresh = false;
             // A busy worker is stuck in an earlier call: asking again would only queue up. Its
             // late answer is still taken below, but does not count as this tick's reading.
-            if !w.busy && w.requests.send(()).is_ok() {
+            if !w.busy && w.requests.send(tick).is_ok() {
                 w.busy = true;
                 pending.insert(w.index);
             }

@@ -1,6 +1,7 @@
-//! Reading one device for one tick: every row of the "Device metrics" table in METRICS.md, in
-//! base units, with NVML's answers sorted into "not supported" (remembered and skipped on later
-//! ticks), "device lost", "driver gone" and "counted error".
+//! Reading one device for one tick: every row of the "Device metrics" table in METRICS.md and
+//! the GPM saturation metrics (see [`super::gpm`]), in base units, with NVML's answers sorted
+//! into "not supported" (remembered and skipped on later ticks), "device lost", "driver gone"
+//! and "counted error".
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use nvml_wrapper_sys::bindings::field_id::{
 
 use super::discovery::device_identity;
 use super::error::{ErrorClass, ErrorCounter, classify};
+use super::gpm::{GpmState, read_gpm};
 use super::raw;
 use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
 use crate::sample::{
@@ -73,16 +75,19 @@ impl DeviceReader {
         self.identity.as_ref().map(|(u, _)| u.as_str())
     }
 
-    /// Reads every device metric once. Never fails: what cannot be read is `None`/empty.
-    pub fn read(&mut self, nvml: &Nvml) -> ReadOutcome {
-        let mut tick = Tick {
-            index: self.index,
-            errors: &self.errors,
-            unsupported: &mut self.unsupported,
-            calls: 0,
-            driver_gone_calls: 0,
-            lost: false,
-        };
+    /// Reads every device metric once, as tick number `tick_number` of the session. Never
+    /// fails: what cannot be read is `None`/empty.
+    ///
+    /// `gpm` holds the previous GPM sample; it borrows `nvml`, so the caller keeps it next to
+    /// its `Nvml` (on the worker's stack) and passes it to every read.
+    pub fn read<'nvml>(
+        &mut self,
+        nvml: &'nvml Nvml,
+        tick_number: u64,
+        gpm: &mut GpmState<'nvml>,
+    ) -> ReadOutcome {
+        gpm.begin_tick(tick_number);
+        let mut tick = Tick::new(self.index, &self.errors, &mut self.unsupported);
         // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call. It is
         // never remembered as unsupported: without a handle there is nothing else to read.
         tick.calls += 1;
@@ -107,7 +112,12 @@ impl DeviceReader {
                     self.identity = Some(identity);
                 }
             }
+            // GPM first: its sample then falls at the same point of every tick, so the windows
+            // stay close to one interval whatever the other calls cost.
+            (sample.gpm_supported, sample.gpm) = read_gpm(&mut tick, nvml, &device, gpm);
             read_metrics(&mut tick, &device, &mut self.nvlink_count, &mut sample);
+        } else {
+            gpm.forget();
         }
         if let Some((uuid, info)) = &self.identity {
             sample.uuid = uuid.clone();
@@ -116,6 +126,8 @@ impl DeviceReader {
         let lost = tick.lost;
         let driver_gone = tick.calls > 0 && tick.driver_gone_calls == tick.calls;
         if lost {
+            // The next sample after a loss must not close a window that spans it.
+            gpm.forget();
             // A lost device serves only info + up=0: drop whatever was read before the loss.
             sample = DeviceSample {
                 index: sample.index,
@@ -134,7 +146,7 @@ impl DeviceReader {
 }
 
 /// Bookkeeping for one read of one device.
-struct Tick<'a> {
+pub(super) struct Tick<'a> {
     index: u32,
     errors: &'a ErrorCounter,
     unsupported: &'a mut HashSet<(&'static str, u32)>,
@@ -143,11 +155,33 @@ struct Tick<'a> {
     lost: bool,
 }
 
-impl Tick<'_> {
+impl<'a> Tick<'a> {
+    /// A fresh read of device `index`, counting into `errors` and remembering NOT_SUPPORTED in
+    /// `unsupported` (which outlives the tick).
+    pub(super) fn new(
+        index: u32,
+        errors: &'a ErrorCounter,
+        unsupported: &'a mut HashSet<(&'static str, u32)>,
+    ) -> Self {
+        Tick {
+            index,
+            errors,
+            unsupported,
+            calls: 0,
+            driver_gone_calls: 0,
+            lost: false,
+        }
+    }
+
+    /// Whether `(function, arg)` answered NOT_SUPPORTED earlier in this session.
+    pub(super) fn is_unsupported(&self, function: &'static str, arg: u32) -> bool {
+        self.unsupported.contains(&(function, arg))
+    }
+
     /// Makes one NVML call unless it is known unsupported or the device is already lost this
     /// tick (every further call would only wait for the same error), and sorts its failure.
     /// `arg` tells apart calls of one function with different arguments (clock domain, link…).
-    fn call<T>(
+    pub(super) fn call<T>(
         &mut self,
         function: &'static str,
         arg: u32,
@@ -190,7 +224,12 @@ impl Tick<'_> {
     }
 
     /// Sorts the per-field result of a field-value call (same rules as a whole call).
-    fn field<T>(&mut self, function: &'static str, arg: u32, r: Result<T, NvmlError>) -> Option<T> {
+    pub(super) fn field<T>(
+        &mut self,
+        function: &'static str,
+        arg: u32,
+        r: Result<T, NvmlError>,
+    ) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
@@ -583,14 +622,7 @@ mod tests {
         errors: &'a ErrorCounter,
         unsupported: &'a mut HashSet<(&'static str, u32)>,
     ) -> Tick<'a> {
-        Tick {
-            index: 3,
-            errors,
-            unsupported,
-            calls: 0,
-            driver_gone_calls: 0,
-            lost: false,
-        }
+        Tick::new(3, errors, unsupported)
     }
 
     #[test]

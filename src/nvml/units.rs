@@ -7,7 +7,9 @@
 //! - violation (throttle) time is ns → s (÷10⁹);
 //! - PCIe throughput is "KB/s" and NVLink throughput "KiB": both are taken as 1024-byte units
 //!   (NVML uses KB for 1024 bytes, as in its memory APIs), so ×1024;
-//! - memory sizes are already bytes.
+//! - memory sizes are already bytes;
+//! - GPM reports `*_UTIL` metrics as percent (0.0–100.0, a float) → ratio, and its PCIe/NVLink
+//!   rates in MiB/s → bytes/s (×2²⁰).
 
 /// MHz → Hz.
 pub fn mhz_to_hz(mhz: u32) -> f64 {
@@ -27,6 +29,16 @@ pub fn mj_to_j(mj: u64) -> f64 {
 /// Percent (0..100) → ratio (0..1).
 pub fn percent_to_ratio(percent: u32) -> f64 {
     f64::from(percent) / 100.0
+}
+
+/// Percent as a float (GPM metrics) → ratio (0..1).
+pub fn percent_to_ratio_f64(percent: f64) -> f64 {
+    percent / 100.0
+}
+
+/// MiB (2²⁰ bytes) → bytes; used for GPM's MiB/s transfer rates.
+pub fn mib_to_bytes_f64(mib: f64) -> f64 {
+    mib * 1_048_576.0
 }
 
 /// Nanoseconds → seconds.
@@ -56,6 +68,8 @@ mod tests {
         assert_eq!(percent_to_ratio(45), 0.45);
         assert_eq!(ns_to_s(2_500_000_000), 2.5);
         assert_eq!(kib_to_bytes(3), 3072);
+        assert_eq!(percent_to_ratio_f64(15.0), 0.15);
+        assert_eq!(mib_to_bytes_f64(1.5), 1_572_864.0);
         assert_eq!(kib_to_bytes(u64::MAX), u64::MAX);
     }
 
