@@ -5,11 +5,11 @@
 //! [`Snapshot`]. The encoder walks this table in order, so the table order *is* the exposition
 //! order; `docs/metrics.md` is rendered from it (see [`super::docs`]).
 //!
-//! Later metric groups (GPM saturation, per-process, Kubernetes) slot in as more rows.
+//! Later metric groups (per-process, Kubernetes) slot in as more rows.
 
 use crate::sample::{
-    ClockDomain, ClockEventReason, DeviceSample, NvLinkErrorType, Snapshot, SystemInfo,
-    TemperatureThreshold, ThrottleReason,
+    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, MediaEngine, NvLinkErrorType,
+    Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
 };
 
 use super::samples::Samples;
@@ -251,6 +251,121 @@ pub static CATALOG: &[MetricDef] = &[
         [dcgm("DCGM_FI_DEV_DEC_UTIL", "%")],
         |_, d, out| out.opt(d.decoder_utilization)
     ),
+    // --- Saturation (NVML GPM, Hopper and newer) -------------------------------------------
+    // Averages over the last sampling interval from two GPM samples; absent on the first tick
+    // after a (re)start and on GPUs without GPM (`nvidia_gpu_gpm_supported 0`).
+    device!(
+        "nvidia_gpu_gpm_supported",
+        Gauge,
+        "",
+        "1 when the GPU supports NVML GPM (Hopper and newer), which the saturation metrics come from; 0 when it does not, and they are absent.",
+        [],
+        |_, d, out| out.opt_flag(d.gpm_supported)
+    ),
+    device!(
+        "nvidia_gpu_graphics_engine_active_ratio",
+        Gauge,
+        "ratio",
+        "Share of the last sampling interval during which the graphics/compute engine was active (GPM). Like utilization this says busy, not saturated.",
+        [dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "ratio")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.graphics_engine_active))
+    ),
+    device!(
+        "nvidia_gpu_sm_active_ratio",
+        Gauge,
+        "ratio",
+        "Share of SMs with at least one warp resident, averaged over the last sampling interval (GPM): how much of the GPU the work spreads over. High utilization with low SM activity means busy but far from saturated.",
+        [dcgm("DCGM_FI_PROF_SM_ACTIVE", "ratio")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_active))
+    ),
+    device!(
+        "nvidia_gpu_sm_occupancy_ratio",
+        Gauge,
+        "ratio",
+        "Resident warps as a share of the maximum the SMs can hold, averaged over the last sampling interval (GPM): how fully the SMs are loaded.",
+        [dcgm("DCGM_FI_PROF_SM_OCCUPANCY", "ratio")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_occupancy))
+    ),
+    device!(
+        "nvidia_gpu_tensor_active_ratio",
+        Gauge,
+        "ratio",
+        "Share of the last sampling interval during which any tensor-core pipe was active (GPM): high for dense matrix work, low when the GPU is busy with little math.",
+        [dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "ratio")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.tensor_active))
+    ),
+    device!(
+        "nvidia_gpu_dram_active_ratio",
+        Gauge,
+        "ratio",
+        "Share of the last sampling interval during which the device memory interface was busy (GPM); near 1 means memory-bandwidth bound.",
+        [dcgm("DCGM_FI_PROF_DRAM_ACTIVE", "ratio")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.dram_active))
+    ),
+    MetricDef {
+        name: "nvidia_gpu_pipe_active_ratio",
+        help: "Share of the last sampling interval during which each SM pipe was active (GPM): non-tensor FP64, FP32, FP16 and integer math, and the DFMA, HMMA and IMMA tensor pipes.",
+        kind: MetricKind::Gauge,
+        unit: "ratio",
+        labels: &["pipe"],
+        closed_labels: &[("pipe", || values_of(GpmPipe::ALL, GpmPipe::label))],
+        dcgm: &[
+            dcgm_for("fp64", "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "ratio"),
+            dcgm_for("fp32", "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "ratio"),
+            dcgm_for("fp16", "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "ratio"),
+        ],
+        source: Source::Device(|_, d, out| {
+            for (p, v) in sorted(gpm(d).map_or(&[][..], |g| &g.pipes)) {
+                out.labelled(&[GpmPipe::label(p)], v);
+            }
+        }),
+    },
+    device!(
+        "nvidia_gpu_pcie_gpm_transmit_bytes_per_second",
+        Gauge,
+        "bytes_per_second",
+        "PCIe transmit rate (GPU to host) averaged over the whole last sampling interval (GPM).",
+        [dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_transmit_bytes_per_second))
+    ),
+    device!(
+        "nvidia_gpu_pcie_gpm_receive_bytes_per_second",
+        Gauge,
+        "bytes_per_second",
+        "PCIe receive rate (host to GPU) averaged over the whole last sampling interval (GPM).",
+        [dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_receive_bytes_per_second))
+    ),
+    device!(
+        "nvidia_gpu_nvlink_gpm_transmit_bytes_per_second",
+        Gauge,
+        "bytes_per_second",
+        "NVLink transmit rate over all links, averaged over the last sampling interval (GPM).",
+        [dcgm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.nvlink_transmit_bytes_per_second))
+    ),
+    device!(
+        "nvidia_gpu_nvlink_gpm_receive_bytes_per_second",
+        Gauge,
+        "bytes_per_second",
+        "NVLink receive rate over all links, averaged over the last sampling interval (GPM).",
+        [dcgm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s")],
+        |_, d, out| out.opt(gpm(d).and_then(|g| g.nvlink_receive_bytes_per_second))
+    ),
+    MetricDef {
+        name: "nvidia_gpu_media_engine_active_ratio",
+        help: "Share of the last sampling interval during which each video decoder (NVDEC), JPEG decoder (NVJPG) and optical-flow engine (NVOFA) was busy (GPM).",
+        kind: MetricKind::Gauge,
+        unit: "ratio",
+        labels: &["engine"],
+        closed_labels: &[("engine", || values_of(MediaEngine::ALL, MediaEngine::label))],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for (e, v) in sorted(gpm(d).map_or(&[][..], |g| &g.media_engines)) {
+                out.labelled(&[MediaEngine::label(e)], v);
+            }
+        }),
+    },
     // --- Memory ---------------------------------------------------------------------------
     device!(
         "nvidia_gpu_memory_total_bytes",
@@ -796,6 +911,11 @@ fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> Vec<(K, V)> {
     v.sort_by_key(|(k, _)| *k);
     v.dedup_by_key(|(k, _)| *k);
     v
+}
+
+/// The device's GPM averages, when the last tick closed a GPM window.
+fn gpm(d: &DeviceSample) -> Option<&GpmMetrics> {
+    d.gpm.as_ref()
 }
 
 /// The device's NVLink links by link number, duplicates dropped (see [`sorted`]).

@@ -25,6 +25,14 @@ pub fn render_markdown() -> String {
         code_list(IDENTITY_LABELS)
     );
     table(&mut md, CATALOG.iter().filter(|d| d.source.is_per_device()));
+    md.push_str(
+        "\nThe saturation metrics (from `nvidia_gpu_graphics_engine_active_ratio` to \
+         `nvidia_gpu_media_engine_active_ratio`) come from NVML GPM (Hopper and newer). Each is \
+         the average between the GPU's GPM samples of two consecutive sampling ticks, so they \
+         appear from the second tick on (never with `--once`, which samples once), and restart \
+         after NVML re-initialises or the GPU misses a tick or is lost. On a GPU without GPM \
+         they are absent and `nvidia_gpu_gpm_supported` is 0.\n",
+    );
 
     md.push_str("\n## Exporter self-metrics\n\n");
     table(
