@@ -768,4 +768,91 @@ mod tests {
         sampler.shutdown();
         assert!(t.elapsed() < SHUTDOWN_BOUND, "{:?}", t.elapsed());
     }
+
+    /// Whether the simulated driver in use has the GPM entry points (the foundation's does not).
+    fn sim_has_gpm(opts: &SamplerOptions) -> bool {
+        let nvml = discovery::init(&opts.nvml_lib).expect("simulated NVML initialises");
+        crate::nvml::gpm::library_has_gpm(&nvml)
+    }
+
+    /// No failed GPM call was counted.
+    fn no_gpm_errors(s: &Snapshot) -> bool {
+        s.nvml_errors.keys().all(|(f, _)| !f.starts_with("nvmlGpm"))
+    }
+
+    #[test]
+    fn one_tick_knows_gpm_support_but_has_no_gpm_window() {
+        let opts = sim_options();
+        let expected = sim_has_gpm(&opts);
+        let s = sample_once(&opts);
+        assert!(s.nvml_up, "{:?}", s.nvml_error);
+        for d in &s.devices {
+            // Every GPU of the default scenario is an H100: GPM is there exactly when the
+            // library has it, and a library without it must not crash or count errors.
+            assert_eq!(d.gpm_supported, Some(expected), "gpu {}", d.index);
+            assert_eq!(d.gpm, None, "gpu {}: one sample closes no window", d.index);
+        }
+        assert!(no_gpm_errors(&s), "{:?}", s.nvml_errors);
+    }
+
+    #[test]
+    fn gpm_averages_arrive_from_the_second_tick_and_tell_busy_from_saturated() {
+        let opts = sim_options();
+        let has_gpm = sim_has_gpm(&opts);
+        let (tx, rx) = mpsc::channel();
+        let tx = Mutex::new(tx);
+        let sampler = Sampler::start(opts, move |s| {
+            let _ = tx.lock().unwrap().send(s);
+        })
+        .unwrap();
+        let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(first.nvml_up, "{:?}", first.nvml_error);
+        assert!(first.devices.iter().all(|d| d.gpm.is_none()), "first tick");
+        // Later ticks: every fresh device closes a window (a device that missed its deadline on
+        // a loaded machine starts over, so allow a few ticks for all eight).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let later = loop {
+            let s = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+            let windows = s.devices.iter().filter(|d| d.gpm.is_some()).count();
+            if !has_gpm || windows == s.devices.len() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no GPM window closed on every GPU"
+            );
+        };
+        sampler.shutdown();
+        assert!(no_gpm_errors(&later), "{:?}", later.nvml_errors);
+        if !has_gpm {
+            assert!(later.devices.iter().all(|d| d.gpm_supported == Some(false)));
+            assert!(later.devices.iter().all(|d| d.gpm.is_none()));
+            return;
+        }
+        let g = |i: usize| later.devices[i].gpm.clone().unwrap();
+        for d in &later.devices {
+            let m = d.gpm.as_ref().unwrap();
+            for r in [m.sm_active, m.sm_occupancy, m.tensor_active, m.dram_active] {
+                assert!(
+                    r.is_some_and(|r| (0.0..=1.0).contains(&r)),
+                    "gpu {}: {m:?}",
+                    d.index
+                );
+            }
+            assert!(m.pcie_transmit_bytes_per_second.is_some_and(|b| b >= 0.0));
+        }
+        // GPU 1: busy (utilization ~1) but not saturated (SM activity and occupancy low).
+        let gpu1 = &later.devices[1];
+        assert!(gpu1.utilization.is_some_and(|u| u >= 0.9), "{gpu1:?}");
+        assert!(g(1).sm_active.unwrap() < 0.3, "{:?}", g(1));
+        assert!(g(1).sm_occupancy.unwrap() < 0.2, "{:?}", g(1));
+        // GPUs 2 and 3 train: saturated SMs and busy tensor cores.
+        for i in [2, 3] {
+            assert!(g(i).sm_active.unwrap() > 0.7, "gpu {i}: {:?}", g(i));
+            assert!(g(i).tensor_active.unwrap() > 0.4, "gpu {i}: {:?}", g(i));
+        }
+        // GPU 4 is memory-bound; GPU 7 holds memory but does nothing.
+        assert!(g(4).dram_active.unwrap() > 0.7, "{:?}", g(4));
+        assert!(g(7).sm_active.unwrap() < 0.05, "{:?}", g(7));
+    }
 }

@@ -179,7 +179,7 @@ impl<'nvml> GpmState<'nvml> {
 /// Whether the loaded library has every GPM entry point. nvml-wrapper frees a `GpmSample` on
 /// drop by calling `nvmlGpmSampleFree` without checking that the symbol exists, so no sample may
 /// be created unless the whole set is there (drivers before R520 have none of it).
-fn library_has_gpm(nvml: &Nvml) -> bool {
+pub fn library_has_gpm(nvml: &Nvml) -> bool {
     let lib = nvml.lib();
     lib.nvmlGpmQueryDeviceSupport.is_ok()
         && lib.nvmlGpmSampleAlloc.is_ok()
