@@ -28,16 +28,27 @@ use crate::sample::{GpmMetrics, GpmPipe, MediaEngine};
 /// Where one GPM metric goes in [`GpmMetrics`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
+    /// `graphics_engine_active`.
     GraphicsEngine,
+    /// `sm_active`.
     SmActive,
+    /// `sm_occupancy`.
     SmOccupancy,
+    /// `tensor_active`.
     Tensor,
+    /// `dram_active`.
     Dram,
+    /// One entry of `pipes`.
     Pipe(GpmPipe),
+    /// `pcie_transmit_bytes_per_second`.
     PcieTransmit,
+    /// `pcie_receive_bytes_per_second`.
     PcieReceive,
+    /// `nvlink_transmit_bytes_per_second`.
     NvLinkTransmit,
+    /// `nvlink_receive_bytes_per_second`.
     NvLinkReceive,
+    /// One entry of `media_engines`.
     Media(MediaEngine),
 }
 
