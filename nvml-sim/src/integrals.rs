@@ -184,4 +184,25 @@ mod tests {
         let expected = 1000.0 * (16.0 + 0.5 * (72.0 - 16.0));
         assert!((e - expected).abs() / expected < 1e-3, "{e} vs {expected}");
     }
+
+    #[test]
+    fn activity_counters_average_to_the_pattern_mean() {
+        use crate::activity::Activity;
+        let gpu = Scenario::parse(
+            "[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"GPU-1\"\npci_bus_id = \"01:00.0\"\n\
+             serial = \"1\"\nload = { utilization = 1.0, \
+             sm_active = { shape = \"square\", low = 0.2, high = 0.6, period = 10 } }",
+        )
+        .unwrap()
+        .gpus
+        .remove(0);
+        let cache = Integrals::default();
+        let sm = |t: f64| cache.activity_at(&gpu, t)[Activity::Sm as usize];
+        // Inside the high half of a period the window average is the high value exactly…
+        assert!(((sm(21.0) - sm(20.5)) / 0.5 - 0.6).abs() < 1e-12);
+        // …and over whole periods it is the mean of the two levels.
+        assert!(((sm(130.0) - sm(30.0)) / 100.0 - 0.4).abs() < 1e-12);
+        let graphics = cache.activity_at(&gpu, 50.0)[Activity::Graphics as usize];
+        assert!((graphics - 50.0).abs() < 1e-9, "{graphics}");
+    }
 }

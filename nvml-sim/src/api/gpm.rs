@@ -15,13 +15,13 @@ use crate::state;
 use nvml_wrapper_sys::bindings::{
     self as b, nvmlGpmMetric_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpmSupport_t,
 };
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::os::raw::{c_char, c_uint};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Live samples by handle: `None` until `nvmlGpmSampleGet` fills one.
-static SAMPLES: Mutex<Option<HashMap<usize, Option<Snapshot>>>> = Mutex::new(None);
+static SAMPLES: Mutex<BTreeMap<usize, Option<Snapshot>>> = Mutex::new(BTreeMap::new());
 /// The next handle id. Ids are never reused, so a stale handle cannot alias a new sample.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 /// Per-GPU GPM streaming state (`nvmlGpmSetStreamingEnabled`); off until enabled.
@@ -33,9 +33,8 @@ const HANDLE_STRIDE: usize = 16;
 /// Most metrics one `nvmlGpmMetricsGet` may ask for: the length of `nvmlGpmMetricsGet_t.metrics`.
 const MAX_METRICS: usize = b::nvmlGpmMetricId_t_NVML_GPM_METRIC_MAX as usize;
 
-fn with_samples<T>(f: impl FnOnce(&mut HashMap<usize, Option<Snapshot>>) -> T) -> T {
-    let mut guard = SAMPLES.lock().unwrap_or_else(|e| e.into_inner());
-    f(guard.get_or_insert_with(HashMap::new))
+fn with_samples<T>(f: impl FnOnce(&mut BTreeMap<usize, Option<Snapshot>>) -> T) -> T {
+    f(&mut SAMPLES.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 fn id_of(sample: nvmlGpmSample_t) -> usize {
