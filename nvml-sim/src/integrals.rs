@@ -1,10 +1,11 @@
 //! Counters that integrate a gauge over time: energy (∫ power), violation time (∫ reason active),
-//! NVLink bytes (∫ rate).
+//! NVLink bytes (∫ rate), and the GPM activity counters (∫ SM activity, pipe activity, …).
 //!
 //! The integral is a fixed midpoint sum on a 0.25 s grid, so it is a pure function of t, exactly
 //! reproducible, and monotonic (every integrand is ≥ 0). Partial sums are cached every 64 s so a
 //! call at a late t costs at most 256 evaluations after the first.
 
+use crate::activity;
 use crate::physics::{
     REASON_GPU_IDLE, REASON_HW_THERMAL, REASON_SW_POWER_CAP, REASON_SW_THERMAL, Sample,
 };
@@ -55,28 +56,36 @@ fn integrand(gpu: &GpuSpec, t: f64) -> [f64; N] {
     ]
 }
 
-fn add(acc: &mut [f64; N], f: [f64; N], dt: f64) {
+fn add<const M: usize>(acc: &mut [f64; M], f: [f64; M], dt: f64) {
     for (a, v) in acc.iter_mut().zip(f) {
         *a += v * dt;
     }
 }
 
-/// The integral cache of one GPU.
-#[derive(Debug, Default)]
-pub struct Integrals {
-    checkpoints: Mutex<Vec<[f64; N]>>,
+/// A checkpointed midpoint-sum integral of `M` gauges of one GPU.
+#[derive(Debug)]
+struct Cache<const M: usize> {
+    checkpoints: Mutex<Vec<[f64; M]>>,
 }
 
-impl Integrals {
-    /// The totals of `gpu` from 0 to `t`.
-    pub fn at(&self, gpu: &GpuSpec, t: f64) -> Totals {
+impl<const M: usize> Default for Cache<M> {
+    fn default() -> Self {
+        Cache {
+            checkpoints: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<const M: usize> Cache<M> {
+    /// ∫₀ᵗ `integrand`, on the fixed grid (so the result depends on t only, not on call order).
+    fn at(&self, gpu: &GpuSpec, t: f64, integrand: fn(&GpuSpec, f64) -> [f64; M]) -> [f64; M] {
         let t = if t.is_finite() { t.max(0.0) } else { 0.0 };
         let steps = (t / STEP).floor() as usize;
         let k = steps / CHECKPOINT_STEPS;
         let mut acc = {
             let mut cps = self.checkpoints.lock().unwrap_or_else(|e| e.into_inner());
             if cps.is_empty() {
-                cps.push([0.0; N]);
+                cps.push([0.0; M]);
             }
             while cps.len() <= k {
                 let i = cps.len() - 1;
@@ -96,6 +105,21 @@ impl Integrals {
             integrand(gpu, (steps as f64 + 0.5) * STEP),
             t - steps as f64 * STEP,
         );
+        acc
+    }
+}
+
+/// The integral caches of one GPU.
+#[derive(Debug, Default)]
+pub struct Integrals {
+    counters: Cache<N>,
+    activity: Cache<{ activity::COUNT }>,
+}
+
+impl Integrals {
+    /// The totals of `gpu` from 0 to `t`.
+    pub fn at(&self, gpu: &GpuSpec, t: f64) -> Totals {
+        let acc = self.counters.at(gpu, t, integrand);
         Totals {
             energy_j: acc[0],
             power_s: acc[1],
@@ -106,6 +130,12 @@ impl Integrals {
             nvlink_tx_bytes: acc[6],
             nvlink_rx_bytes: acc[7],
         }
+    }
+
+    /// The GPM activity counters of `gpu` at `t`: ∫₀ᵗ of each gauge of
+    /// [`activity::gauges`], indexed by [`activity::Activity`] (ratio·s, or bytes for PCIe).
+    pub fn activity_at(&self, gpu: &GpuSpec, t: f64) -> [f64; activity::COUNT] {
+        self.activity.at(gpu, t, activity::gauges)
     }
 }
 
@@ -153,5 +183,26 @@ mod tests {
         let e = Integrals::default().at(&gpu, 1000.0).energy_j;
         let expected = 1000.0 * (16.0 + 0.5 * (72.0 - 16.0));
         assert!((e - expected).abs() / expected < 1e-3, "{e} vs {expected}");
+    }
+
+    #[test]
+    fn activity_counters_average_to_the_pattern_mean() {
+        use crate::activity::Activity;
+        let gpu = Scenario::parse(
+            "[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"GPU-1\"\npci_bus_id = \"01:00.0\"\n\
+             serial = \"1\"\nload = { utilization = 1.0, \
+             sm_active = { shape = \"square\", low = 0.2, high = 0.6, period = 10 } }",
+        )
+        .unwrap()
+        .gpus
+        .remove(0);
+        let cache = Integrals::default();
+        let sm = |t: f64| cache.activity_at(&gpu, t)[Activity::Sm as usize];
+        // Inside the high half of a period the window average is the high value exactly…
+        assert!(((sm(21.0) - sm(20.5)) / 0.5 - 0.6).abs() < 1e-12);
+        // …and over whole periods it is the mean of the two levels.
+        assert!(((sm(130.0) - sm(30.0)) / 100.0 - 0.4).abs() < 1e-12);
+        let graphics = cache.activity_at(&gpu, 50.0)[Activity::Graphics as usize];
+        assert!((graphics - 50.0).abs() < 1e-9, "{graphics}");
     }
 }

@@ -5,12 +5,14 @@
 //! time, XID events and injected faults. Any NVML client (nvml-wrapper, pynvml, gpustat) can load
 //! it in place of the driver's library. See README.md for the scenario schema and environment.
 
+pub mod activity;
 pub mod api;
 pub mod device;
 pub mod errors;
 pub mod events;
 pub mod faults;
 mod ffi;
+pub mod gpm;
 pub mod integrals;
 pub mod pattern;
 pub mod physics;

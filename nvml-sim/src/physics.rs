@@ -7,6 +7,7 @@
 //! threshold: HW thermal slowdown) → further clock reduction.
 
 use crate::device::MIB;
+use crate::pattern::Pattern;
 use crate::scenario::GpuSpec;
 
 /// `nvmlClocksEventReasonGpuIdle`.
@@ -76,12 +77,19 @@ pub struct Sample {
     pub nvlink_rx: f64,
 }
 
-fn ratio(x: f64) -> f64 {
+/// Clamps a load ratio to 0..1 (NaN: 0).
+pub(crate) fn ratio(x: f64) -> f64 {
     if x.is_nan() { 0.0 } else { x.clamp(0.0, 1.0) }
 }
 
 fn non_negative(x: f64) -> f64 {
     if x.is_nan() { 0.0 } else { x.max(0.0) }
+}
+
+/// A PCIe rate pattern (MB/s) at `t`, in bytes/s. Shared by the instantaneous throughput query
+/// and the GPM counters so that both views of the link agree.
+pub(crate) fn pcie_bytes_per_s(rate_mb_s: &Pattern, t: f64) -> f64 {
+    non_negative(rate_mb_s.at(t)) * 1e6
 }
 
 impl Sample {
@@ -183,8 +191,8 @@ impl Sample {
             pstate,
             reasons,
             fan_percent,
-            pcie_tx: non_negative(load.pcie_tx_mb_s.at(t)) * 1e6,
-            pcie_rx: non_negative(load.pcie_rx_mb_s.at(t)) * 1e6,
+            pcie_tx: pcie_bytes_per_s(&load.pcie_tx_mb_s, t),
+            pcie_rx: pcie_bytes_per_s(&load.pcie_rx_mb_s, t),
             nvlink_tx: link_rate(load.nvlink_tx_gb_s.at(t)),
             nvlink_rx: link_rate(load.nvlink_rx_gb_s.at(t)),
         }

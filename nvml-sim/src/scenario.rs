@@ -120,6 +120,9 @@ pub struct GpuSpec {
     /// Retired pages (before Ampere only).
     #[serde(default)]
     pub retired_pages: RetiredSpec,
+    /// Media engine instances, as GPM reports them per engine.
+    #[serde(default)]
+    pub media: MediaSpec,
     /// Load over time.
     #[serde(default)]
     pub load: Load,
@@ -305,10 +308,24 @@ pub struct RetiredSpec {
     pub double_bit: Vec<u64>,
 }
 
+/// Media engine counts (NVDEC, NVJPG, NVOFA instances). GPM answers NOT_SUPPORTED for the
+/// per-engine metrics of instances the board does not have.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MediaSpec {
+    /// Video decoders.
+    pub nvdec: u32,
+    /// JPEG decoders.
+    pub nvjpg: u32,
+    /// Optical flow accelerators.
+    pub nvofa: u32,
+}
+
 /// Load over time. Ratios are 0..1; rates are MB/s or GB/s (10^6 / 10^9 bytes per second).
 ///
-/// Each input is an independent pattern so later inputs (e.g. SM activity, occupancy, tensor and
-/// DRAM activity for GPM) can be added without touching the others.
+/// Each input is an independent pattern: "utilization" (a kernel ran) says nothing about how
+/// much of the GPU the kernels used, so the GPM activity inputs are set separately; the optional
+/// ones default to a value derived from another input (see each field).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Load {
@@ -333,6 +350,36 @@ pub struct Load {
     pub nvlink_tx_gb_s: Pattern,
     /// NVLink receive over all active links, GB/s.
     pub nvlink_rx_gb_s: Pattern,
+    /// Graphics/compute engine active ratio (GPM GRAPHICS_UTIL). Default: `utilization`, since
+    /// both measure the share of time any work was running.
+    pub graphics_active: Option<Pattern>,
+    /// Average share of SMs with a resident warp (GPM SM_UTIL). Default: `utilization`.
+    pub sm_active: Option<Pattern>,
+    /// Resident warps over the maximum (GPM SM_OCCUPANCY). Default: half of `sm_active`.
+    pub sm_occupancy: Option<Pattern>,
+    /// Share of cycles any tensor pipe was active (GPM ANY_TENSOR_UTIL). Default: 0.
+    pub tensor_active: Pattern,
+    /// DRAM interface busy ratio (GPM DRAM_BW_UTIL). Default: `memory_utilization`.
+    pub dram_active: Option<Pattern>,
+    /// FP64 pipe (non-tensor) active ratio. Default: 0.
+    pub fp64_active: Pattern,
+    /// FP32 pipe (non-tensor) active ratio. Default: a quarter of `sm_active`.
+    pub fp32_active: Option<Pattern>,
+    /// FP16 pipe (non-tensor) active ratio. Default: 0.
+    pub fp16_active: Pattern,
+    /// Integer pipe active ratio. Default: 0.15 × `sm_active`.
+    pub integer_active: Option<Pattern>,
+    /// DFMA (FP64) tensor pipe active ratio. Default: 0.
+    pub dfma_tensor_active: Pattern,
+    /// HMMA (FP16/BF16/TF32) tensor pipe active ratio. Default: `tensor_active` (training and
+    /// inference tensor work is almost all HMMA).
+    pub hmma_tensor_active: Option<Pattern>,
+    /// IMMA (integer) tensor pipe active ratio. Default: 0.
+    pub imma_tensor_active: Pattern,
+    /// Each NVJPG engine's utilization ratio. Default: 0.
+    pub nvjpg: Pattern,
+    /// Each NVOFA engine's utilization ratio. Default: 0.
+    pub nvofa: Pattern,
 }
 
 /// A process with a context on the GPU.
@@ -600,6 +647,20 @@ impl GpuSpec {
             ("pcie_rx_mb_s", Some(&l.pcie_rx_mb_s)),
             ("nvlink_tx_gb_s", Some(&l.nvlink_tx_gb_s)),
             ("nvlink_rx_gb_s", Some(&l.nvlink_rx_gb_s)),
+            ("graphics_active", l.graphics_active.as_ref()),
+            ("sm_active", l.sm_active.as_ref()),
+            ("sm_occupancy", l.sm_occupancy.as_ref()),
+            ("tensor_active", Some(&l.tensor_active)),
+            ("dram_active", l.dram_active.as_ref()),
+            ("fp64_active", Some(&l.fp64_active)),
+            ("fp32_active", l.fp32_active.as_ref()),
+            ("fp16_active", Some(&l.fp16_active)),
+            ("integer_active", l.integer_active.as_ref()),
+            ("dfma_tensor_active", Some(&l.dfma_tensor_active)),
+            ("hmma_tensor_active", l.hmma_tensor_active.as_ref()),
+            ("imma_tensor_active", Some(&l.imma_tensor_active)),
+            ("nvjpg", Some(&l.nvjpg)),
+            ("nvofa", Some(&l.nvofa)),
         ];
         for (name, p) in patterns {
             if let Some(p) = p {

@@ -76,7 +76,8 @@ fn values_at_t60_follow_the_scenario() {
     let capped_hot = ThrottleReasons::SW_POWER_CAP | ThrottleReasons::SW_THERMAL_SLOWDOWN;
     let expected = [
         (0, 72.0, 34, idle),
-        (30, 260.4, 44, none),
+        // The trap: ~100 % utilization at a third of the power (GPM shows 15 % SM activity).
+        (99, 260.4, 44, none),
         (100, 656.04, 66, none),
         (100, 656.04, 66, none),
         (100, 417.4, 53, none),

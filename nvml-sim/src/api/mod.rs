@@ -2,6 +2,7 @@
 
 pub mod events;
 pub mod fields;
+pub mod gpm;
 pub mod identity;
 pub mod metrics;
 pub mod processes;
