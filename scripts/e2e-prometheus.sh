@@ -11,6 +11,7 @@
 # (Debian package `prometheus`; installed when missing and run as root) and Python's PyYAML
 # (installed with pip when missing). Set PROMETHEUS / PROMTOOL to use other binaries.
 set -euo pipefail
+bin=${1:+$(realpath "$1")}
 cd "$(dirname "$0")/.."
 root=$(pwd)
 rules_dir=$root/deploy/prometheus
@@ -30,7 +31,6 @@ if ! python3 -c 'import yaml' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check pyyaml
 fi
 
-bin=${1:-}
 if [ -z "$bin" ]; then
   target_dir=$(cargo metadata --format-version 1 --no-deps |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
