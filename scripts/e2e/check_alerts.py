@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Queries a live Prometheus that scrapes the demo exporter (default scenario, h100x8) and checks
+that each alert of alerts.yaml selects exactly the GPUs the scenario says it should.
+
+Run by scripts/e2e-prometheus.sh, which starts the exporter and Prometheus. Each alert's `expr` is
+read from the rules file and evaluated as an instant query, without its `for`: the question is
+which GPUs the condition selects now, not whether it has held for 30 minutes.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+import urllib.parse
+import urllib.request
+
+import yaml
+
+# What the default scenario (nvml-sim/scenarios/h100x8.toml) implies for each alert, as the set of
+# `gpu` labels the expression returns. The run starts the simulated clock at 25 s so that GPU 6's
+# XID 79 (t = 30 s) arrives during the run.
+EXPECTED = {
+    # GPU 1: utilization ~1 with SM activity ~0.15 (busy, not saturated).
+    "NvidiaGpuLowSaturation": {"1"},
+    # GPU 7: a process holds 20 GiB, SM activity 0. GPU 0 is idle too but holds no memory.
+    "NvidiaGpuIdleWhileAllocated": {"7"},
+    "NvidiaGpuXidError": {"6"},
+    "NvidiaGpuLost": set(),
+    # GPU 5: hot, SW thermal slowdown active.
+    "NvidiaGpuThermalThrottling": {"5"},
+    "NvidiaGpuUncorrectableEccErrors": set(),
+    "NvidiaGpuRowRemapFailure": set(),
+    "NvmlExporterDown": set(),
+    "NvmlExporterStale": set(),
+}
+
+# Fleet recording rules over the eight GPUs: all up, GPUs 1-7 hold memory (allocated), GPU 7 idle.
+EXPECTED_FLEET = {
+    "cluster:nvidia_gpu_up:sum": 8,
+    "cluster:nvidia_gpu_lost:sum": 0,
+    "cluster:nvidia_gpu_allocated:sum": 7,
+    "cluster:nvidia_gpu_allocated_idle:sum": 1,
+}
+
+
+class Prometheus:
+    """The few HTTP API calls the check needs."""
+
+    def __init__(self, base):
+        self.base = base.rstrip("/")
+
+    def get(self, path, **params):
+        url = self.base + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read()
+
+    def query(self, expr):
+        """Instant query; returns the result vector (list of {metric, value})."""
+        _, body = self.get("/api/v1/query", query=expr)
+        answer = json.loads(body)
+        if answer.get("status") != "success":
+            raise RuntimeError(f"query failed: {answer}")
+        if answer["data"]["resultType"] != "vector":
+            raise RuntimeError(f"expected a vector from {expr!r}: {answer['data']}")
+        return answer["data"]["result"]
+
+    def ready(self):
+        try:
+            status, _ = self.get("/-/ready")
+            return status == 200
+        except OSError:
+            return False
+
+
+def wait_for(what, predicate, timeout):
+    """Polls predicate() every 0.5 s until it is true; fails the run after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    sys.exit(f"FAIL: timed out after {timeout} s waiting for {what}")
+
+
+def alerts(rules_path):
+    """(name, expr) of every alerting rule in the rules file, in file order."""
+    with open(rules_path) as f:
+        doc = yaml.safe_load(f)
+    return [
+        (rule["alert"], rule["expr"])
+        for group in doc["groups"]
+        for rule in group["rules"]
+        if "alert" in rule
+    ]
+
+
+def gpu_set(result):
+    """The `gpu` labels of a query result; a series without one counts as "<no gpu>"."""
+    return {series["metric"].get("gpu", "<no gpu>") for series in result}
+
+
+def show(gpus):
+    return "{" + ", ".join(sorted(gpus)) + "}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--prometheus", required=True, help="base URL, e.g. http://127.0.0.1:9090")
+    parser.add_argument("--rules", required=True, help="path to alerts.yaml")
+    parser.add_argument("--job", required=True, help="the exporter's scrape job name")
+    parser.add_argument("--exporter-pid", type=int, required=True,
+                        help="stopped at the end to check that NvmlExporterDown selects the target")
+    parser.add_argument("--data-seconds", type=int, default=20,
+                        help="scrapes (at 1 s) to collect before querying")
+    args = parser.parse_args()
+
+    prom = Prometheus(args.prometheus)
+    wait_for("Prometheus to be ready", prom.ready, 60)
+
+    samples = f'count_over_time(nvml_exporter_gpus{{job="{args.job}"}}[5m])'
+
+    def enough_data():
+        result = prom.query(samples)
+        return bool(result) and float(result[0]["value"][1]) >= args.data_seconds
+
+    wait_for(f"{args.data_seconds} s of scraped data", enough_data, args.data_seconds + 60)
+
+    failures = 0
+
+    def check(name, ok, detail):
+        nonlocal failures
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+        failures += 0 if ok else 1
+
+    # Every rule evaluates without error (a join that matched many-to-many would show up here).
+    _, body = prom.get("/api/v1/rules")
+    broken = [
+        f"{rule['name']}: {rule.get('lastError')}"
+        for group in json.loads(body)["data"]["groups"]
+        for rule in group["rules"]
+        if rule.get("health") != "ok"
+    ]
+    check("rule health", not broken, "; ".join(broken) or "every rule evaluated without error")
+
+    names = []
+    for name, expr in alerts(args.rules):
+        names.append(name)
+        if name not in EXPECTED:
+            check(name, False, "no expectation for this alert in check_alerts.py")
+            continue
+        got = gpu_set(prom.query(expr))
+        want = EXPECTED[name]
+        check(name, got == want, f"GPUs {show(got)}, expected {show(want)}")
+    for name in sorted(set(EXPECTED) - set(names)):
+        check(name, False, "expected alert is missing from the rules file")
+
+    for record, want in EXPECTED_FLEET.items():
+        result = prom.query(record)
+        got = [float(series["value"][1]) for series in result]
+        check(record, got == [want], f"{got}, expected [{want}]")
+
+    # The exporter goes away: NvmlExporterDown's condition must now select its target.
+    os.kill(args.exporter_pid, signal.SIGTERM)
+    down = f'up{{job="{args.job}"}} == 0'
+    wait_for("Prometheus to see the exporter down", lambda: bool(prom.query(down)), 30)
+    expr = dict(alerts(args.rules))["NvmlExporterDown"]
+    result = prom.query(expr)
+    jobs = [series["metric"].get("job") for series in result]
+    check("NvmlExporterDown (exporter stopped)", jobs == [args.job],
+          f"jobs selected {jobs}, expected [{args.job!r}]")
+
+    print(f"e2e-prometheus: {'FAILED, ' + str(failures) + ' failing' if failures else 'all passed'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
