@@ -3,7 +3,8 @@
 #   1. Rust unit and integration tests (the real binary against the simulated driver, golden file);
 #   2. promtool's lint of the exporter's /metrics for every shipped scenario;
 #   3. third-party NVML clients (gpustat, pynvml) against the simulator;
-#   4. every NVML symbol the simulator exports is one the real driver library exports.
+#   4. every NVML symbol the simulator exports is one the real driver library exports;
+#   5. the alert rules: promtool's unit tests, and a real Prometheus scraping the demo exporter.
 # Installs what is missing (Debian's prometheus for promtool, gpustat and nvidia-ml-py from PyPI, the
 # real driver library from Debian non-free, unpacked under target/) when run as root.
 set -euo pipefail
@@ -70,6 +71,7 @@ lint_scenarios() {
 check "promtool check metrics (every scenario)" lint_scenarios
 check "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
 check "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
+check "alert rules: promtool unit tests and a live Prometheus against the demo" scripts/e2e-prometheus.sh "$bin"
 
 echo "checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]
