@@ -710,10 +710,8 @@ mod tests {
     fn sim_options() -> SamplerOptions {
         let lib = std::env::var_os("NVML_SIM_LIB")
             .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let exe = std::env::current_exe().unwrap();
-                exe.parent().unwrap().join("libnvml_sim.so")
-            });
+            .or_else(nvml_sim::built_library)
+            .expect("libnvml_sim.so built next to the test executable");
         assert!(lib.exists(), "{} not built", lib.display());
         SamplerOptions {
             nvml_lib: lib,

@@ -20,3 +20,20 @@ pub mod scenario;
 pub mod state;
 
 pub use ffi::DeviceCall;
+
+/// The file name cargo gives this crate's cdylib.
+pub const LIBRARY_FILE_NAME: &str = "libnvml_sim.so";
+
+/// Where cargo put this library's cdylib for the running executable: in the same directory (a
+/// test binary in `target/<profile>/deps/`, where a dependency's cdylib lands) or one level up
+/// (`target/<profile>/`, where a built workspace member is copied). For tests of this crate and of
+/// its clients, which load it by path exactly as they would load the driver.
+pub fn built_library() -> Option<std::path::PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    [Some(dir), dir.parent()]
+        .into_iter()
+        .flatten()
+        .map(|d| d.join(LIBRARY_FILE_NAME))
+        .find(|p| p.exists())
+}

@@ -18,19 +18,9 @@ pub fn exporter_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_nvml-exporter"))
 }
 
-/// The simulated driver library. Cargo builds the `nvml-sim` dev-dependency's cdylib into
-/// `target/<profile>/deps/` (next to this test executable), and uplifts it to `target/<profile>/`
-/// when the workspace is built.
+/// The simulated driver library, built by cargo next to this test (nvml-sim is a dev-dependency).
 pub fn sim_lib() -> PathBuf {
-    let exe = std::env::current_exe().expect("test executable path");
-    let deps = exe.parent().expect("deps dir");
-    for dir in [deps, deps.parent().expect("profile dir")] {
-        let candidate = dir.join("libnvml_sim.so");
-        if candidate.exists() {
-            return candidate;
-        }
-    }
-    panic!("libnvml_sim.so not found next to {}", exe.display());
+    nvml_sim::built_library().expect("libnvml_sim.so built next to the test executable")
 }
 
 /// A shipped scenario file by name (without `.toml`).

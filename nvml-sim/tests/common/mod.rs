@@ -12,15 +12,7 @@ use std::sync::OnceLock;
 
 /// The cdylib cargo built next to this test binary.
 pub fn lib_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("deps dir");
-    for dir in [deps, deps.parent().expect("profile dir")] {
-        let candidate = dir.join("libnvml_sim.so");
-        if candidate.exists() {
-            return candidate;
-        }
-    }
-    panic!("libnvml_sim.so not found next to {}", exe.display());
+    nvml_sim::built_library().expect("libnvml_sim.so built next to the test executable")
 }
 
 /// Path of a shipped scenario.
