@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -43,6 +43,10 @@ pub struct Config {
     pub log_format: LogFormat,
     /// A `tracing` filter directive, e.g. `info` or `nvml_exporter=debug`.
     pub log_level: String,
+    /// The exporter-toolkit web configuration (TLS, basic auth); plain HTTP without it.
+    pub web_config: Option<PathBuf>,
+    /// `check-config`: validate everything, print "ok" and exit instead of serving.
+    pub check_config: bool,
 }
 
 /// Where the NVML library comes from.
@@ -89,6 +93,8 @@ impl Default for Config {
             once: false,
             log_format: LogFormat::Text,
             log_level: "info".to_string(),
+            web_config: None,
+            check_config: false,
         }
     }
 }
@@ -108,9 +114,22 @@ impl Default for Config {
         Durations are written like 1s, 500ms, 2m."
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// TOML file with any of the options below.
-    #[arg(long, env = "NVML_EXPORTER_CONFIG", value_name = "FILE")]
+    #[arg(long, env = "NVML_EXPORTER_CONFIG", value_name = "FILE", global = true)]
     config: Option<PathBuf>,
+
+    /// YAML file in the Prometheus exporter-toolkit web-config format: tls_server_config (TLS,
+    /// client certificates) and basic_auth_users (bcrypt). Without it: plain HTTP, no auth
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_WEB_CONFIG",
+        value_name = "FILE",
+        global = true
+    )]
+    web_config: Option<PathBuf>,
 
     /// Address to serve HTTP on; ":PORT" means all IPv4 interfaces [default: 0.0.0.0:9400]
     #[arg(long, env = "NVML_EXPORTER_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
@@ -153,6 +172,18 @@ struct Cli {
     log_level: Option<String>,
 }
 
+/// Subcommands; without one the exporter serves.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Validate the configuration (flags, environment, --config file and --web-config file)
+    /// without starting: prints "ok" (exit 0) or the error (exit 2)
+    CheckConfig {
+        /// TOML configuration file to check (the same as --config)
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+}
+
 /// The `--config` file. Unknown keys are errors: a misspelt option must not be silently ignored.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -166,6 +197,7 @@ struct FileConfig {
     once: Option<Spanned<bool>>,
     log_format: Option<Spanned<LogFormat>>,
     log_level: Option<Spanned<String>>,
+    web_config: Option<Spanned<PathBuf>>,
 }
 
 /// A duration written as text ("1s", "250ms") in the file.
@@ -260,7 +292,21 @@ where
     let matches = Cli::command()
         .try_get_matches_from(args)
         .map_err(ConfigError::Cli)?;
-    let cli = Cli::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
+    let mut cli = Cli::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
+    let check_config = match cli.command.take() {
+        Some(Command::CheckConfig { file }) => {
+            if let (Some(positional), Some(flag)) = (&file, &cli.config) {
+                return Err(ConfigError::Invalid(format!(
+                    "check-config {} and --config {} name two files; give one",
+                    positional.display(),
+                    flag.display()
+                )));
+            }
+            cli.config = file.or(cli.config.take());
+            true
+        }
+        None => false,
+    };
     let (file, file_path) = match &cli.config {
         Some(path) => (read_file(path)?, Some(path.clone())),
         None => (FileConfig::default(), None),
@@ -270,7 +316,9 @@ where
         file_path: file_path.as_deref(),
         file_text: file_text_cache(&file_path),
     };
-    merge(&cli, file, &src)
+    let mut config = merge(&cli, file, &src)?;
+    config.check_config = check_config;
+    Ok(config)
 }
 
 /// The file's text, re-read only to turn byte spans into line numbers for error messages.
@@ -427,6 +475,20 @@ fn merge(cli: &Cli, file: FileConfig, src: &Sources<'_>) -> Result<Config, Confi
         d.log_level,
     );
 
+    let (web_config, web_origin) = src.pick(
+        "web_config",
+        "NVML_EXPORTER_WEB_CONFIG",
+        cli.web_config.clone().map(Some),
+        file.web_config.map(|s| map_spanned(s, Some)),
+        None,
+    );
+    if web_config
+        .as_ref()
+        .is_some_and(|p| p.as_os_str().is_empty())
+    {
+        return Err(invalid("web-config", &web_origin, "the path is empty"));
+    }
+
     if interval < Duration::from_millis(100) {
         return Err(invalid(
             "interval",
@@ -493,6 +555,8 @@ fn merge(cli: &Cli, file: FileConfig, src: &Sources<'_>) -> Result<Config, Confi
         once,
         log_format,
         log_level,
+        web_config,
+        check_config: false,
     })
 }
 
@@ -632,6 +696,33 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.device_timeout, Duration::from_millis(500));
+    }
+
+    #[test]
+    fn web_config_from_flag_or_file() {
+        let c = load_args(&["--web-config", "/etc/web.yml"]).unwrap();
+        assert_eq!(c.web_config, Some(PathBuf::from("/etc/web.yml")));
+        let f = file("web_config = \"/etc/other.yml\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.web_config, Some(PathBuf::from("/etc/other.yml")));
+        assert!(!c.check_config);
+        let e = err(&["--web-config", ""]);
+        assert!(e.contains("--web-config"), "{e}");
+    }
+
+    #[test]
+    fn check_config_takes_the_file_as_argument_or_flag() {
+        let f = file("interval = \"2s\"\n");
+        let path = f.path().to_str().unwrap();
+        let c = load_args(&["check-config", path]).unwrap();
+        assert!(c.check_config);
+        assert_eq!(c.interval, Duration::from_secs(2));
+        let c = load_args(&["check-config", "--config", path, "--web-config", "w.yml"]).unwrap();
+        assert!(c.check_config);
+        assert_eq!(c.interval, Duration::from_secs(2));
+        assert_eq!(c.web_config, Some(PathBuf::from("w.yml")));
+        let e = err(&["check-config", path, "--config", path]);
+        assert!(e.contains("check-config") && e.contains("--config"), "{e}");
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod nvml;
 pub mod sample;
 pub mod sampler;
+pub mod web;
 
 use std::future::Future;
 use std::time::Duration;
@@ -33,9 +34,11 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
 /// Serves the exporter on `listener` until `shutdown` completes, then stops the sampler.
 ///
 /// The HTTP server answers from the first moment, before NVML is initialised (`/readyz` says why it
-/// is not ready); the sampler publishes a new encoded exposition after every tick.
+/// is not ready); the sampler publishes a new encoded exposition after every tick. `web` adds TLS
+/// and basic auth (see [`web`]); `WebSettings::default()` serves plain HTTP to anyone.
 pub async fn run(
     config: Config,
+    web: web::WebSettings,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -53,18 +56,14 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let mut graceful = stop_rx.clone();
-    let server = axum::serve(listener, http::router(state)).with_graceful_shutdown(async move {
-        let _ = graceful.wait_for(|stop| *stop).await;
-    });
-    let mut deadline = stop_rx;
-    tokio::select! {
-        result = server => result?,
-        _ = async {
-            let _ = deadline.wait_for(|stop| *stop).await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        } => tracing::warn!("connections still open {SHUTDOWN_GRACE:?} after shutdown; closing them"),
+    let mut app = http::router(state);
+    if let Some(auth) = web.auth {
+        app = app.layer(axum::middleware::from_fn_with_state(
+            auth,
+            web::auth::require,
+        ));
     }
+    web::serve::serve(listener, app, web.tls, stop_rx).await;
     tokio::task::spawn_blocking(move || sampler.shutdown()).await?;
     Ok(())
 }

@@ -1,10 +1,12 @@
 //! The `nvml-exporter` executable: configuration → logging → [`nvml_exporter::run`]. The only
-//! place that exits: status 2 for a bad flag, variable or file; 1 when it cannot serve.
+//! place that exits: status 2 for a bad flag, variable, config or web-config file; 1 when it
+//! cannot serve. `check-config` stops after validation.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use nvml_exporter::config::{self, Config, ConfigError, LogFormat};
+use nvml_exporter::web::WebSettings;
 
 fn main() -> ExitCode {
     let config = match config::load(std::env::args_os()) {
@@ -19,6 +21,19 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Certificates and hashes are checked here, before anything starts, so that a bad file is a
+    // configuration error (status 2) and not a server that fails on its first connection.
+    let web = match WebSettings::load(config.web_config.as_deref()) {
+        Ok(web) => web,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if config.check_config {
+        println!("ok");
+        return ExitCode::SUCCESS;
+    }
     init_tracing(&config);
 
     if config.once {
@@ -58,12 +73,16 @@ fn main() -> ExitCode {
             }
         };
         match listener.local_addr() {
-            Ok(address) => {
-                tracing::info!(%address, version = env!("CARGO_PKG_VERSION"), "listening")
-            }
+            Ok(address) => tracing::info!(
+                %address,
+                tls = web.tls.is_some(),
+                basic_auth = web.auth.is_some(),
+                version = env!("CARGO_PKG_VERSION"),
+                "listening"
+            ),
             Err(e) => tracing::warn!(error = %e, "listening on an unknown address"),
         }
-        match nvml_exporter::run(config, listener, shutdown_signal()).await {
+        match nvml_exporter::run(config, web, listener, shutdown_signal()).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS

@@ -26,6 +26,8 @@ fn help_documents_every_option() {
         "--once",
         "--log-format",
         "--log-level",
+        "--web-config",
+        "check-config",
         "NVML_EXPORTER_LISTEN",
         "9400",
     ] {
@@ -221,4 +223,54 @@ fn once_output_is_deterministic_with_a_pinned_clock() {
     let strip =
         |o: &std::process::Output| common::strip_volatile(&String::from_utf8_lossy(&o.stdout));
     assert_eq!(strip(&a), strip(&b));
+}
+
+#[test]
+fn check_config_validates_without_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "interval = \"2s\"\nstale_grace = \"10s\"\n").unwrap();
+    let web = dir.path().join("web.yml");
+    let hash = bcrypt::hash("pw", 4).unwrap();
+    std::fs::write(&web, format!("basic_auth_users:\n  prometheus: '{hash}'\n")).unwrap();
+
+    // The file as argument, the web-config by flag after the subcommand; no NVML is loaded.
+    let out = exporter_command(
+        &[],
+        &[
+            "check-config",
+            good.to_str().unwrap(),
+            "--web-config",
+            web.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "interval = \"2s\"\nintervall = \"3s\"\n").unwrap();
+    let out = exporter_command(&[], &["check-config", bad.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("line 2") && err.contains("intervall"), "{err}");
+    assert!(out.stdout.is_empty());
+
+    let bad_web = dir.path().join("bad.yml");
+    std::fs::write(&bad_web, "basic_auth_user:\n  a: b\n").unwrap();
+    let out = exporter_command(
+        &[("NVML_EXPORTER_WEB_CONFIG", bad_web.to_str().unwrap())],
+        &["check-config", good.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(
+        err.contains("bad.yml") && err.contains("line 1") && err.contains("basic_auth_user"),
+        "{err}"
+    );
 }

@@ -1,0 +1,251 @@
+//! The `--web-config` YAML file, in the subset of the Prometheus exporter-toolkit format that
+//! nvml-exporter implements: `tls_server_config` and `basic_auth_users`.
+//!
+//! Anything else (`http_server_config`, `cipher_suites`, a misspelt key) is refused rather than
+//! ignored: a setting that silently does nothing is worse for a security option than an error.
+//! Relative paths are taken from the file's own directory, as exporter-toolkit does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The file as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawFile {
+    tls_server_config: Option<RawTls>,
+    basic_auth_users: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    #[serde(default)]
+    client_auth_type: ClientAuth,
+    client_ca_file: Option<PathBuf>,
+    #[serde(default)]
+    min_version: TlsVersion,
+    max_version: Option<TlsVersion>,
+}
+
+/// Which client certificates the server asks for, with exporter-toolkit's (Go's) names.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+pub enum ClientAuth {
+    /// No client certificate is requested.
+    #[default]
+    NoClientCert,
+    /// A certificate is requested but neither required nor verified.
+    RequestClientCert,
+    /// A certificate is required but not verified against a CA.
+    RequireAnyClientCert,
+    /// A certificate is optional; one that is sent must be signed by `client_ca_file`.
+    VerifyClientCertIfGiven,
+    /// A certificate signed by `client_ca_file` is required (mTLS).
+    RequireAndVerifyClientCert,
+}
+
+/// A TLS protocol version. rustls implements only 1.2 and 1.3, so TLS10/TLS11 are refused.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+pub enum TlsVersion {
+    /// TLS 1.2 (the default minimum, as in exporter-toolkit).
+    #[default]
+    TLS12,
+    /// TLS 1.3.
+    TLS13,
+}
+
+/// `tls_server_config`, validated and with paths resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// Client certificate policy.
+    pub client_auth: ClientAuth,
+    /// PEM CA certificates that client certificates must chain to.
+    pub client_ca_file: Option<PathBuf>,
+    /// Lowest version offered.
+    pub min_version: TlsVersion,
+    /// Highest version offered.
+    pub max_version: TlsVersion,
+}
+
+/// The web-config file, validated.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WebConfigFile {
+    /// Serve HTTPS.
+    pub tls: Option<TlsSettings>,
+    /// User name → bcrypt hash.
+    pub basic_auth_users: Option<BTreeMap<String, String>>,
+}
+
+impl WebConfigFile {
+    /// Reads and validates `path`; the error names the file, and the line for YAML errors.
+    pub fn read(path: &Path) -> Result<WebConfigFile, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--web-config: cannot read {}: {e}", path.display()))?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        WebConfigFile::parse(&text, dir).map_err(|e| format!("--web-config {}{e}", path.display()))
+    }
+
+    /// Parses `text`, resolving relative paths against `dir`. Errors start with " line N: " or
+    /// ": " so that the caller can put the file name in front.
+    pub fn parse(text: &str, dir: &Path) -> Result<WebConfigFile, String> {
+        // An empty file (or only comments) is a valid "no TLS, no auth", as in exporter-toolkit.
+        let raw: Option<RawFile> = yaml_serde::from_str(text).map_err(|e| {
+            let msg = e.to_string();
+            // The message ends with " at line L column C" when it has a location; keep one copy.
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            match e.location() {
+                Some(loc) => format!(" line {}: {msg}", loc.line()),
+                None => format!(": {msg}"),
+            }
+        })?;
+        let raw = raw.unwrap_or_default();
+        let tls = raw
+            .tls_server_config
+            .map(|t| validate_tls(t, dir))
+            .transpose()?;
+        if let Some(users) = &raw.basic_auth_users {
+            if users.is_empty() {
+                return Err(": basic_auth_users is empty; remove it to disable basic auth".into());
+            }
+        }
+        Ok(WebConfigFile {
+            tls,
+            basic_auth_users: raw.basic_auth_users,
+        })
+    }
+}
+
+fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, String> {
+    let resolve = |p: PathBuf| if p.is_relative() { dir.join(p) } else { p };
+    for (key, path) in [("cert_file", &t.cert_file), ("key_file", &t.key_file)] {
+        if path.as_os_str().is_empty() {
+            return Err(format!(": tls_server_config.{key} is empty"));
+        }
+    }
+    let max_version = t.max_version.unwrap_or(TlsVersion::TLS13);
+    if max_version < t.min_version {
+        return Err(format!(
+            ": tls_server_config.max_version {max_version:?} is below min_version {:?}",
+            t.min_version
+        ));
+    }
+    let verifies = matches!(
+        t.client_auth_type,
+        ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
+    );
+    match (&t.client_ca_file, t.client_auth_type) {
+        (None, auth) if verifies => {
+            return Err(format!(
+                ": tls_server_config.client_auth_type {auth:?} needs client_ca_file"
+            ));
+        }
+        // Same rule as exporter-toolkit: a CA without a policy that uses it is a mistake.
+        (Some(_), ClientAuth::NoClientCert) => {
+            return Err(": tls_server_config.client_ca_file is set but client_auth_type is NoClientCert; set it to RequireAndVerifyClientCert for mTLS".into());
+        }
+        _ => {}
+    }
+    Ok(TlsSettings {
+        cert_file: resolve(t.cert_file),
+        key_file: resolve(t.key_file),
+        client_auth: t.client_auth_type,
+        client_ca_file: t.client_ca_file.map(resolve),
+        min_version: t.min_version,
+        max_version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<WebConfigFile, String> {
+        WebConfigFile::parse(text, Path::new("/etc/nvml-exporter"))
+    }
+
+    #[test]
+    fn empty_file_means_plain_http_without_auth() {
+        assert_eq!(parse("").unwrap(), WebConfigFile::default());
+        assert_eq!(parse("# nothing\n").unwrap(), WebConfigFile::default());
+    }
+
+    #[test]
+    fn full_file_with_relative_paths_resolved_against_its_directory() {
+        let c = parse(
+            "tls_server_config:\n  cert_file: tls/server.crt\n  key_file: /abs/server.key\n  \
+             client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.pem\n  \
+             min_version: TLS13\nbasic_auth_users:\n  prometheus: $2y$10$abc\n",
+        )
+        .unwrap();
+        let tls = c.tls.unwrap();
+        assert_eq!(
+            tls.cert_file,
+            PathBuf::from("/etc/nvml-exporter/tls/server.crt")
+        );
+        assert_eq!(tls.key_file, PathBuf::from("/abs/server.key"));
+        assert_eq!(
+            tls.client_ca_file,
+            Some(PathBuf::from("/etc/nvml-exporter/ca.pem"))
+        );
+        assert_eq!(tls.client_auth, ClientAuth::RequireAndVerifyClientCert);
+        assert_eq!(tls.min_version, TlsVersion::TLS13);
+        assert_eq!(tls.max_version, TlsVersion::TLS13);
+        assert_eq!(
+            c.basic_auth_users.unwrap().get("prometheus").unwrap(),
+            "$2y$10$abc"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_their_line() {
+        let e =
+            parse("basic_auth_users:\n  a: b\ntls_server_confg:\n  cert_file: x\n").unwrap_err();
+        assert!(
+            e.starts_with(" line 3:") && e.contains("tls_server_confg"),
+            "{e}"
+        );
+        let e = parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: []\n")
+            .unwrap_err();
+        assert!(e.contains("line 4") && e.contains("cipher_suites"), "{e}");
+    }
+
+    #[test]
+    fn bad_yaml_and_bad_values_are_errors() {
+        let e = parse("tls_server_config: [\n").unwrap_err();
+        assert!(e.contains("line"), "{e}");
+        let e = parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: TLS10\n")
+            .unwrap_err();
+        assert!(e.contains("line 4") && e.contains("TLS10"), "{e}");
+        let e = parse("tls_server_config:\n  cert_file: a\n").unwrap_err();
+        assert!(e.contains("key_file"), "{e}");
+        let e = parse("basic_auth_users: {}\n").unwrap_err();
+        assert!(e.contains("basic_auth_users"), "{e}");
+    }
+
+    #[test]
+    fn client_auth_and_ca_must_agree() {
+        let base = "tls_server_config:\n  cert_file: a\n  key_file: b\n";
+        let e = parse(&format!(
+            "{base}  client_auth_type: RequireAndVerifyClientCert\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("client_ca_file"), "{e}");
+        let e = parse(&format!("{base}  client_ca_file: ca.pem\n")).unwrap_err();
+        assert!(e.contains("NoClientCert"), "{e}");
+        let e = parse(&format!("{base}  client_auth_type: Sometimes\n")).unwrap_err();
+        assert!(e.contains("Sometimes"), "{e}");
+        assert!(parse(&format!("{base}  client_auth_type: RequireAnyClientCert\n")).is_ok());
+        let e = parse(&format!(
+            "{base}  min_version: TLS13\n  max_version: TLS12\n"
+        ))
+        .unwrap_err();
+        assert!(e.contains("max_version"), "{e}");
+    }
+}

@@ -1,0 +1,449 @@
+//! The hardened HTTP server and `--web-config`, on the real binary: slowloris clients cannot
+//! delay a scrape and are closed after the header timeout; TLS, mTLS and basic auth work with a
+//! real client (ureq over rustls) and certificates generated for each test; certificates rotate
+//! without a restart; bad web-config files exit 2 naming the file.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{Exporter, exporter_command, http_get};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
+
+/// The exporter's header-read timeout (`web::serve::HEADER_READ_TIMEOUT`).
+const HEADER_TIMEOUT: Duration = nvml_exporter::web::serve::HEADER_READ_TIMEOUT;
+
+// ---------------------------------------------------------------------------------------------
+// Certificates
+
+/// A CA that signs server and client certificates.
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+/// A certificate and its private key, PEM.
+struct Leaf {
+    cert: String,
+    key: String,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let pem = params.self_signed(&key).unwrap().pem();
+        Ca {
+            pem,
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    fn server(&self) -> Leaf {
+        self.leaf(
+            vec!["127.0.0.1".into(), "localhost".into()],
+            ExtendedKeyUsagePurpose::ServerAuth,
+        )
+    }
+
+    fn client(&self) -> Leaf {
+        self.leaf(
+            vec!["prometheus".into()],
+            ExtendedKeyUsagePurpose::ClientAuth,
+        )
+    }
+
+    fn leaf(&self, names: Vec<String>, usage: ExtendedKeyUsagePurpose) -> Leaf {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![usage];
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        Leaf {
+            cert: cert.pem(),
+            key: key.serialize_pem(),
+        }
+    }
+}
+
+/// Writes `text` to `dir/name` by rename, as certificate tools do, so a reader never sees half.
+fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clients
+
+fn agent(ca: Option<&Ca>, client: Option<&Leaf>) -> ureq::Agent {
+    let roots = match ca {
+        Some(ca) => RootCerts::new_with_certs(&[Certificate::from_pem(ca.pem.as_bytes()).unwrap()]),
+        None => RootCerts::new_with_certs(&[]),
+    };
+    let client_cert = client.map(|leaf| {
+        ClientCert::new_with_certs(
+            &[Certificate::from_pem(leaf.cert.as_bytes()).unwrap()],
+            PrivateKey::from_pem(leaf.key.as_bytes()).unwrap(),
+        )
+    });
+    let tls = TlsConfig::builder()
+        .provider(TlsProvider::Rustls)
+        .root_certs(roots)
+        .client_cert(client_cert)
+        .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .build();
+    ureq::Agent::config_builder()
+        .tls_config(tls)
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+/// GET over HTTPS: the status, or the error text when the connection or handshake failed.
+fn https_get(agent: &ureq::Agent, e: &Exporter, path: &str) -> Result<u16, String> {
+    let url = format!("https://{}{path}", e.addr);
+    agent
+        .get(&url)
+        .call()
+        .map(|mut r| {
+            let _ = r.body_mut().read_to_vec();
+            r.status().as_u16()
+        })
+        .map_err(|err| err.to_string())
+}
+
+fn web_config(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("web.yml");
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+fn start_with(web: &Path) -> Exporter {
+    Exporter::start(&[], &["--web-config", web.to_str().unwrap()])
+}
+
+/// A directory with ca.pem, server.crt, server.key.
+fn tls_dir(ca: &Ca) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let server = ca.server();
+    write_atomic(dir.path(), "ca.pem", &ca.pem);
+    write_atomic(dir.path(), "server.crt", &server.cert);
+    write_atomic(dir.path(), "server.key", &server.key);
+    dir
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slow clients
+
+#[test]
+fn slowloris_clients_do_not_delay_a_scrape_and_are_closed_after_the_header_timeout() {
+    let e = Exporter::start(&[], &[]);
+    assert_eq!(e.get("/metrics").status, 200);
+
+    let opened = Instant::now();
+    let mut slow: Vec<TcpStream> = (0..300)
+        .map(|_| {
+            let mut s = TcpStream::connect(e.addr).unwrap();
+            s.write_all(b"GET /metrics HTTP/1.1\r\nHost: loc").unwrap();
+            s
+        })
+        .collect();
+
+    // A scrape while all 300 hold their connection open completes at once.
+    let start = Instant::now();
+    let r = e.get("/metrics");
+    let took = start.elapsed();
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("nvml_exporter_gpus 8"), "{}", r.text());
+    assert!(took < Duration::from_secs(2), "scrape took {took:?}");
+
+    // Every slow connection is closed by the server once the header timeout has passed, not
+    // before.
+    for s in &slow {
+        s.set_nonblocking(true).unwrap();
+    }
+    let mut open: Vec<bool> = vec![true; slow.len()];
+    let deadline = opened + HEADER_TIMEOUT + Duration::from_secs(10);
+    let mut buf = [0u8; 512];
+    while open.iter().any(|o| *o) {
+        assert!(
+            Instant::now() < deadline,
+            "{} of 300 slow connections still open {:?} after opening",
+            open.iter().filter(|o| **o).count(),
+            opened.elapsed()
+        );
+        for (s, o) in slow.iter_mut().zip(open.iter_mut()).filter(|(_, o)| **o) {
+            let closed = match s.read(&mut buf) {
+                Ok(0) => true,
+                // Whatever the server says before closing (if anything) is read and ignored.
+                Ok(_) => false,
+                Err(err) => err.kind() != std::io::ErrorKind::WouldBlock,
+            };
+            if closed {
+                assert!(
+                    opened.elapsed() >= HEADER_TIMEOUT - Duration::from_secs(1),
+                    "closed after only {:?}",
+                    opened.elapsed()
+                );
+                *o = false;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(e.get("/healthz").status, 200, "still serving");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TLS
+
+#[test]
+fn tls_serves_https_to_a_client_trusting_the_ca() {
+    let ca = Ca::new("test CA");
+    let dir = tls_dir(&ca);
+    let web = web_config(
+        dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    );
+    let e = start_with(&web);
+    assert_eq!(https_get(&agent(Some(&ca), None), &e, "/metrics"), Ok(200));
+    // A client that does not trust the CA refuses the server.
+    let other = Ca::new("other CA");
+    assert!(https_get(&agent(Some(&other), None), &e, "/metrics").is_err());
+}
+
+#[test]
+fn mtls_requires_a_client_certificate_signed_by_the_ca() {
+    let ca = Ca::new("test CA");
+    let dir = tls_dir(&ca);
+    let web = web_config(
+        dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+         client_ca_file: ca.pem\n  client_auth_type: RequireAndVerifyClientCert\n",
+    );
+    let e = start_with(&web);
+    let good = ca.client();
+    assert_eq!(
+        https_get(&agent(Some(&ca), Some(&good)), &e, "/metrics"),
+        Ok(200)
+    );
+    let none = https_get(&agent(Some(&ca), None), &e, "/metrics");
+    assert!(none.is_err(), "no client certificate: {none:?}");
+    let stranger = Ca::new("stranger CA").client();
+    let wrong = https_get(&agent(Some(&ca), Some(&stranger)), &e, "/metrics");
+    assert!(wrong.is_err(), "certificate from another CA: {wrong:?}");
+}
+
+#[test]
+fn rotated_certificates_are_served_without_a_restart() {
+    let first = Ca::new("first CA");
+    let dir = tls_dir(&first);
+    let web = web_config(
+        dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    );
+    let e = start_with(&web);
+    assert_eq!(
+        https_get(&agent(Some(&first), None), &e, "/healthz"),
+        Ok(200)
+    );
+
+    let second = Ca::new("second CA");
+    let server = second.server();
+    write_atomic(dir.path(), "server.key", &server.key);
+    write_atomic(dir.path(), "server.crt", &server.cert);
+    let start = Instant::now();
+    while https_get(&agent(Some(&second), None), &e, "/healthz") != Ok(200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "new certificate not served after {:?}\n{}",
+            start.elapsed(),
+            e.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        https_get(&agent(Some(&first), None), &e, "/healthz").is_err(),
+        "the old certificate is no longer served"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Basic auth
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+#[test]
+fn basic_auth_protects_everything_but_the_probes() {
+    let dir = tempfile::tempdir().unwrap();
+    // Cost 4 keeps the test fast; real hashes use 10 or more.
+    let hash = bcrypt::hash("correct horse", 4).unwrap();
+    let web = web_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  prometheus: '{hash}'\n"),
+    );
+    let e = start_with(&web);
+
+    let anonymous = http_get(&e.url("/metrics"), &[]);
+    assert_eq!(anonymous.status, 401);
+    let challenge = anonymous.header("www-authenticate").unwrap_or_default();
+    assert!(challenge.starts_with("Basic realm="), "{challenge}");
+
+    for (user, password) in [("prometheus", "wrong"), ("nobody", "correct horse")] {
+        let r = http_get(
+            &e.url("/metrics"),
+            &[("Authorization", &basic(user, password))],
+        );
+        assert_eq!(r.status, 401, "{user}:{password}");
+    }
+    assert_eq!(http_get(&e.url("/"), &[]).status, 401);
+
+    let auth = basic("prometheus", "correct horse");
+    for _ in 0..3 {
+        let r = http_get(&e.url("/metrics"), &[("Authorization", &auth)]);
+        assert_eq!(r.status, 200);
+        assert!(r.text().contains("nvml_exporter_gpus"), "{}", r.text());
+    }
+    // Probes need no credentials.
+    assert_eq!(http_get(&e.url("/healthz"), &[]).status, 200);
+    assert_ne!(http_get(&e.url("/readyz"), &[]).status, 401);
+}
+
+#[test]
+fn tls_and_basic_auth_together() {
+    let ca = Ca::new("test CA");
+    let dir = tls_dir(&ca);
+    let hash = bcrypt::hash("pw", 4).unwrap();
+    let web = web_config(
+        dir.path(),
+        &format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n  \
+             min_version: TLS13\nbasic_auth_users:\n  scraper: '{hash}'\n"
+        ),
+    );
+    let e = start_with(&web);
+    let client = agent(Some(&ca), None);
+    assert_eq!(https_get(&client, &e, "/metrics"), Ok(401));
+    let url = format!("https://{}/metrics", e.addr);
+    let r = client
+        .get(&url)
+        .header("Authorization", &basic("scraper", "pw"))
+        .call()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad files
+
+/// Runs the exporter with `--web-config path` and returns (status, stderr).
+fn refused(path: &Path) -> (Option<i32>, String) {
+    let sim = common::sim_lib();
+    let out = exporter_command(
+        &[],
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--nvml-lib",
+            sim.to_str().unwrap(),
+            "--web-config",
+            path.to_str().unwrap(),
+        ],
+    )
+    .output()
+    .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_web_configs_exit_2_naming_the_file() {
+    let ca = Ca::new("test CA");
+    let dir = tls_dir(&ca);
+    let other_key = ca.server().key;
+    write_atomic(dir.path(), "other.key", &other_key);
+    write_atomic(dir.path(), "garbage.crt", "not a certificate\n");
+    let tls = "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n";
+    let cases: &[(&str, String, &[&str])] = &[
+        (
+            "unknown key",
+            format!("{tls}  cipher_suites: [TLS_AES_128_GCM_SHA256]\n"),
+            &["line 4", "cipher_suites"],
+        ),
+        (
+            "bad YAML",
+            "tls_server_config:\n  cert_file: [server.crt\n".into(),
+            &["line"],
+        ),
+        (
+            "missing certificate",
+            "tls_server_config:\n  cert_file: nope.crt\n  key_file: server.key\n".into(),
+            &["nope.crt"],
+        ),
+        (
+            "not a certificate",
+            "tls_server_config:\n  cert_file: garbage.crt\n  key_file: server.key\n".into(),
+            &["garbage.crt"],
+        ),
+        (
+            "key does not match",
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: other.key\n".into(),
+            &["other.key"],
+        ),
+        (
+            "bad hash",
+            "basic_auth_users:\n  alice: plaintext\n".into(),
+            &["alice", "bcrypt"],
+        ),
+        (
+            "mTLS without a CA",
+            format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n"),
+            &["client_ca_file"],
+        ),
+    ];
+    for (what, yaml, expected) in cases {
+        let path = web_config(dir.path(), yaml);
+        let (status, stderr) = refused(&path);
+        assert_eq!(status, Some(2), "{what}: {stderr}");
+        assert!(
+            stderr.contains(path.to_str().unwrap()),
+            "{what}: the file is not named: {stderr}"
+        );
+        for word in *expected {
+            assert!(stderr.contains(word), "{what}: no {word:?} in: {stderr}");
+        }
+        assert_eq!(
+            stderr.trim().lines().count(),
+            1,
+            "{what}: one line: {stderr}"
+        );
+    }
+    let (status, stderr) = refused(&dir.path().join("missing.yml"));
+    assert_eq!(status, Some(2), "{stderr}");
+    assert!(stderr.contains("missing.yml"), "{stderr}");
+}
