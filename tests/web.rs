@@ -211,6 +211,40 @@ fn slowloris_clients_do_not_delay_a_scrape_and_are_closed_after_the_header_timeo
     assert_eq!(e.get("/healthz").status, 200, "still serving");
 }
 
+#[test]
+fn an_idle_keep_alive_connection_is_closed_after_the_header_timeout() {
+    let e = Exporter::start(&[], &[]);
+    let mut s = TcpStream::connect(e.addr).unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    s.set_read_timeout(Some(HEADER_TIMEOUT + Duration::from_secs(10)))
+        .unwrap();
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 1024];
+    let answered = Instant::now();
+    // The response comes at once; then the server keeps the connection until it is idle too long.
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(n) => reply.extend_from_slice(&buf[..n]),
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    let text = String::from_utf8_lossy(&reply);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        closed,
+        "still open {:?} after the response",
+        answered.elapsed()
+    );
+    let idle = answered.elapsed();
+    assert!(
+        idle >= HEADER_TIMEOUT - Duration::from_secs(1),
+        "closed after only {idle:?}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // TLS
 

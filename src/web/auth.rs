@@ -1,7 +1,9 @@
 //! HTTP basic auth against bcrypt hashes (`basic_auth_users`).
 //!
 //! bcrypt is slow on purpose (tens of milliseconds at cost 10), so:
-//! - verification runs on tokio's blocking pool, never on the two async workers;
+//! - verification runs on tokio's blocking pool, never on the two async workers, and at most
+//!   [`MAX_CONCURRENT_VERIFY`] at once, so a flood of wrong passwords queues instead of taking
+//!   every core and hundreds of threads;
 //! - a successful `Authorization` header is remembered by its SHA-256, so Prometheus scraping
 //!   every few seconds costs one bcrypt per credential, not one per scrape;
 //! - an unknown user name still costs one bcrypt (against a configured user's hash, result
@@ -27,6 +29,9 @@ pub const EXEMPT_PATHS: &[&str] = &["/healthz", "/readyz"];
 /// bcrypt per credential again.
 const CACHE_LIMIT: usize = 256;
 
+/// bcrypt verifications running at once; more wait for a turn.
+pub const MAX_CONCURRENT_VERIFY: usize = 2;
+
 /// The `WWW-Authenticate` challenge sent with a 401.
 pub const CHALLENGE: &str = "Basic realm=\"nvml-exporter\", charset=\"UTF-8\"";
 
@@ -37,6 +42,7 @@ pub struct BasicAuth {
     /// A configured user's hash, verified against for unknown names.
     decoy: String,
     verified: Mutex<HashSet<[u8; 32]>>,
+    turns: Arc<tokio::sync::Semaphore>,
 }
 
 impl BasicAuth {
@@ -56,16 +62,24 @@ impl BasicAuth {
             users,
             decoy,
             verified: Mutex::new(HashSet::new()),
+            turns: Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_VERIFY)),
         })
     }
 
     /// Whether an `Authorization` header value names a configured user with the right password.
     /// Blocking: may run bcrypt.
     pub fn check(&self, authorization: &[u8]) -> bool {
+        self.remembered(authorization) || self.verify(authorization)
+    }
+
+    /// Whether this exact header value was verified before. Cheap: one SHA-256.
+    pub fn remembered(&self, authorization: &[u8]) -> bool {
+        self.cache().contains(&sha256(authorization))
+    }
+
+    /// Runs bcrypt for the header's user (or a decoy) and remembers a success. Blocking.
+    fn verify(&self, authorization: &[u8]) -> bool {
         let key = sha256(authorization);
-        if self.cache().contains(&key) {
-            return true;
-        }
         let Some((user, password)) = parse_basic(authorization) else {
             return false;
         };
@@ -121,9 +135,12 @@ pub async fn require(State(auth): State<Arc<BasicAuth>>, req: Request, next: Nex
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes().to_vec());
     let ok = match header {
+        Some(value) if auth.remembered(&value) => true,
         Some(value) => {
+            // The semaphore is never closed, so this only waits for a turn.
+            let _turn = auth.turns.clone().acquire_owned().await;
             let auth = auth.clone();
-            tokio::task::spawn_blocking(move || auth.check(&value))
+            tokio::task::spawn_blocking(move || auth.verify(&value))
                 .await
                 .unwrap_or(false)
         }
