@@ -8,6 +8,11 @@
 //! older than the grace period); a worker still inside a call gets no new request, and its late
 //! result is taken when it arrives. No thread here runs on an async runtime.
 //!
+//! A tick is *complete* when at least one device answered within its deadline (or there are no
+//! devices): only then does `last_tick_timestamp_seconds` advance. When every device hangs, ticks
+//! still publish (the devices stale, then down) but that timestamp stays put, so `/readyz` turns
+//! 503 once it is older than the readiness limit: nothing fresh is being served.
+//!
 //! GPM saturation metrics are averages between a device's samples of two consecutive ticks, so
 //! each request carries the tick number and each worker keeps its previous GPM sample on its
 //! own stack, next to the `Nvml` it borrows; a worker that missed a tick starts a new window.
@@ -340,6 +345,8 @@ struct Session {
     workers: Vec<Slot>,
     /// Ticks started in this session; the number of the next one.
     ticks: u64,
+    /// End of the last complete tick (Unix seconds), if any in this session.
+    last_complete: Option<f64>,
     threads: ThreadGroup,
     /// Dropping it tells the XID thread to stop.
     xid_stop: Option<Sender<()>>,
@@ -419,6 +426,7 @@ impl Session {
             system,
             workers,
             ticks: 0,
+            last_complete: None,
             threads,
             xid_stop,
         })
@@ -481,9 +489,13 @@ impl Session {
         fresh.peek().is_some() && fresh.all(|w| w.last.as_ref().is_some_and(|o| o.driver_gone))
     }
 
-    /// The snapshot of the tick that started at `started`.
-    fn snapshot(&self, started: Instant, grace: Duration, errors: &ErrorCounter) -> Snapshot {
+    /// The snapshot of the tick that started at `started`; marks the tick complete when a device
+    /// answered in it (see the module doc).
+    fn snapshot(&mut self, started: Instant, grace: Duration, errors: &ErrorCounter) -> Snapshot {
         let now = Instant::now();
+        if self.workers.is_empty() || self.workers.iter().any(|w| w.fresh) {
+            self.last_complete = Some(unix_now());
+        }
         Snapshot {
             nvml_up: true,
             nvml_error: None,
@@ -495,7 +507,7 @@ impl Session {
                 .collect(),
             nvml_errors: errors.snapshot(),
             tick_duration_seconds: Some(now.duration_since(started).as_secs_f64()),
-            last_tick_timestamp_seconds: Some(unix_now()),
+            last_tick_timestamp_seconds: self.last_complete,
         }
     }
 
