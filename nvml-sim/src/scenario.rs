@@ -797,5 +797,23 @@ mod tests {
                 .unwrap_err()
                 .contains("out of range")
         );
+        let event = format!("{base}[[event]]\nt = 1\ngpu = 0\nxid = 31\n");
+        let err = |extra: &str| Scenario::parse(&format!("{event}{extra}")).unwrap_err();
+        assert!(err("rate = 10\n").contains("go together"));
+        assert!(err("rate = 1e7\nseconds = 1\n").contains("at most"));
+        assert!(err("rate = 10\nseconds = 5\nrepeat = 2\n").contains("at least"));
+        assert!(Scenario::parse(&format!("{event}rate = 10\nseconds = 5\n")).is_ok());
+        let restart = format!("{base}[[fault]]\nkind = \"driver_restart\"\nto = 5\n");
+        assert!(Scenario::parse(&restart).is_ok());
+        let err = |extra: &str| Scenario::parse(&format!("{restart}{extra}")).unwrap_err();
+        assert!(err("drop_gpus = [1]\n").contains("out of range"));
+        assert!(err("gpu = 0\n").contains("take no `gpu`"));
+        let hang_drop =
+            format!("{base}[[fault]]\nkind = \"hang\"\nto = 5\nseconds = 1\ndrop_gpus = [0]\n");
+        assert!(
+            Scenario::parse(&hang_drop)
+                .unwrap_err()
+                .contains("only a driver_restart")
+        );
     }
 }
