@@ -96,6 +96,7 @@ impl Sampler {
             errors: Arc::new(ErrorCounter::default()),
             xids: Arc::new(XidLog::default()),
             generation: 0,
+            log: LogLimiter::default(),
         };
         threads.spawn("nvml-sampler".into(), move || coordinator.run())?;
         Ok(Sampler {
@@ -203,6 +204,8 @@ enum SessionEnd {
     /// NVML stopped answering (driver unloaded, restarted…) or could not list devices: go back
     /// to initialisation, with the reason.
     Reinit(String),
+    /// NVML answers but a device index no longer exists: initialise and discover again at once.
+    Rediscover,
 }
 
 struct Coordinator<P> {
@@ -215,12 +218,13 @@ struct Coordinator<P> {
     errors: Arc<ErrorCounter>,
     xids: Arc<XidLog>,
     generation: u64,
+    /// Rate-limits the coordinator's repeating warnings (init failures, rediscoveries).
+    log: LogLimiter,
 }
 
 impl<P: Fn(Snapshot)> Coordinator<P> {
     fn run(mut self) {
         let mut backoff = Backoff::new();
-        let mut log = LogLimiter::default();
         loop {
             let reason = match discovery::init(&self.opts.nvml_lib) {
                 Ok(nvml) => {
@@ -229,12 +233,14 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                     match self.run_session(Arc::new(nvml)) {
                         SessionEnd::Shutdown => return,
                         SessionEnd::Reinit(reason) => reason,
+                        // The session already waited out its tick, so this cannot spin.
+                        SessionEnd::Rediscover => continue,
                     }
                 }
                 Err(reason) => reason,
             };
             let delay = backoff.next_delay();
-            if log.allow(&reason, Instant::now()) {
+            if self.log.allow(&reason, Instant::now()) {
                 tracing::warn!(retry_in = ?delay, "NVML not available: {reason}");
             }
             (self.publish)(down_snapshot(reason, &self.errors));
@@ -294,6 +300,14 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
             if self.wait_until(started + self.opts.interval, Some(&mut session)) {
                 session.stop();
                 return SessionEnd::Shutdown;
+            }
+            if session.device_set_changed() {
+                let message = "a device index no longer exists; rediscovering the devices";
+                if self.log.allow(message, Instant::now()) {
+                    tracing::warn!("{message}");
+                }
+                session.stop();
+                return SessionEnd::Rediscover;
             }
         }
     }
@@ -489,6 +503,14 @@ impl Session {
         fresh.peek().is_some() && fresh.all(|w| w.last.as_ref().is_some_and(|o| o.driver_gone))
     }
 
+    /// True when a device answered this tick that its index no longer exists (e.g. after a
+    /// driver restart that every device answered GPU_IS_LOST, a GPU is missing).
+    fn device_set_changed(&self) -> bool {
+        self.workers
+            .iter()
+            .any(|w| w.fresh && w.last.as_ref().is_some_and(|o| o.vanished))
+    }
+
     /// The snapshot of the tick that started at `started`; marks the tick complete when a device
     /// answered in it (see the module doc).
     fn snapshot(&mut self, started: Instant, grace: Duration, errors: &ErrorCounter) -> Snapshot {
@@ -634,6 +656,7 @@ mod tests {
             },
             lost: !up,
             driver_gone: false,
+            vanished: false,
         }
     }
 

@@ -233,6 +233,81 @@ fn repeated_driver_restarts_leak_no_threads_and_no_series() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Three GPUs; from t = 2 s to 3 s every call answers GPU_IS_LOST (no UNINITIALIZED to say the
+/// driver went away) and afterwards the middle GPU is gone, so the last one is now index 1.
+const LOST_RESTART: &str = r#"
+[[gpu]]
+model = "L4"
+uuid = "GPU-aaaaaaaa-0000-4000-8000-00000000000a"
+pci_bus_id = "01:00.0"
+serial = "1"
+
+[[gpu]]
+model = "L4"
+uuid = "GPU-bbbbbbbb-0000-4000-8000-00000000000b"
+pci_bus_id = "02:00.0"
+serial = "2"
+
+[[gpu]]
+model = "L4"
+uuid = "GPU-cccccccc-0000-4000-8000-00000000000c"
+pci_bus_id = "03:00.0"
+serial = "3"
+
+[[fault]]
+kind = "driver_restart"
+error = "GPU_IS_LOST"
+from = 2
+to = 3
+drop_gpus = [1]
+"#;
+
+#[test]
+fn a_restart_seen_as_lost_gpus_renumbers_and_rediscovers() {
+    let dir = std::env::temp_dir().join(format!("nvml-exporter-lost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("lost-restart.toml");
+    std::fs::write(&path, LOST_RESTART).unwrap();
+    let mut e = Exporter::start(
+        &[("NVML_SIM_SCENARIO", path.to_str().unwrap())],
+        &["--interval", "250ms"],
+    );
+    e.wait_metrics(WAIT, "three GPUs up", |m| {
+        gpus(m) == Some(3.0) && (0..3).all(|g| m.gpu_value("nvidia_gpu_up", g, &[]) == Some(1.0))
+    });
+    e.wait_metrics(WAIT, "every GPU lost", |m| {
+        m.find("nvidia_gpu_up", &[]).iter().all(|s| s.value == 0.0)
+    });
+    let m = e.wait_metrics(WAIT, "two GPUs after the restart", |m| {
+        gpus(m) == Some(2.0) && m.find("nvidia_gpu_up", &[]).iter().all(|s| s.value == 1.0)
+    });
+    let by_index: Vec<(String, String)> = m
+        .find("nvidia_gpu_info", &[])
+        .iter()
+        .map(|s| (s.labels["gpu"].clone(), s.labels["uuid"].clone()))
+        .collect();
+    assert_eq!(
+        by_index,
+        [
+            (
+                "0".to_string(),
+                "GPU-aaaaaaaa-0000-4000-8000-00000000000a".to_string()
+            ),
+            (
+                "1".to_string(),
+                "GPU-cccccccc-0000-4000-8000-00000000000c".to_string()
+            ),
+        ],
+        "the third GPU is now index 1; the second is gone"
+    );
+    assert!(
+        !m.text.contains("GPU-bbbbbbbb"),
+        "no series of the vanished GPU"
+    );
+    assert!(e.alive());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn an_xid_storm_and_a_failing_function_keep_memory_and_logs_bounded() {
     // faults.toml, t = 12–17 s: 2000 XID 31 a second on GPU 0 (10 000 in all), and
