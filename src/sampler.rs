@@ -8,6 +8,12 @@
 //! older than the grace period); a worker still inside a call gets no new request, and its late
 //! result is taken when it arrives. No thread here runs on an async runtime.
 //!
+//! A session is one NVML initialisation with its threads. It ends when every device answers
+//! UNINITIALIZED / DRIVER_NOT_LOADED (a driver restart: initialise again with backoff) or when a
+//! device index no longer exists (the device set changed: initialise again after the tick). Its
+//! threads are joined, or left detached if stuck in a hung call, and the next session discovers
+//! the devices anew, so neither threads nor series of vanished GPUs accumulate.
+//!
 //! A tick is *complete* when at least one device answered within its deadline (or there are no
 //! devices): only then does `last_tick_timestamp_seconds` advance. When every device hangs, ticks
 //! still publish (the devices stale, then down) but that timestamp stays put, so `/readyz` turns
