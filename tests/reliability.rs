@@ -177,6 +177,7 @@ fn repeated_driver_restarts_leak_no_threads_and_no_series() {
                 .is_some()
     });
     let baseline_threads = proc_status(&e, "Threads");
+    eprintln!("threads with two GPUs before any restart: {baseline_threads}");
     let mut baseline_series = gpu_series(&first);
     // XID series come and go with the events; compare the rest.
     baseline_series.retain(|s| !s.contains("xid"));
