@@ -8,6 +8,17 @@
 //! older than the grace period); a worker still inside a call gets no new request, and its late
 //! result is taken when it arrives. No thread here runs on an async runtime.
 //!
+//! A session is one NVML initialisation with its threads. It ends when every device answers
+//! UNINITIALIZED / DRIVER_NOT_LOADED (a driver restart: initialise again with backoff) or when a
+//! device index no longer exists (the device set changed: initialise again after the tick). Its
+//! threads are joined, or left detached if stuck in a hung call, and the next session discovers
+//! the devices anew, so neither threads nor series of vanished GPUs accumulate.
+//!
+//! A tick is *complete* when at least one device answered within its deadline (or there are no
+//! devices): only then does `last_tick_timestamp_seconds` advance. When every device hangs, ticks
+//! still publish (the devices stale, then down) but that timestamp stays put, so `/readyz` turns
+//! 503 once it is older than the readiness limit: nothing fresh is being served.
+//!
 //! GPM saturation metrics are averages between a device's samples of two consecutive ticks, so
 //! each request carries the tick number and each worker keeps its previous GPM sample on its
 //! own stack, next to the `Nvml` it borrows; a worker that missed a tick starts a new window.
@@ -91,6 +102,7 @@ impl Sampler {
             errors: Arc::new(ErrorCounter::default()),
             xids: Arc::new(XidLog::default()),
             generation: 0,
+            log: LogLimiter::default(),
         };
         threads.spawn("nvml-sampler".into(), move || coordinator.run())?;
         Ok(Sampler {
@@ -198,6 +210,8 @@ enum SessionEnd {
     /// NVML stopped answering (driver unloaded, restarted…) or could not list devices: go back
     /// to initialisation, with the reason.
     Reinit(String),
+    /// NVML answers but a device index no longer exists: initialise and discover again at once.
+    Rediscover,
 }
 
 struct Coordinator<P> {
@@ -210,12 +224,13 @@ struct Coordinator<P> {
     errors: Arc<ErrorCounter>,
     xids: Arc<XidLog>,
     generation: u64,
+    /// Rate-limits the coordinator's repeating warnings (init failures, rediscoveries).
+    log: LogLimiter,
 }
 
 impl<P: Fn(Snapshot)> Coordinator<P> {
     fn run(mut self) {
         let mut backoff = Backoff::new();
-        let mut log = LogLimiter::default();
         loop {
             let reason = match discovery::init(&self.opts.nvml_lib) {
                 Ok(nvml) => {
@@ -224,12 +239,14 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                     match self.run_session(Arc::new(nvml)) {
                         SessionEnd::Shutdown => return,
                         SessionEnd::Reinit(reason) => reason,
+                        // The session already waited out its tick, so this cannot spin.
+                        SessionEnd::Rediscover => continue,
                     }
                 }
                 Err(reason) => reason,
             };
             let delay = backoff.next_delay();
-            if log.allow(&reason, Instant::now()) {
+            if self.log.allow(&reason, Instant::now()) {
                 tracing::warn!(retry_in = ?delay, "NVML not available: {reason}");
             }
             (self.publish)(down_snapshot(reason, &self.errors));
@@ -290,6 +307,14 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                 session.stop();
                 return SessionEnd::Shutdown;
             }
+            if session.device_set_changed() {
+                let message = "a device index no longer exists; rediscovering the devices";
+                if self.log.allow(message, Instant::now()) {
+                    tracing::warn!("{message}");
+                }
+                session.stop();
+                return SessionEnd::Rediscover;
+            }
         }
     }
 
@@ -340,6 +365,8 @@ struct Session {
     workers: Vec<Slot>,
     /// Ticks started in this session; the number of the next one.
     ticks: u64,
+    /// End of the last complete tick (Unix seconds), if any in this session.
+    last_complete: Option<f64>,
     threads: ThreadGroup,
     /// Dropping it tells the XID thread to stop.
     xid_stop: Option<Sender<()>>,
@@ -419,6 +446,7 @@ impl Session {
             system,
             workers,
             ticks: 0,
+            last_complete: None,
             threads,
             xid_stop,
         })
@@ -481,9 +509,21 @@ impl Session {
         fresh.peek().is_some() && fresh.all(|w| w.last.as_ref().is_some_and(|o| o.driver_gone))
     }
 
-    /// The snapshot of the tick that started at `started`.
-    fn snapshot(&self, started: Instant, grace: Duration, errors: &ErrorCounter) -> Snapshot {
+    /// True when a device answered this tick that its index no longer exists (e.g. after a
+    /// driver restart that every device answered GPU_IS_LOST, a GPU is missing).
+    fn device_set_changed(&self) -> bool {
+        self.workers
+            .iter()
+            .any(|w| w.fresh && w.last.as_ref().is_some_and(|o| o.vanished))
+    }
+
+    /// The snapshot of the tick that started at `started`; marks the tick complete when a device
+    /// answered in it (see the module doc).
+    fn snapshot(&mut self, started: Instant, grace: Duration, errors: &ErrorCounter) -> Snapshot {
         let now = Instant::now();
+        if self.workers.is_empty() || self.workers.iter().any(|w| w.fresh) {
+            self.last_complete = Some(unix_now());
+        }
         Snapshot {
             nvml_up: true,
             nvml_error: None,
@@ -495,7 +535,7 @@ impl Session {
                 .collect(),
             nvml_errors: errors.snapshot(),
             tick_duration_seconds: Some(now.duration_since(started).as_secs_f64()),
-            last_tick_timestamp_seconds: Some(unix_now()),
+            last_tick_timestamp_seconds: self.last_complete,
         }
     }
 
@@ -622,6 +662,7 @@ mod tests {
             },
             lost: !up,
             driver_gone: false,
+            vanished: false,
         }
     }
 

@@ -72,11 +72,25 @@ def window_active(fault, t):
     return start <= t < end
 
 
+def windows_ended(fault, t):
+    start, end, period = fault.get("from", 0.0), fault["to"], fault.get("repeat")
+    if t < end:
+        return 0
+    return int((t - end) // period) + 1 if period else 1
+
+
+def gpus_dropped(fault, t):
+    """A driver restart drops its `drop_gpus` after odd-numbered windows."""
+    return (fault["kind"] == "driver_restart" and fault.get("drop_gpus")
+            and windows_ended(fault, t) % 2 == 1)
+
+
 def quiet_time(scenario):
-    """First whole second >= 60 with no fault window active (init faults included)."""
+    """First whole second >= 60 with no fault window active (init faults included) and every
+    GPU present (no driver restart has dropped one)."""
     faults = scenario.get("fault", [])
     for t in range(60, 3600):
-        if not any(window_active(f, t) for f in faults):
+        if not any(window_active(f, t) or gpus_dropped(f, t) for f in faults):
             return t
     raise SystemExit("no fault-free moment in the first hour")
 

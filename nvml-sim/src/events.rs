@@ -44,20 +44,38 @@ pub struct Delivered {
     pub t: f64,
 }
 
-/// The first occurrence of event `i` strictly after `after`.
+/// The first occurrence of event `i` strictly after `after`. A storm (`rate`) is a burst of
+/// occurrences `1 / rate` apart, repeating like a single event.
 fn next_occurrence(e: &EventSpec, i: usize, after: Key) -> Option<Key> {
-    let key = |k: f64| (e.t + k * e.repeat.unwrap_or(0.0), i);
     let gt = |a: Key| a.0 > after.0 || (a.0 == after.0 && a.1 > after.1);
-    match e.repeat {
-        None => Some(key(0.0)).filter(|k| gt(*k)),
+    let (count, step) = e.burst();
+    // The cycle (repeat period) `after` falls in; the next occurrence is in it or the next one.
+    // Starting one cycle early absorbs rounding in the division.
+    let cycles = match e.repeat {
         Some(period) => {
-            let mut k = ((after.0 - e.t) / period).floor().max(0.0);
-            while !gt(key(k)) {
-                k += 1.0;
-            }
-            Some(key(k))
+            let c = ((after.0 - e.t) / period).floor().max(0.0);
+            let first = (c - 1.0).max(0.0);
+            (first as u64..=c as u64 + 1)
+                .map(|c| e.t + c as f64 * period)
+                .collect()
+        }
+        None => vec![e.t],
+    };
+    for base in cycles {
+        // The first burst index past `after`, found by division and nudged over rounding.
+        let mut k = if step > 0.0 {
+            (((after.0 - base) / step).floor().max(0.0) as u64).saturating_sub(1)
+        } else {
+            0
+        };
+        while k < count && !gt((base + k as f64 * step, i)) {
+            k += 1;
+        }
+        if k < count {
+            return Some((base + k as f64 * step, i));
         }
     }
+    None
 }
 
 impl EventSets {
@@ -141,7 +159,35 @@ mod tests {
             gpu,
             xid,
             repeat,
+            rate: None,
+            seconds: None,
         }
+    }
+
+    #[test]
+    fn a_storm_delivers_rate_times_seconds_events_per_burst() {
+        let storm = EventSpec {
+            rate: Some(1000.0),
+            seconds: Some(2.0),
+            ..ev(10.0, 0, 31, Some(60.0))
+        };
+        let events = [storm, ev(11.0, 0, 79, None)];
+        let sets = EventSets::default();
+        let id = sets.create();
+        assert!(sets.register(id, 0, XID_EVENT, 0.0));
+        let got: Vec<_> = std::iter::from_fn(|| sets.poll(id, &events, 20.0)?.ok()).collect();
+        assert_eq!(got.len(), 2001, "2000 storm events and the single one");
+        assert_eq!(got.iter().filter(|d| d.xid == 79).count(), 1);
+        assert!(got.windows(2).all(|w| w[0].t <= w[1].t), "in time order");
+        assert_eq!(got.first().unwrap().t, 10.0);
+        assert!((got.last().unwrap().t - 11.999).abs() < 1e-9);
+        // The next burst starts a period later.
+        assert_eq!(sets.poll(id, &events, 20.0).unwrap(), Err(Some(70.0)));
+        // Registered in the middle of a burst: only the rest of it.
+        let id2 = sets.create();
+        assert!(sets.register(id2, 0, XID_EVENT, 71.5));
+        let rest = std::iter::from_fn(|| sets.poll(id2, &events, 80.0)?.ok()).count();
+        assert_eq!(rest, 499);
     }
 
     #[test]

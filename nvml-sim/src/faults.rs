@@ -53,12 +53,52 @@ pub fn effect(faults: &[FaultSpec], gpu: usize, function: &str, t: f64) -> Effec
     effect
 }
 
-/// The error an init attempt at `t` (seconds since the first attempt) fails with, if any.
-pub fn init_error(faults: &[FaultSpec], t: f64) -> Option<u32> {
+/// The error an init attempt fails with, if any: `since_first_attempt` is the clock of `init`
+/// faults (seconds since the process first tried), `t` the simulated time that driver restarts
+/// follow.
+pub fn init_error(faults: &[FaultSpec], since_first_attempt: f64, t: f64) -> Option<u32> {
+    faults.iter().find_map(|f| match f.kind {
+        FaultKind::Init if window_active(f, since_first_attempt) => Some(f.code),
+        // While the driver is being reloaded there is no driver to attach to.
+        FaultKind::DriverRestart if window_active(f, t) => {
+            Some(nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED)
+        }
+        _ => None,
+    })
+}
+
+/// The error every call answers at `t` because the driver is restarting, if it is.
+pub fn driver_down(faults: &[FaultSpec], t: f64) -> Option<u32> {
     faults
         .iter()
-        .find(|f| f.kind == FaultKind::Init && window_active(f, t))
+        .find(|f| f.kind == FaultKind::DriverRestart && window_active(f, t))
         .map(|f| f.code)
+}
+
+/// How many windows of `f` have ended by `t`.
+fn windows_ended(f: &FaultSpec, t: f64) -> u64 {
+    if t < f.to {
+        return 0;
+    }
+    match f.repeat {
+        Some(period) => ((t - f.to) / period).floor() as u64 + 1,
+        None => 1,
+    }
+}
+
+/// Whether GPU `gpu` is absent at `t`: a driver restart dropped it (an odd number of that
+/// fault's windows have ended).
+pub fn absent(faults: &[FaultSpec], gpu: usize, t: f64) -> bool {
+    faults.iter().any(|f| {
+        f.kind == FaultKind::DriverRestart
+            && f.drop_gpus.contains(&gpu)
+            && windows_ended(f, t) % 2 == 1
+    })
+}
+
+/// The scenario indices of the GPUs present at `t`, in NVML index order.
+pub fn present(faults: &[FaultSpec], gpus: usize, t: f64) -> Vec<usize> {
+    (0..gpus).filter(|&g| !absent(faults, g, t)).collect()
 }
 
 #[cfg(test)]
@@ -125,7 +165,46 @@ mod tests {
             effect(&f, 1, "nvmlDeviceGetPowerUsage", 35.0).hang_s,
             Some(2.5)
         );
-        assert_eq!(init_error(&f, 2.9), Some(9));
-        assert_eq!(init_error(&f, 3.0), None);
+        assert_eq!(init_error(&f, 2.9, 100.0), Some(9));
+        assert_eq!(init_error(&f, 3.0, 0.0), None);
+    }
+
+    #[test]
+    fn a_driver_restart_fails_every_call_and_toggles_the_dropped_gpus() {
+        let f = Scenario::parse(
+            r#"
+            [[gpu]]
+            model = "L4"
+            uuid = "GPU-a"
+            pci_bus_id = "01:00.0"
+            serial = "1"
+            [[gpu]]
+            model = "L4"
+            uuid = "GPU-b"
+            pci_bus_id = "02:00.0"
+            serial = "2"
+            [[fault]]
+            kind = "driver_restart"
+            from = 10
+            to = 12
+            repeat = 20
+            drop_gpus = [0]
+            "#,
+        )
+        .unwrap()
+        .faults;
+        let uninitialized = nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
+        let not_loaded = nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_ERROR_DRIVER_NOT_LOADED;
+        assert_eq!(driver_down(&f, 9.9), None);
+        assert_eq!(driver_down(&f, 10.0), Some(uninitialized));
+        assert_eq!(driver_down(&f, 31.0), Some(uninitialized));
+        assert_eq!(init_error(&f, 0.0, 11.0), Some(not_loaded));
+        assert_eq!(init_error(&f, 11.0, 12.0), None);
+        // Present before the first restart, gone after it, back after the second, and so on.
+        assert_eq!(present(&f, 2, 5.0), vec![0, 1]);
+        assert_eq!(present(&f, 2, 12.0), vec![1]);
+        assert_eq!(present(&f, 2, 29.9), vec![1]);
+        assert_eq!(present(&f, 2, 32.0), vec![0, 1]);
+        assert_eq!(present(&f, 2, 52.0), vec![1]);
     }
 }

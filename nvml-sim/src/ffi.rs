@@ -56,6 +56,17 @@ pub fn index_of(sim: &Sim, device: nvmlDevice_t) -> Option<usize> {
     (offset < sim.scenario.gpus.len()).then_some(offset)
 }
 
+/// The scenario indices of the GPUs the driver lists now (a restart may have dropped some), in
+/// NVML index order.
+pub fn present(sim: &Sim) -> Vec<usize> {
+    faults::present(&sim.scenario.faults, sim.scenario.gpus.len(), sim.now())
+}
+
+/// The NVML index of scenario GPU `index` now: its position among the present GPUs.
+pub fn nvml_index(sim: &Sim, index: usize) -> Option<usize> {
+    present(sim).iter().position(|&g| g == index)
+}
+
 /// Writes `value` through `ptr` after a null check.
 ///
 /// The caller of the exported function promises `ptr` is null or valid (the NVML contract);
@@ -191,6 +202,10 @@ pub fn with_device(
     guard(|| {
         let sim = state::sim()?;
         let index = index_of(sim, device).ok_or(INVALID_ARGUMENT)?;
+        // A GPU that a driver restart dropped is gone: its old handle finds nothing there.
+        if faults::absent(&sim.scenario.faults, index, sim.now()) {
+            return Err(GPU_IS_LOST);
+        }
         inject_faults(sim, index, function)?;
         let call = DeviceCall {
             sim,

@@ -432,11 +432,29 @@ pub struct EventSpec {
     pub xid: u64,
     /// Happens again every `repeat` seconds.
     pub repeat: Option<f64>,
+    /// A storm: occurrences per second, from `t` for `seconds` (absent: one occurrence).
+    pub rate: Option<f64>,
+    /// How long a storm lasts (seconds); required with `rate`.
+    pub seconds: Option<f64>,
+}
+
+/// Most occurrences one storm may have: keeps a typo in `rate` from building a scenario that
+/// takes hours to deliver.
+pub const MAX_STORM_EVENTS: f64 = 1_000_000.0;
+
+impl EventSpec {
+    /// Occurrences per burst (1 for a plain event) and the spacing between them (seconds).
+    pub fn burst(&self) -> (u64, f64) {
+        match (self.rate, self.seconds) {
+            (Some(rate), Some(seconds)) => ((rate * seconds).ceil() as u64, 1.0 / rate),
+            _ => (1, 0.0),
+        }
+    }
 }
 
 /// The kinds of injected fault.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "snake_case")]
 pub enum FaultKind {
     /// Calls (optionally only `function`) on the GPU return `error`.
     Error,
@@ -446,6 +464,10 @@ pub enum FaultKind {
     Hang,
     /// nvmlInit returns `error` until `to` seconds after the first attempt.
     Init,
+    /// The driver is unloaded and loaded again: in the window every call answers `error`
+    /// (default UNINITIALIZED) and nvmlInit answers DRIVER_NOT_LOADED; after each window the GPUs
+    /// in `drop_gpus` are absent (odd-numbered restarts) or back (even-numbered ones).
+    DriverRestart,
 }
 
 /// An injected fault, active for `from <= t < to` (repeating every `repeat` seconds if set).
@@ -469,6 +491,10 @@ pub struct FaultSpec {
     pub seconds: Option<f64>,
     /// Period after which the window repeats.
     pub repeat: Option<f64>,
+    /// For `driver_restart`: GPUs that disappear after odd-numbered restarts and come back
+    /// after even-numbered ones.
+    #[serde(default)]
+    pub drop_gpus: Vec<usize>,
     /// The resolved error code.
     #[serde(skip)]
     pub code: u32,
@@ -566,6 +592,21 @@ impl Scenario {
             if e.repeat.is_some_and(|r| r.is_nan() || r <= 0.0) {
                 return Err(format!("event {i}: repeat must be > 0"));
             }
+            match (e.rate, e.seconds) {
+                (None, None) => {}
+                (Some(rate), Some(seconds)) => {
+                    if !(rate > 0.0 && seconds > 0.0 && rate * seconds <= MAX_STORM_EVENTS) {
+                        return Err(format!(
+                            "event {i}: need rate > 0, seconds > 0 and at most \
+                             {MAX_STORM_EVENTS} events per storm"
+                        ));
+                    }
+                    if e.repeat.is_some_and(|r| r < seconds) {
+                        return Err(format!("event {i}: repeat must be at least `seconds`"));
+                    }
+                }
+                _ => return Err(format!("event {i}: `rate` and `seconds` go together")),
+            }
         }
         for (i, f) in self.faults.iter_mut().enumerate() {
             let ctx = |m: String| format!("fault {i}: {m}");
@@ -592,10 +633,24 @@ impl Scenario {
                         return Err(ctx("`seconds` (> 0) is required for a hang".into()));
                     }
                 }
+                FaultKind::DriverRestart => {
+                    let name = f.error.as_deref().unwrap_or("UNINITIALIZED");
+                    f.code = crate::errors::code_from_name(name)
+                        .ok_or_else(|| ctx(format!("unknown error {name:?}")))?;
+                    if let Some(g) = f.drop_gpus.iter().find(|&&g| g >= n) {
+                        return Err(ctx(format!("drop_gpus: gpu {g} out of range (0..{n})")));
+                    }
+                }
                 FaultKind::Lost => {}
             }
-            if f.kind == FaultKind::Init && (f.gpu.is_some() || f.function.is_some()) {
-                return Err(ctx("an init fault takes no `gpu` or `function`".into()));
+            let global = matches!(f.kind, FaultKind::Init | FaultKind::DriverRestart);
+            if global && (f.gpu.is_some() || f.function.is_some()) {
+                return Err(ctx(
+                    "init and driver_restart faults take no `gpu` or `function`".into(),
+                ));
+            }
+            if f.kind != FaultKind::DriverRestart && !f.drop_gpus.is_empty() {
+                return Err(ctx("only a driver_restart fault takes `drop_gpus`".into()));
             }
         }
         Ok(())
@@ -741,6 +796,24 @@ mod tests {
             Scenario::parse(&bad_event)
                 .unwrap_err()
                 .contains("out of range")
+        );
+        let event = format!("{base}[[event]]\nt = 1\ngpu = 0\nxid = 31\n");
+        let err = |extra: &str| Scenario::parse(&format!("{event}{extra}")).unwrap_err();
+        assert!(err("rate = 10\n").contains("go together"));
+        assert!(err("rate = 1e7\nseconds = 1\n").contains("at most"));
+        assert!(err("rate = 10\nseconds = 5\nrepeat = 2\n").contains("at least"));
+        assert!(Scenario::parse(&format!("{event}rate = 10\nseconds = 5\n")).is_ok());
+        let restart = format!("{base}[[fault]]\nkind = \"driver_restart\"\nto = 5\n");
+        assert!(Scenario::parse(&restart).is_ok());
+        let err = |extra: &str| Scenario::parse(&format!("{restart}{extra}")).unwrap_err();
+        assert!(err("drop_gpus = [1]\n").contains("out of range"));
+        assert!(err("gpu = 0\n").contains("take no `gpu`"));
+        let hang_drop =
+            format!("{base}[[fault]]\nkind = \"hang\"\nto = 5\nseconds = 1\ndrop_gpus = [0]\n");
+        assert!(
+            Scenario::parse(&hang_drop)
+                .unwrap_err()
+                .contains("only a driver_restart")
         );
     }
 }

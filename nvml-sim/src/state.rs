@@ -104,11 +104,16 @@ pub fn init() -> u32 {
     let Ok(sim) = loaded() else {
         return b::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
     };
-    let t = sim
+    let since_first_attempt = sim
         .clock
         .pinned
         .unwrap_or_else(|| sim.clock.start + first_attempt.elapsed().as_secs_f64());
-    if let Some(code) = crate::faults::init_error(&sim.scenario.faults, t) {
+    // Driver restarts follow the simulated clock, which starts at the first successful init.
+    let t = match ORIGIN.get() {
+        Some(_) => sim.now(),
+        None => since_first_attempt,
+    };
+    if let Some(code) = crate::faults::init_error(&sim.scenario.faults, since_first_attempt, t) {
         return code;
     }
     ORIGIN.get_or_init(Instant::now);
@@ -151,14 +156,19 @@ pub fn shutdown() -> u32 {
     b::nvmlReturn_enum_NVML_SUCCESS
 }
 
-/// The simulation, if the library is initialized.
+/// The simulation, if the library is initialized and the driver is not restarting (then the
+/// restart's error, UNINITIALIZED by default, as a client's session does not survive a reload).
 pub fn sim() -> Result<&'static Sim, u32> {
     if INIT_COUNT.load(Ordering::SeqCst) == 0 {
         return Err(b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED);
     }
-    loaded()
+    let sim = loaded()
         .map(|s| s.as_ref())
-        .map_err(|_| b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED)
+        .map_err(|_| b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED)?;
+    match crate::faults::driver_down(&sim.scenario.faults, sim.now()) {
+        Some(code) => Err(code),
+        None => Ok(sim),
+    }
 }
 
 impl Sim {

@@ -43,6 +43,9 @@ pub struct ReadOutcome {
     pub lost: bool,
     /// Every call made answered UNINITIALIZED or DRIVER_NOT_LOADED: the driver went away.
     pub driver_gone: bool,
+    /// The driver no longer lists a device at this index (the handle lookup answered
+    /// INVALID_ARGUMENT or NOT_FOUND): the device set changed and needs rediscovery.
+    pub vanished: bool,
 }
 
 /// Reads one device, tick after tick, remembering what it does not support. Lives on the
@@ -50,8 +53,11 @@ pub struct ReadOutcome {
 pub struct DeviceReader {
     index: u32,
     errors: Arc<ErrorCounter>,
-    /// uuid and static info, read on the first successful attempt and never again.
+    /// uuid and static info, read on the first successful attempt, and again after the device
+    /// was lost (another GPU may answer at this index when it comes back).
     identity: Option<(String, DeviceInfo)>,
+    /// The device was lost or vanished: read the identity again once it answers.
+    recheck_identity: bool,
     /// (C function, argument) pairs that answered NOT_SUPPORTED: skipped from then on.
     unsupported: HashSet<(&'static str, u32)>,
     /// Number of NVLink links, found on the first tick that could probe them.
@@ -65,6 +71,7 @@ impl DeviceReader {
             index,
             errors,
             identity: None,
+            recheck_identity: false,
             unsupported: HashSet::new(),
             nvlink_count: None,
         }
@@ -91,9 +98,11 @@ impl DeviceReader {
         // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call. It is
         // never remembered as unsupported: without a handle there is nothing else to read.
         tick.calls += 1;
+        let mut vanished = false;
         let device = match nvml.device_by_index(self.index) {
             Ok(d) => Some(d),
             Err(e) => {
+                vanished = matches!(e, NvmlError::InvalidArg | NvmlError::NotFound);
                 tick.fail("nvmlDeviceGetHandleByIndex_v2", 0, &e);
                 tick.unsupported
                     .remove(&("nvmlDeviceGetHandleByIndex_v2", 0));
@@ -105,11 +114,12 @@ impl DeviceReader {
             ..DeviceSample::default()
         };
         if let Some(device) = device {
-            if self.identity.is_none() {
+            if self.identity.is_none() || self.recheck_identity {
                 let identity = device_identity(&device, self.index, &self.errors);
                 // An empty uuid means the device did not answer (e.g. lost): try again next tick.
                 if !identity.0.is_empty() {
                     self.identity = Some(identity);
+                    self.recheck_identity = false;
                 }
             }
             // GPM first: its sample then falls at the same point of every tick, so the windows
@@ -123,7 +133,10 @@ impl DeviceReader {
             sample.uuid = uuid.clone();
             sample.info = info.clone();
         }
-        let lost = tick.lost;
+        let lost = tick.lost || vanished;
+        if lost {
+            self.recheck_identity = true;
+        }
         let driver_gone = tick.calls > 0 && tick.driver_gone_calls == tick.calls;
         if lost {
             // The next sample after a loss must not close a window that spans it.
@@ -141,6 +154,7 @@ impl DeviceReader {
             sample,
             lost,
             driver_gone,
+            vanished,
         }
     }
 }

@@ -6,14 +6,14 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{EventSet, Nvml};
 
-use super::error::ErrorCounter;
+use super::error::{ErrorCounter, LogLimiter};
 use crate::sample::DeviceSample;
 
 /// Distinct XID codes remembered per device; a device spraying random codes cannot grow the
@@ -39,23 +39,22 @@ pub struct XidLog {
 }
 
 impl XidLog {
-    /// Counts one XID `code` on the device `uuid`, seen at `at_seconds` (Unix time).
-    pub fn record(&self, uuid: &str, code: u64, at_seconds: f64) {
+    /// Counts one XID `code` on the device `uuid`, seen at `at_seconds` (Unix time). Returns the
+    /// code's new total, or None when the code was dropped (too many distinct codes).
+    pub fn record(&self, uuid: &str, code: u64, at_seconds: f64) -> Option<u64> {
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
         let d = devices.entry(uuid.to_string()).or_default();
         d.last_seconds = Some(at_seconds);
         let full = d.counts.len() >= MAX_XID_CODES_PER_DEVICE;
         match d.counts.get_mut(&code) {
-            Some(n) => *n += 1,
-            None if full => {
-                tracing::warn!(
-                    uuid,
-                    xid = code,
-                    "XID code dropped: too many distinct codes"
-                );
+            Some(n) => {
+                *n += 1;
+                Some(*n)
             }
+            None if full => None,
             None => {
                 d.counts.insert(code, 1);
+                Some(1)
             }
         }
     }
@@ -86,6 +85,7 @@ pub fn watch_xids(nvml: &Nvml, log: &XidLog, errors: &ErrorCounter, stop: &Recei
     let Some((set, devices)) = register(nvml, errors) else {
         return;
     };
+    let mut limiter = LogLimiter::default();
     loop {
         match stop.try_recv() {
             Err(TryRecvError::Empty) => {}
@@ -103,8 +103,24 @@ pub fn watch_xids(nvml: &Nvml, log: &XidLog, errors: &ErrorCounter, stop: &Recei
                 // SAFETY: the handle is only compared, never dereferenced.
                 let handle = unsafe { event.device.handle() } as usize;
                 if let Some((_, uuid)) = devices.iter().find(|(h, _)| *h == handle) {
-                    tracing::warn!(uuid, xid = code, "XID event");
-                    log.record(uuid, code, unix_now());
+                    let total = log.record(uuid, code, unix_now());
+                    // An XID storm delivers thousands a second: log each (GPU, code) at most
+                    // once a minute, with its running total; the counter has every one. The
+                    // keys are bounded: at most MAX_XID_CODES_PER_DEVICE + 1 per device.
+                    let key = match total {
+                        Some(_) => format!("{uuid}/{code}"),
+                        None => format!("{uuid}/dropped"),
+                    };
+                    if limiter.allow(&key, Instant::now()) {
+                        match total {
+                            Some(total) => tracing::warn!(uuid, xid = code, total, "XID event"),
+                            None => tracing::warn!(
+                                uuid,
+                                xid = code,
+                                "XID code dropped: too many distinct codes"
+                            ),
+                        }
+                    }
                 }
             }
             Err(NvmlError::Timeout) => {}
@@ -235,10 +251,17 @@ mod tests {
     #[test]
     fn distinct_codes_are_bounded_per_device() {
         let log = XidLog::default();
-        for code in 0..(MAX_XID_CODES_PER_DEVICE as u64 + 10) {
-            log.record("GPU-a", code, 1.0);
+        for code in 0..MAX_XID_CODES_PER_DEVICE as u64 {
+            assert_eq!(log.record("GPU-a", code, 1.0), Some(1));
         }
-        log.record("GPU-a", 0, 2.0); // a known code still counts
+        for code in 0..10 {
+            assert_eq!(log.record("GPU-a", 1000 + code, 1.0), None, "dropped");
+        }
+        assert_eq!(
+            log.record("GPU-a", 0, 2.0),
+            Some(2),
+            "a known code still counts"
+        );
         let mut d = vec![DeviceSample {
             uuid: "GPU-a".into(),
             ..Default::default()

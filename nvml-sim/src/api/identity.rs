@@ -1,7 +1,7 @@
 //! Static device identity: names, ids, PCI info, architecture, MIG/persistence modes.
 
 use crate::device::{arch_code, brand_code};
-use crate::ffi::{device_fns, write, write_str};
+use crate::ffi::{self, device_fns, write, write_str};
 use crate::scenario::{GpuSpec, parse_bus_id};
 use nvml_wrapper_sys::bindings::{nvmlBrandType_t, nvmlDeviceArchitecture_t, nvmlPciInfo_t};
 use std::os::raw::{c_char, c_int, c_uint};
@@ -49,7 +49,10 @@ fn pci_info(gpu: &GpuSpec) -> nvmlPciInfo_t {
 
 device_fns! {
     /// NVML index of the device.
-    fn nvmlDeviceGetIndex(index: *mut c_uint) |c| { write(index, c.index as c_uint) }
+    fn nvmlDeviceGetIndex(index: *mut c_uint) |c| {
+        let nvml_index = ffi::nvml_index(c.sim, c.index).ok_or(ffi::GPU_IS_LOST)?;
+        write(index, nvml_index as c_uint)
+    }
     /// Product name.
     fn nvmlDeviceGetName(name: *mut c_char, length: c_uint) |c| { write_str(name, length, &c.gpu.name) }
     /// "GPU-…" UUID.

@@ -14,15 +14,15 @@ fn init() -> ffi::NvmlResult {
 }
 
 fn count(out: *mut c_uint) -> ffi::NvmlResult {
-    write(out, state::sim()?.scenario.gpus.len() as c_uint)
+    write(out, ffi::present(state::sim()?).len() as c_uint)
 }
 
 fn by_index(index: c_uint, out: *mut nvmlDevice_t) -> ffi::NvmlResult {
     let sim = state::sim()?;
-    let i = index as usize;
-    if i >= sim.scenario.gpus.len() {
-        return Err(INVALID_ARGUMENT);
-    }
+    // NVML indices count the GPUs present now; a restart that dropped one renumbers the rest.
+    let i = *ffi::present(sim)
+        .get(index as usize)
+        .ok_or(INVALID_ARGUMENT)?;
     // A lost GPU cannot be opened, just as the real driver answers when it fell off the bus;
     // error and hang faults naming this function apply too.
     ffi::inject_faults(sim, i, "nvmlDeviceGetHandleByIndex")?;
@@ -37,6 +37,7 @@ fn by_bus_id(bus: *const c_char, out: *mut nvmlDevice_t) -> ffi::NvmlResult {
         .gpus
         .iter()
         .position(|g| parse_bus_id(&g.pci_bus_id) == Some(want))
+        .filter(|i| ffi::present(sim).contains(i))
         .ok_or(NOT_FOUND)?;
     write(out, ffi::handle_of(i))
 }
@@ -108,6 +109,7 @@ plain_fns! {
             .gpus
             .iter()
             .position(|g| g.uuid.eq_ignore_ascii_case(want))
+            .filter(|i| ffi::present(sim).contains(i))
             .ok_or(NOT_FOUND)?;
         write(device, ffi::handle_of(i))
     }
@@ -115,7 +117,13 @@ plain_fns! {
     fn nvmlDeviceGetHandleBySerial(serial: *const c_char, device: *mut nvmlDevice_t) {
         let sim = state::sim()?;
         let want = read_str(serial)?;
-        let i = sim.scenario.gpus.iter().position(|g| g.serial == want).ok_or(NOT_FOUND)?;
+        let i = sim
+            .scenario
+            .gpus
+            .iter()
+            .position(|g| g.serial == want)
+            .filter(|i| ffi::present(sim).contains(i))
+            .ok_or(NOT_FOUND)?;
         write(device, ffi::handle_of(i))
     }
     /// Handle of the GPU at this PCI bus id (any of the usual spellings).
