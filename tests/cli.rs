@@ -92,9 +92,9 @@ fn bad_config_file_exits_2_naming_option_and_line() {
 
 #[test]
 fn environment_overrides_file_and_flag_overrides_environment() {
-    // interval 50ms is invalid: whichever layer wins decides whether the exporter accepts it.
+    // interval 5ms is invalid: whichever layer wins decides whether the exporter accepts it.
     let mut file = tempfile::NamedTempFile::new().unwrap();
-    writeln!(file, "interval = \"50ms\"").unwrap();
+    writeln!(file, "interval = \"5ms\"").unwrap();
     let path = file.path().to_str().unwrap();
     let sim = common::sim_lib();
     let sim = sim.to_str().unwrap();
@@ -134,7 +134,7 @@ fn environment_overrides_file_and_flag_overrides_environment() {
         stderr(&env_wins)
     );
 
-    let flag_wins = exporter_command(&env_ok, &["--config", path, "--once", "--interval", "10ms"])
+    let flag_wins = exporter_command(&env_ok, &["--config", path, "--once", "--interval", "5ms"])
         .output()
         .unwrap();
     assert_eq!(flag_wins.status.code(), Some(2), "flag beats env");
