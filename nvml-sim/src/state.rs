@@ -129,6 +129,7 @@ pub fn init() -> u32 {
 fn stay_loaded() {
     static PINNED: OnceLock<()> = OnceLock::new();
     PINNED.get_or_init(|| {
+        // SAFETY: Dl_info is a plain C struct of pointers and integers; all-zero is a valid value.
         let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
         // SAFETY: dladdr only reads the address of a function of this library and fills `info`;
         // dlopen with RTLD_NOLOAD returns a new reference to the already-mapped library (never
