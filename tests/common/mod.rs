@@ -78,9 +78,16 @@ impl Exporter {
 
     /// Starts the exporter with exactly these arguments (plus `--listen 127.0.0.1:0`).
     pub fn start_raw(env: &[(&str, &str)], args: &[&str]) -> Exporter {
+        Exporter::start_command(exporter_command(env, &[]), args)
+    }
+
+    /// Starts `cmd` (an exporter command, possibly wrapped) with `args` plus
+    /// `--listen 127.0.0.1:0`, and waits until it listens.
+    pub fn start_command(mut cmd: Command, args: &[&str]) -> Exporter {
         let mut all = vec!["--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
-        let mut child = exporter_command(env, &all)
+        let mut child = cmd
+            .args(&all)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
