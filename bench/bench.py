@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SCENARIOS = {1: BENCH / "scenarios/h100x1.toml", 8: ROOT / "nvml-sim/scenarios/h100x8.toml", 64: BENCH / "scenarios/h100x64.toml"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-UP_LINE = re.compile(rb'^nvidia_gpu_up\{[^}]*\} 1$', re.M)
+UP_LINE = re.compile(rb'^nvidia_gpu_up\{[^}]*\} 1(?:\.0)?$', re.M)
 
 
 def log(*a):
@@ -49,7 +49,7 @@ def fetch(port, path="/metrics", gzip=False, timeout=10):
     """(status, body as sent, headers) of one GET."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Accept-Encoding": "gzip"} if gzip else {})
     with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.status, r.read(), dict(r.headers)
+        return r.status, r.read(), r.headers
 
 
 def gpus_up(port):
@@ -125,7 +125,7 @@ http {{
   }}
 }}
 """)
-        self.proc = subprocess.Popen(["nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"])
+        self.proc = subprocess.Popen(["nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL)
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
@@ -156,30 +156,30 @@ def scrape_cost(ctx):
     """Throughput and latency of exporter, nginx (same body) and Python peer, 8 and 64 GPUs."""
     rows = []
     for gpus in (8, 64):
-        exp = Target("exporter", gpus, ctx)
-        exp.wait_complete()
-        time.sleep(2.5)  # two more ticks: GPM averages present, the body at its steady size
-        _, plain, headers = fetch(exp.port)
-        _, zipped, zheaders = fetch(exp.port, gzip=True)
-        assert zheaders.get("Content-Encoding") == "gzip", zheaders
-        assert gz.decompress(zipped).count(b"\n") > 0
-        nginx = Nginx(plain, zipped, headers)
-        py = Target("python", gpus, ctx)
-        py.wait_complete()
-        targets = {"exporter": exp.port, "nginx": nginx.port, "python": py.port}
+        servers = []
         try:
-            for name, port in targets.items():
-                sizes = {False: len(fetch(port)[1]), True: len(fetch(port, gzip=True)[1])}
+            exp = Target("exporter", gpus, ctx)
+            servers.append(exp)
+            exp.wait_complete()
+            time.sleep(2.5)  # two more ticks: GPM averages present, the body at its steady size
+            _, plain, headers = fetch(exp.port)
+            _, zipped, zheaders = fetch(exp.port, gzip=True)
+            assert zheaders.get("Content-Encoding") == "gzip", zheaders
+            assert gz.decompress(zipped).count(b"\n") > 0
+            servers.append(Nginx(plain, zipped, headers))
+            servers.append(Target("python", gpus, ctx))
+            servers[-1].wait_complete()
+            for name, server in zip(("exporter", "nginx", "python"), servers):
+                sizes = {False: len(fetch(server.port)[1]), True: len(fetch(server.port, gzip=True)[1])}
                 for gzip in (False, True):
                     for conns in (1, 16, 64):
-                        r = wrk(port, conns, ctx.scrape_seconds, gzip)
+                        r = wrk(server.port, conns, ctx.scrape_seconds, gzip)
                         r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=sizes[gzip])
                         log(f"scrape {name:8} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
                         rows.append(r)
         finally:
-            py.stop()
-            nginx.stop()
-            exp.stop()
+            for server in reversed(servers):
+                server.stop()
     return rows
 
 
@@ -203,9 +203,11 @@ def histogram_totals(port):
 def footprint(ctx):
     """RSS and CPU share over ctx.footprint_seconds at 1 s, all configurations in parallel."""
     configs = [(kind, gpus, scraped) for kind in ("exporter", "python") for gpus in (1, 8, 64) for scraped in (False, True)]
-    targets = [Target(kind, gpus, ctx) for kind, gpus, _ in configs]
+    targets = []
     stop = threading.Event()
     try:
+        for kind, gpus, _ in configs:
+            targets.append(Target(kind, gpus, ctx))
         for t in targets:
             t.wait_complete(60)
         time.sleep(2)  # past start-up allocations and the first GPM window
