@@ -1,0 +1,387 @@
+#!/usr/bin/env python3
+"""The benchmark harness behind bench/run.sh (see BENCHMARKS.md).
+
+In one run, against the release exporter on the simulated driver (nvml-sim), it measures:
+scrape cost (wrk) against nginx serving the same body and the Python reference peer; footprint
+(RSS, CPU share from /proc) idle and under a 1/s scrape; tick cost (the exporter's own histogram,
+its CPU time, and a callgrind profile split into NVML and exporter work); and startup time.
+Results go to bench/results/<date>.json and a Markdown table next to it. Only ratios within one run
+are compared: the machine is shared and noisy.
+"""
+
+import argparse
+import datetime
+import gzip as gz
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+SCENARIOS = {1: BENCH / "scenarios/h100x1.toml", 8: ROOT / "nvml-sim/scenarios/h100x8.toml", 64: BENCH / "scenarios/h100x64.toml"}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+UP_LINE = re.compile(rb'^nvidia_gpu_up\{[^}]*\} 1(?:\.0)?$', re.M)
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fetch(port, path="/metrics", gzip=False, timeout=10):
+    """(status, body as sent, headers) of one GET."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers={"Accept-Encoding": "gzip"} if gzip else {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read(), r.headers
+
+
+def gpus_up(port):
+    """GPUs with nvidia_gpu_up 1 in the current /metrics, or -1 when it does not answer."""
+    try:
+        return len(UP_LINE.findall(fetch(port, timeout=2)[1]))
+    except OSError:
+        return -1
+
+
+class Target:
+    """A server process under test: the exporter, the Python peer, or nginx."""
+
+    def __init__(self, kind, gpus, ctx, interval="1s", wrapper=()):
+        self.kind, self.gpus, self.port = kind, gpus, free_port()
+        env = dict(os.environ, NVML_SIM_SCENARIO=str(SCENARIOS.get(gpus, "")))
+        if kind == "exporter":
+            cmd = [*wrapper, ctx.exporter, "--nvml-lib", ctx.sim, "--listen", f"127.0.0.1:{self.port}", "--interval", interval, "--log-level", "warn"]
+        elif kind == "python":
+            env["LD_LIBRARY_PATH"] = ctx.fake_driver
+            cmd = [sys.executable, str(BENCH / "reference/exporter.py"), "--port", str(self.port)]
+        else:
+            raise ValueError(kind)
+        self.cmd = cmd
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if wrapper else subprocess.DEVNULL)
+        self.pid = self.proc.pid
+
+    def wait_complete(self, timeout=30.0):
+        """Seconds from exec until /metrics shows every GPU up."""
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            if gpus_up(self.port) == self.gpus:
+                return time.perf_counter() - self.started
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.cmd} exited with {self.proc.returncode}")
+            time.sleep(0.002)
+        raise RuntimeError(f"{self.kind} with {self.gpus} GPUs: not complete within {timeout} s")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Nginx:
+    """nginx as a plain process on a free port serving a captured body (and its .gz) as static files."""
+
+    def __init__(self, plain, gzipped, headers):
+        self.dir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
+        self.dir.chmod(0o755)  # the workers run as nobody
+        (self.dir / "metrics").write_bytes(plain)
+        (self.dir / "metrics.gz").write_bytes(gzipped)
+        self.port = free_port()
+        ctype = headers.get("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        (self.dir / "nginx.conf").write_text(f"""
+worker_processes auto;
+pid {self.dir}/nginx.pid;
+error_log {self.dir}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {self.dir}; proxy_temp_path {self.dir}; fastcgi_temp_path {self.dir};
+  uwsgi_temp_path {self.dir}; scgi_temp_path {self.dir};
+  server {{
+    listen 127.0.0.1:{self.port};
+    root {self.dir};
+    location = /metrics {{ types {{ }} default_type "{ctype}"; gzip_static on; gzip_vary on; }}
+  }}
+}}
+""")
+        self.proc = subprocess.Popen(["nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                fetch(self.port)
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("nginx did not start")
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGQUIT)
+        self.proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def wrk(port, conns, seconds, gzip):
+    """One wrk run; its JSON line plus requests per second."""
+    threads = 1 if conns == 1 else 2
+    cmd = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{seconds}s", "--timeout", "10s", "-s", str(BENCH / "wrk-report.lua"), f"http://127.0.0.1:{port}/metrics"]
+    out = subprocess.run(cmd, env=dict(os.environ, WRK_GZIP="1" if gzip else "0"), capture_output=True, text=True, check=True).stdout
+    res = json.loads(out.split("WRK_JSON ", 1)[1].splitlines()[0])
+    res["rps"] = res["requests"] / (res["duration_us"] / 1e6)
+    res["command"] = " ".join(cmd)
+    return res
+
+
+def scrape_cost(ctx):
+    """Throughput and latency of exporter, nginx (same body) and Python peer, 8 and 64 GPUs."""
+    rows = []
+    for gpus in (8, 64):
+        servers = []
+        try:
+            exp = Target("exporter", gpus, ctx)
+            servers.append(exp)
+            exp.wait_complete()
+            time.sleep(2.5)  # two more ticks: GPM averages present, the body at its steady size
+            _, plain, headers = fetch(exp.port)
+            _, zipped, zheaders = fetch(exp.port, gzip=True)
+            assert zheaders.get("Content-Encoding") == "gzip", zheaders
+            assert gz.decompress(zipped).count(b"\n") > 0
+            servers.append(Nginx(plain, zipped, headers))
+            servers.append(Target("python", gpus, ctx))
+            servers[-1].wait_complete()
+            for name, server in zip(("exporter", "nginx", "python"), servers):
+                sizes = {False: len(fetch(server.port)[1]), True: len(fetch(server.port, gzip=True)[1])}
+                for gzip in (False, True):
+                    for conns in (1, 16, 64):
+                        r = wrk(server.port, conns, ctx.scrape_seconds, gzip)
+                        r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=sizes[gzip])
+                        log(f"scrape {name:8} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
+                        rows.append(r)
+        finally:
+            for server in reversed(servers):
+                server.stop()
+    return rows
+
+
+def proc_sample(pid):
+    """(cpu ticks utime+stime of all threads, VmRSS KiB) of a process."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    ticks = int(fields[11]) + int(fields[12])
+    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
+    return ticks, rss
+
+
+def histogram_totals(port):
+    """(sum, count) of nvml_exporter_sample_duration_seconds from the exporter's /metrics."""
+    body = fetch(port)[1].decode()
+    s = float(re.search(r"^nvml_exporter_sample_duration_seconds_sum(?:\{\})? (\S+)$", body, re.M).group(1))
+    c = float(re.search(r"^nvml_exporter_sample_duration_seconds_count(?:\{\})? (\S+)$", body, re.M).group(1))
+    return s, c
+
+
+def footprint(ctx):
+    """RSS and CPU share over ctx.footprint_seconds at 1 s, all configurations in parallel."""
+    configs = [(kind, gpus, scraped) for kind in ("exporter", "python") for gpus in (1, 8, 64) for scraped in (False, True)]
+    targets = []
+    stop = threading.Event()
+    try:
+        for kind, gpus, _ in configs:
+            targets.append(Target(kind, gpus, ctx))
+        for t in targets:
+            t.wait_complete(60)
+        time.sleep(2)  # past start-up allocations and the first GPM window
+
+        def scraper(port):
+            # Prometheus-like: one scrape per second, gzip accepted, on a fixed schedule.
+            next_at = time.monotonic()
+            while not stop.is_set():
+                fetch(port, gzip=True)
+                next_at += 1
+                stop.wait(max(0, next_at - time.monotonic()))
+
+        hist0 = {i: histogram_totals(t.port) for i, t in enumerate(targets) if t.kind == "exporter"}
+        threads = [threading.Thread(target=scraper, args=(t.port,), daemon=True) for t, c in zip(targets, configs) if c[2]]
+        series = {i: [] for i in range(len(targets))}
+        start = time.monotonic()
+        first = {i: proc_sample(t.pid) for i, t in enumerate(targets)}
+        for th in threads:
+            th.start()
+        for k in range(1, ctx.footprint_seconds + 1):
+            time.sleep(max(0, start + k - time.monotonic()))
+            for i, t in enumerate(targets):
+                series[i].append(proc_sample(t.pid))
+        elapsed = time.monotonic() - start
+        stop.set()
+        for th in threads:
+            th.join(5)
+        hist1 = {i: histogram_totals(t.port) for i, t in enumerate(targets) if t.kind == "exporter"}
+    finally:
+        stop.set()
+        for t in targets:
+            t.stop()
+    rows = []
+    for i, (kind, gpus, scraped) in enumerate(configs):
+        rss = [r for _, r in series[i]]
+        cpu_s = (series[i][-1][0] - first[i][0]) / CLK_TCK
+        row = dict(target=kind, gpus=gpus, scrape="1/s" if scraped else "idle", seconds=round(elapsed, 2),
+                   cpu_share=cpu_s / elapsed, cpu_seconds=cpu_s, rss_kib=rss,
+                   rss_start_mib=rss[0] / 1024, rss_max_mib=max(rss) / 1024, rss_end_mib=rss[-1] / 1024)
+        if kind == "exporter":
+            ds, dc = hist1[i][0] - hist0[i][0], hist1[i][1] - hist0[i][1]
+            row.update(ticks=dc, tick_wall_s=ds / dc, tick_wall_per_gpu_s=ds / dc / gpus,
+                       cpu_per_tick_per_gpu_s=cpu_s / dc / gpus)
+        log(f"footprint {kind:8} {gpus:2} GPUs {row['scrape']:4}: RSS max {row['rss_max_mib']:6.1f} MiB, CPU {100 * row['cpu_share']:6.2f} %")
+        rows.append(row)
+    return rows
+
+
+def parse_callgrind(path, nvml_object):
+    """(total Ir, Ir inside the NVML library including what it calls) from a callgrind output file."""
+    names = {}
+
+    def name(kind, value):
+        m = re.match(r"\((\d+)\)(?: (.*))?", value)
+        if not m:
+            return value
+        if m.group(2) is not None:
+            names[(kind, m.group(1))] = m.group(2)
+        return names.get((kind, m.group(1)), "")
+
+    total, inside = 0, 0
+    ob = cob = ""
+    in_call = False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("ob="):
+                ob = name("ob", line[3:].strip())
+            elif line.startswith("cob="):
+                cob = name("ob", line[4:].strip())
+            elif line.startswith("cfn=") or line.startswith("cfi=") or line.startswith("cfl="):
+                pass
+            elif line.startswith("fn="):
+                cob = ""
+            elif line.startswith("calls="):
+                in_call = True
+            elif line[:1].isdigit() or line[:1] in "+-*":
+                parts = line.split()
+                cost = int(parts[1]) if len(parts) > 1 else 0
+                if in_call:
+                    # The inclusive cost of a call: NVML time when code outside calls into it.
+                    callee = cob or ob
+                    if callee.endswith(nvml_object) and not ob.endswith(nvml_object):
+                        inside += cost
+                    in_call = False
+                    cob = ""
+                else:
+                    total += cost
+    return total, inside
+
+
+def tick_profile(ctx, gpus, window):
+    """Callgrind over `window` seconds of steady ticking (start-up excluded): NVML vs exporter."""
+    out = Path(tempfile.mkdtemp(prefix="bench-cg-")) / "callgrind.out"
+    wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
+    t = Target("exporter", gpus, ctx, interval="1s", wrapper=wrapper)
+    try:
+        t.wait_complete(180)
+        subprocess.run(["callgrind_control", "-i", "on", str(t.pid)], check=True, capture_output=True)
+        c0 = histogram_totals(t.port)[1]
+        time.sleep(window)
+        c1 = histogram_totals(t.port)[1]
+        subprocess.run(["callgrind_control", "-i", "off", str(t.pid)], check=True, capture_output=True)
+    finally:
+        t.stop()
+    total, inside = parse_callgrind(out, "libnvml_sim.so")
+    ticks = c1 - c0
+    annotate = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=95", str(out)], capture_output=True, text=True).stdout
+    top = [line for line in annotate.splitlines() if re.match(r"^\s*[\d,]+ \(", line)][:25]
+    shutil.rmtree(out.parent, ignore_errors=True)
+    row = dict(gpus=gpus, window_s=window, ticks=ticks, ir_total=total, ir_nvml=inside, ir_exporter=total - inside,
+               nvml_share=inside / total, ir_exporter_per_tick_per_gpu=(total - inside) / ticks / gpus, top_self=top)
+    log(f"callgrind {gpus} GPUs: {ticks:.0f} ticks, NVML {100 * row['nvml_share']:.1f} % of instructions, exporter {row['ir_exporter_per_tick_per_gpu']:.0f} Ir per tick per GPU")
+    return row
+
+
+def startup(ctx, runs=5):
+    rows = []
+    for kind in ("exporter", "python"):
+        for gpus in (8, 64):
+            times = []
+            for _ in range(runs):
+                t = Target(kind, gpus, ctx)
+                try:
+                    times.append(t.wait_complete(60))
+                finally:
+                    t.stop()
+            rows.append(dict(target=kind, gpus=gpus, runs=times, median_s=statistics.median(times)))
+            log(f"startup {kind:8} {gpus:2} GPUs: median {1e3 * rows[-1]['median_s']:.1f} ms")
+    return rows
+
+
+def machine():
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
+    mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
+    ver = lambda cmd: subprocess.run(cmd, capture_output=True, text=True).stdout + subprocess.run(cmd, capture_output=True, text=True).stderr
+    import prometheus_client, pynvml  # noqa: E401 (versions of the reference peer)
+    from importlib.metadata import version
+    return dict(nproc=os.cpu_count(), cpu=cpu, mem_gib=round(mem / 2**20, 1), kernel=platform.release(),
+                loadavg_start=os.getloadavg(), python=platform.python_version(),
+                prometheus_client=version("prometheus-client"), nvidia_ml_py=version("nvidia-ml-py"),
+                wrk=ver(["wrk", "-v"]).splitlines()[0], nginx=ver(["nginx", "-v"]).strip(),
+                valgrind=ver(["valgrind", "--version"]).strip(),
+                revision=subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip())
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--exporter", required=True)
+    p.add_argument("--sim", required=True)
+    p.add_argument("--scrape-seconds", type=int, default=5)
+    p.add_argument("--footprint-seconds", type=int, default=60)
+    p.add_argument("--profile-seconds", type=int, default=20)
+    p.add_argument("--only", default="scrape,footprint,ticks,startup")
+    p.add_argument("--out", type=Path, default=BENCH / "results" / f"{datetime.date.today()}.json")
+    ctx = p.parse_args()
+    ctx.fake_driver = tempfile.mkdtemp(prefix="bench-driver-")
+    os.symlink(os.path.abspath(ctx.sim), os.path.join(ctx.fake_driver, "libnvidia-ml.so.1"))
+    only = ctx.only.split(",")
+    result = dict(date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"), machine=machine(),
+                  command=" ".join(sys.argv), settings=dict(scrape_seconds=ctx.scrape_seconds, footprint_seconds=ctx.footprint_seconds, profile_seconds=ctx.profile_seconds))
+    if "scrape" in only:
+        result["scrape"] = scrape_cost(ctx)
+    if "footprint" in only:
+        result["footprint"] = footprint(ctx)
+    if "ticks" in only:
+        result["tick_profile"] = [tick_profile(ctx, g, ctx.profile_seconds) for g in (8, 64)]
+    if "startup" in only:
+        result["startup"] = startup(ctx)
+    result["machine"]["loadavg_end"] = os.getloadavg()
+    shutil.rmtree(ctx.fake_driver, ignore_errors=True)
+    ctx.out.parent.mkdir(parents=True, exist_ok=True)
+    ctx.out.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"wrote {ctx.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One command for the whole benchmark (BENCHMARKS.md): builds the release exporter and nvml-sim,
+# checks the tools, runs bench/bench.py and writes bench/results/<date>.json and .md.
+# Extra arguments go to bench.py, e.g. --footprint-seconds 20 --only scrape,startup.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+target="${CARGO_TARGET_DIR:-target}"
+cargo build --release -p nvml-exporter -p nvml-sim
+
+missing=()
+for tool in wrk nginx valgrind callgrind_control callgrind_annotate; do
+  command -v "$tool" >/dev/null || missing+=("$tool")
+done
+if ((${#missing[@]})); then
+  echo "bench: missing ${missing[*]}; on Debian: apt-get install wrk nginx valgrind" >&2
+  exit 2
+fi
+if ! python3 -c 'import prometheus_client, pynvml' 2>/dev/null; then
+  echo "bench: the reference peer needs: pip install prometheus-client nvidia-ml-py" >&2
+  exit 2
+fi
+python3 bench/gen_scenarios.py --check
+
+out="bench/results/$(date +%F).json"
+python3 bench/bench.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" --out "$out" "$@"
+python3 bench/report.py "$out" > "${out%.json}.md"
+echo "bench: $out, ${out%.json}.md" >&2
