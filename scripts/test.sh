@@ -4,7 +4,8 @@
 #   2. promtool's lint of the exporter's /metrics for every shipped scenario;
 #   3. third-party NVML clients (gpustat, pynvml) against the simulator;
 #   4. every NVML symbol the simulator exports is one the real driver library exports;
-#   5. the alert rules: promtool's unit tests, and a real Prometheus scraping the demo exporter.
+#   5. the alert rules: promtool's unit tests, and a real Prometheus scraping the demo exporter;
+#   6. the Kubernetes manifests: rendered with kubectl kustomize and validated.
 # Installs what is missing (Debian's prometheus for promtool, gpustat and nvidia-ml-py from PyPI, the
 # real driver library from Debian non-free, unpacked under target/) when run as root.
 set -euo pipefail
@@ -72,6 +73,7 @@ check "promtool check metrics (every scenario)" lint_scenarios
 check "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
 check "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 check "alert rules: promtool unit tests and a live Prometheus against the demo" scripts/e2e-prometheus.sh "$bin"
+check "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 
 echo "checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]
