@@ -28,7 +28,11 @@ fn file() -> &'static PathBuf {
 fuzz_target!(|data: &[u8]| {
     let path = file();
     std::fs::write(path, data).expect("write the input");
-    match config::load(["nvml-exporter".as_ref(), "--config".as_ref(), path.as_os_str()]) {
+    match config::load([
+        "nvml-exporter".as_ref(),
+        "--config".as_ref(),
+        path.as_os_str(),
+    ]) {
         Ok(c) => {
             assert!(c.interval >= MIN_INTERVAL && c.interval <= Duration::from_secs(3600));
             assert!(!c.device_timeout.is_zero() && c.device_timeout <= c.interval);
@@ -37,7 +41,10 @@ fuzz_target!(|data: &[u8]| {
         Err(e) => {
             let msg = e.to_string();
             assert!(!msg.contains(['\n', '\r']), "not one line: {msg:?}");
-            assert!(msg.contains(&*path.to_string_lossy()), "file not named: {msg}");
+            assert!(
+                msg.contains(&*path.to_string_lossy()),
+                "file not named: {msg}"
+            );
         }
     }
 });

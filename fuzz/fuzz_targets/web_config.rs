@@ -30,6 +30,9 @@ fuzz_target!(|data: &[u8]| {
     std::fs::write(path, data).expect("write the input");
     if let Err(msg) = WebSettings::load(Some(path)) {
         assert!(!msg.contains(['\n', '\r']), "not one line: {msg:?}");
-        assert!(msg.contains(&*path.to_string_lossy()), "file not named: {msg}");
+        assert!(
+            msg.contains(&*path.to_string_lossy()),
+            "file not named: {msg}"
+        );
     }
 });
