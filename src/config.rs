@@ -232,8 +232,12 @@ impl<'de> Deserialize<'de> for ListenAddr {
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
-    humantime::parse_duration(s.trim())
-        .map_err(|e| format!("'{s}' is not a duration ({e}); write e.g. 1s, 500ms, 2m"))
+    humantime::parse_duration(s.trim()).map_err(|e| {
+        format!(
+            "{} is not a duration ({e}); write e.g. 1s, 500ms, 2m",
+            quote(s)
+        )
+    })
 }
 
 fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -243,7 +247,13 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         None => s.to_string(),
     };
     full.parse()
-        .map_err(|_| format!("'{s}' is not an address; write HOST:PORT with an IP, e.g. 0.0.0.0:9400, [::]:9400 or :9400"))
+        .map_err(|_| format!("{} is not an address; write HOST:PORT with an IP, e.g. 0.0.0.0:9400, [::]:9400 or :9400", quote(s)))
+}
+
+/// A value as shown in an error message: in quotes, with line breaks and other control characters
+/// escaped, so that whatever was written the message stays on one line.
+fn quote(s: &str) -> String {
+    format!("'{}'", s.escape_debug())
 }
 
 /// Where a value came from, for error messages.
@@ -280,9 +290,23 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::Cli(e) => write!(f, "{e}"),
-            ConfigError::Invalid(msg) => write!(f, "error: {msg}"),
+            ConfigError::Invalid(msg) => write!(f, "error: {}", one_line(msg)),
         }
     }
+}
+
+/// `msg` with control characters escaped. Messages quote what the user wrote (a value, a key, a
+/// file name), and a line break in any of them must not split the one-line error.
+fn one_line(msg: &str) -> String {
+    msg.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 impl std::error::Error for ConfigError {}
@@ -338,7 +362,11 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
         ConfigError::Invalid(format!("--config: cannot read {}: {e}", path.display()))
     })?;
     toml::from_str(&text).map_err(|e| {
-        let line = e.span().map(|s| line_of(&text, s.start)).unwrap_or(0);
+        // toml gives no position for some errors (its nesting limit): then there is no line.
+        let line = e
+            .span()
+            .map(|s| format!(" line {}", line_of(&text, s.start)))
+            .unwrap_or_default();
         // The key the error is about, when toml can tell (it names unknown fields itself).
         let key = e
             .span()
@@ -346,7 +374,7 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
             .map(|k| format!(" (option {k})"))
             .unwrap_or_default();
         ConfigError::Invalid(format!(
-            "--config {} line {line}{key}: {}",
+            "--config {}{line}{key}: {}",
             path.display(),
             e.message().trim()
         ))
@@ -552,7 +580,7 @@ fn merge(cli: &Cli, file: FileConfig, src: &Sources<'_>) -> Result<Config, Confi
         return Err(invalid(
             "log-level",
             &level_origin,
-            format!("'{log_level}': {e}"),
+            format!("{}: {e}", quote(&log_level)),
         ));
     }
     Ok(Config {
@@ -680,6 +708,35 @@ mod tests {
         let f = file("intervall = \"1s\"\n");
         let e = err(&["--config", f.path().to_str().unwrap()]);
         assert!(e.contains("intervall") && e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn errors_stay_on_one_line_whatever_the_value() {
+        // A value with a line break (a TOML escape) is shown escaped.
+        let f = file("log_level = \"info\"\ninterval = \" \\n \"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(!e.contains('\n'), "{e:?}");
+        assert!(
+            e.contains("line 2") && e.contains("interval") && e.contains("\\n"),
+            "{e}"
+        );
+        let f = file("log_format = \"js\\non\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(!e.contains('\n') && e.contains("log_format"), "{e:?}");
+        let e = err(&["--log-level", "info\n=["]);
+        assert!(!e.contains('\n') && e.contains("--log-level"), "{e:?}");
+    }
+
+    #[test]
+    fn too_deep_nesting_is_an_error_without_a_made_up_line() {
+        let f = file(&format!(
+            "interval = {}{}\n",
+            "[".repeat(1000),
+            "]".repeat(1000)
+        ));
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(!e.contains("line 0"), "{e}");
+        assert!(e.contains(f.path().to_str().unwrap()), "{e}");
     }
 
     #[test]

@@ -95,9 +95,11 @@ impl WebConfigFile {
     /// Parses `text`, resolving relative paths against `dir`. Errors start with " line N: " or
     /// ": " so that the caller can put the file name in front.
     pub fn parse(text: &str, dir: &Path) -> Result<WebConfigFile, String> {
+        check_flow_collections(text)?;
         // An empty file (or only comments) is a valid "no TLS, no auth", as in exporter-toolkit.
         let raw: Option<RawFile> = yaml_serde::from_str(text).map_err(|e| {
-            let msg = e.to_string();
+            // The message may quote a key or value from the file, line breaks included.
+            let msg = escape_control(&e.to_string());
             // The message ends with " at line L column C" when it has a location; keep one copy.
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
             match e.location() {
@@ -114,6 +116,9 @@ impl WebConfigFile {
             if users.is_empty() {
                 return Err(": basic_auth_users is empty; remove it to disable basic auth".into());
             }
+            for (user, hash) in users {
+                check_user(user, hash)?;
+            }
         }
         Ok(WebConfigFile {
             tls,
@@ -122,11 +127,79 @@ impl WebConfigFile {
     }
 }
 
+/// At most this many flow collections (`[` and `{`) in one file. The YAML scanner takes time
+/// quadratic in their nesting depth (100 000 nested `[` take minutes), the depth is at most their
+/// number, and a web-config needs a handful.
+pub const MAX_FLOW_COLLECTIONS: usize = 1000;
+
+/// Refuses a file with more than [`MAX_FLOW_COLLECTIONS`] opening brackets, naming the line of
+/// the first one too many. Counted without regard to quoting: a bracket in a quoted string counts
+/// too, which only matters for files far beyond any real web-config.
+fn check_flow_collections(text: &str) -> Result<(), String> {
+    let Some((offset, _)) = text.match_indices(['[', '{']).nth(MAX_FLOW_COLLECTIONS) else {
+        return Ok(());
+    };
+    let line = text[..offset].matches('\n').count() + 1;
+    Err(format!(
+        " line {line}: more than {MAX_FLOW_COLLECTIONS} '[' and '{{' in the file; nesting this deep is refused"
+    ))
+}
+
+/// A user name and hash that basic auth can use. A name with ':' could never log in (the
+/// `Authorization` header splits name and password at the first ':'); control characters belong
+/// in neither and would break the one-line error messages that quote them.
+fn check_user(user: &str, hash: &str) -> Result<(), String> {
+    let shown = escape_control(user);
+    if user.contains(':') {
+        return Err(format!(
+            ": basic_auth_users.{shown}: a user name cannot contain ':'"
+        ));
+    }
+    if user.chars().any(char::is_control) {
+        return Err(format!(
+            ": basic_auth_users.{shown}: a user name cannot contain control characters"
+        ));
+    }
+    if hash.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(format!(
+            ": basic_auth_users.{shown}: the bcrypt hash contains a space or control character"
+        ));
+    }
+    Ok(())
+}
+
+/// `s` with control characters (line breaks above all) escaped, for error messages.
+fn escape_control(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_debug().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, String> {
     let resolve = |p: PathBuf| if p.is_relative() { dir.join(p) } else { p };
     for (key, path) in [("cert_file", &t.cert_file), ("key_file", &t.key_file)] {
         if path.as_os_str().is_empty() {
             return Err(format!(": tls_server_config.{key} is empty"));
+        }
+    }
+    // Paths are quoted in later errors (unreadable file, bad PEM), which must stay one line.
+    for (key, path) in [
+        ("cert_file", Some(&t.cert_file)),
+        ("key_file", Some(&t.key_file)),
+        ("client_ca_file", t.client_ca_file.as_ref()),
+    ] {
+        let shown = path.map(|p| p.to_string_lossy()).unwrap_or_default();
+        if shown.chars().any(char::is_control) {
+            return Err(format!(
+                ": tls_server_config.{key} {} contains a control character",
+                escape_control(&shown)
+            ));
         }
     }
     let max_version = t.max_version.unwrap_or(TlsVersion::TLS13);
@@ -227,6 +300,40 @@ mod tests {
         assert!(e.contains("key_file"), "{e}");
         let e = parse("basic_auth_users: {}\n").unwrap_err();
         assert!(e.contains("basic_auth_users"), "{e}");
+    }
+
+    #[test]
+    fn errors_quoting_the_file_stay_on_one_line() {
+        for text in [
+            "basic_auth_users:\n  \"a\\nb\": x\n",
+            "basic_auth_users:\n  a: \"$2y$10$\\n\"\n",
+            "tls_server_config:\n  cert_file: \"a\\nb\"\n  key_file: k\n",
+            "\"tls\\nserver\": 1\n",
+            "tls_server_config:\n  cert_file: a\n  key_file: b\n  min_version: \"TLS\\n13\"\n",
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(!e.contains(['\n', '\r']), "{text:?}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn user_names_with_a_colon_are_refused() {
+        let e = parse("basic_auth_users:\n  \"a:b\": $2y$10$abc\n").unwrap_err();
+        assert!(e.contains("a:b") && e.contains("':'"), "{e}");
+    }
+
+    #[test]
+    fn deep_flow_nesting_is_refused_before_parsing() {
+        // 100 000 nested brackets took minutes in the YAML scanner; now refused at once.
+        let text = format!(
+            "# users\nbasic_auth_users: {}{}\n",
+            "[".repeat(100_000),
+            "]".repeat(100_000)
+        );
+        let e = parse(&text).unwrap_err();
+        assert!(e.starts_with(" line 2:") && e.contains("1000"), "{e}");
+        let text = format!("basic_auth_users: {}\n", "[".repeat(MAX_FLOW_COLLECTIONS));
+        assert!(!parse(&text).unwrap_err().contains("1000"));
     }
 
     #[test]
