@@ -150,7 +150,7 @@ struct Cli {
     device_timeout: Option<Duration>,
 
     /// How long a device may go without a fresh reading before nvidia_gpu_up drops to 0 (at least
-    /// the interval) [default: 5s]
+    /// the interval) [default: 5s, or 3 intervals when that is longer]
     #[arg(long, env = "NVML_EXPORTER_STALE_GRACE", value_name = "DURATION", value_parser = parse_duration)]
     stale_grace: Option<Duration>,
 
@@ -477,12 +477,14 @@ fn merge(cli: &Cli, file: FileConfig, src: &Sources<'_>) -> Result<Config, Confi
         file.device_timeout.map(|s| map_spanned(s, |d| Some(d.0))),
         None,
     );
+    // The default follows a long interval: one missed tick must not mark a GPU down, and a value
+    // nobody set must never be the one refused.
     let (stale_grace, grace_origin) = src.pick(
         "stale_grace",
         "NVML_EXPORTER_STALE_GRACE",
         cli.stale_grace,
         file.stale_grace,
-        d.stale_grace,
+        d.stale_grace.max(interval.saturating_mul(3)),
     );
     let (nvml_lib, lib_origin) = src.pick(
         "nvml_lib",
@@ -746,6 +748,21 @@ mod tests {
             e.contains("--config") && e.contains("/nonexistent/nvml-exporter.toml"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn default_stale_grace_follows_a_long_interval() {
+        assert_eq!(
+            load_args(&["--interval", "2s"]).unwrap().stale_grace,
+            Duration::from_secs(6)
+        );
+        assert_eq!(
+            load_args(&["--interval", "1s"]).unwrap().stale_grace,
+            Duration::from_secs(5)
+        );
+        let f = file("interval = \"61s\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.stale_grace, Duration::from_secs(183));
     }
 
     #[test]
