@@ -175,18 +175,38 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(accepts_gzip);
-    let mut response = if gzip {
-        let mut r = current.exposition.gzip.clone().into_response();
-        r.headers_mut()
-            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-        r
-    } else {
-        current.exposition.text.clone().into_response()
+    let body = if gzip { gzipped(&current).await } else { None };
+    let mut response = match body {
+        Some(body) => {
+            let mut r = body.into_response();
+            r.headers_mut()
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            r
+        }
+        None => current.exposition.text.clone().into_response(),
     };
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
     h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
     response
+}
+
+/// The gzip form of the published exposition. The first gzip request after a publish compresses
+/// it on a blocking thread (milliseconds for a large body, which must not stall the two async
+/// workers); the rest of that tick's gzip requests reuse the result. `None` only if compressing
+/// panicked, in which case the caller serves plain text.
+async fn gzipped(current: &Arc<Published>) -> Option<axum::body::Bytes> {
+    if let Some(body) = current.exposition.gzip_if_ready() {
+        return Some(body);
+    }
+    let current = current.clone();
+    match tokio::task::spawn_blocking(move || current.exposition.gzip()).await {
+        Ok(body) => Some(body),
+        Err(e) => {
+            tracing::error!(error = %e, "gzip of the exposition failed; serving plain text");
+            None
+        }
+    }
 }
 
 /// Whether an `Accept-Encoding` value allows gzip: `gzip`/`x-gzip` listed with a non-zero q, or

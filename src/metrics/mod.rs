@@ -1,9 +1,10 @@
 //! Snapshot → Prometheus text exposition, encoded once per sampling tick.
 //!
-//! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order to turn a
-//! [`Snapshot`] into `MetricFamily`s, adds the encoder's own registry (tick-duration histogram,
-//! scrape counter, process collector) and serialises the lot as text format 0.0.4, plain and
-//! gzip. A scrape then only copies those bytes.
+//! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order and writes
+//! the text format 0.0.4 of a [`Snapshot`] straight into a buffer it keeps across ticks
+//! ([`text`]), appending the text of its own registry's families (tick-duration histogram,
+//! scrape counter, process collector) where they belong. A scrape then only copies those bytes;
+//! the gzip form is made on demand, at most once per exposition ([`Exposition::gzip`]).
 //!
 //! Rules the encoder enforces: a reading that is `None` (or an empty list) produces no series;
 //! a device with `up == false` keeps only `nvidia_gpu_info` and `nvidia_gpu_up 0`; every per-GPU
@@ -13,17 +14,19 @@
 pub mod catalog;
 pub mod docs;
 pub mod samples;
+mod text;
 
 use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::body::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType};
+use prometheus::proto::MetricFamily;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 
-use crate::sample::Snapshot;
-use catalog::{CATALOG, MetricDef, MetricKind, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL, Source};
+use crate::sample::{DeviceSample, Snapshot};
+use catalog::{CATALOG, IDENTITY_LABELS, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL, Source};
 use samples::Samples;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
@@ -37,17 +40,44 @@ const SAMPLE_DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
+/// gzip level of [`Exposition::gzip`]. GZIP_LEVEL_WHY
+const GZIP_LEVEL: Compression = Compression::fast();
+
 /// Encoding choices. Empty for now; DCGM-compatible names and Kubernetes labels come later.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetricsOptions {}
 
-/// One encoded exposition. Cloning shares the buffers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One encoded exposition. Cloning shares the buffers, the lazily made gzip form included.
+#[derive(Debug, Clone)]
 pub struct Exposition {
     /// Text format 0.0.4.
     pub text: Bytes,
-    /// `text`, gzip-compressed.
-    pub gzip: Bytes,
+    /// `text` gzip-compressed, made by the first [`gzip`](Self::gzip) call.
+    gzip: Arc<OnceLock<Bytes>>,
+}
+
+impl Exposition {
+    fn new(text: Bytes) -> Exposition {
+        Exposition {
+            text,
+            gzip: Arc::default(),
+        }
+    }
+
+    /// `text`, gzip-compressed. Compresses on the first call only: Prometheus scrapes with gzip
+    /// every 15–60 s while ticks come every second, so compressing every tick eagerly would be
+    /// wasted on most of them, and concurrent scrapers of one tick share one compression (the
+    /// others wait for it). Takes milliseconds on large bodies: call it off async workers.
+    pub fn gzip(&self) -> Bytes {
+        self.gzip
+            .get_or_init(|| Bytes::from(gzip(&self.text)))
+            .clone()
+    }
+
+    /// The gzip form if some earlier [`gzip`](Self::gzip) call already made it.
+    pub fn gzip_if_ready(&self) -> Option<Bytes> {
+        self.gzip.get().cloned()
+    }
 }
 
 /// Counts `/metrics` responses by status code; the counts appear in `nvml_exporter_scrapes_total`
@@ -62,6 +92,16 @@ impl ScrapeCounter {
     }
 }
 
+/// Buffers one encoding works in, kept across ticks so that a steady tick allocates (almost)
+/// nothing but the published copy of the text.
+#[derive(Debug, Default)]
+struct Scratch {
+    text: String,
+    samples: Samples,
+    /// `gpu` label value of each device, in serving order.
+    indices: Vec<String>,
+}
+
 /// Turns snapshots into expositions; keeps the state that outlives one snapshot.
 #[derive(Debug)]
 pub struct Encoder {
@@ -69,8 +109,9 @@ pub struct Encoder {
     registry: Registry,
     sample_duration: Histogram,
     scrapes: ScrapeCounter,
+    /// Only the sampler thread encodes; the lock just makes `encode(&self)` sound.
+    scratch: Mutex<Scratch>,
 }
-
 impl Encoder {
     /// An encoder with its own registry: tick-duration histogram, scrape counter and (on Linux)
     /// the process collector.
@@ -105,6 +146,7 @@ impl Encoder {
             registry,
             sample_duration,
             scrapes: ScrapeCounter(scrapes),
+            scratch: Mutex::default(),
         }
     }
 
@@ -118,71 +160,89 @@ impl Encoder {
         self.scrapes.clone()
     }
 
-    /// Encodes `snap` (text and gzip). Observes `snap.tick_duration_seconds` once, so call this
-    /// once per tick.
+    /// Encodes `snap` as text (gzip on demand). Observes `snap.tick_duration_seconds` once, so
+    /// call this once per tick.
     pub fn encode(&self, snap: &Snapshot) -> Exposition {
         if let Some(d) = snap.tick_duration_seconds.filter(|d| d.is_finite()) {
             self.sample_duration.observe(d);
         }
-        let families = self.families(snap);
-        let mut text = String::with_capacity(64 * 1024);
-        // The text encoder only rejects empty or unnamed families, which `families` never
-        // produces; log rather than panic on the sampler thread if that ever changes.
-        if let Err(e) = prometheus::TextEncoder::new().encode_utf8(&families, &mut text) {
-            tracing::error!(error = %e, "encoding the exposition failed");
-        }
-        let gzip = gzip(text.as_bytes());
-        Exposition {
-            text: Bytes::from(text),
-            gzip: Bytes::from(gzip),
-        }
+        // A poisoned lock only means an earlier encode panicked; every buffer is cleared first.
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        self.write_text(snap, &mut scratch);
+        // The published copy is exact-sized; the scratch keeps its capacity for the next tick.
+        Exposition::new(Bytes::copy_from_slice(scratch.text.as_bytes()))
     }
 
-    /// The families of one exposition, in serving order.
-    fn families(&self, snap: &Snapshot) -> Vec<MetricFamily> {
+    /// Writes the whole exposition of `snap` into `scratch.text`, in serving order.
+    fn write_text(&self, snap: &Snapshot, scratch: &mut Scratch) {
+        let Scratch {
+            text: out,
+            samples,
+            indices,
+        } = scratch;
+        out.clear();
         let mut gathered = self.registry.gather();
-        let mut devices: Vec<_> = snap.devices.iter().collect();
+        let mut devices: Vec<&DeviceSample> = snap.devices.iter().collect();
         devices.sort_by_key(|d| d.index);
+        indices.clear();
+        indices.extend(devices.iter().map(|d| d.index.to_string()));
 
-        let mut out = Vec::with_capacity(CATALOG.len() + 8);
-        let mut samples = Samples::default();
         for def in CATALOG {
-            let metrics = match def.source {
+            // The header goes first and is taken back if the family turns out to have no series.
+            let family_start = out.len();
+            text::header(out, def.name, def.help, def.kind.as_str());
+            let series_start = out.len();
+            match def.source {
                 Source::Device(read) | Source::DeviceIdentity(read) => {
-                    let mut metrics = Vec::new();
                     let always = matches!(def.source, Source::DeviceIdentity(_));
-                    for d in devices.iter().filter(|d| d.up || always) {
-                        read(&snap.system, d, &mut samples);
-                        let identity = [d.index.to_string(), d.uuid.clone()];
-                        for (labels, value) in samples.take() {
-                            let all = identity.iter().cloned().chain(labels);
-                            metrics.push(metric(def, all, value));
+                    for (d, index) in devices.iter().zip(indices.iter()) {
+                        if !(d.up || always) {
+                            continue;
+                        }
+                        samples.clear();
+                        read(&snap.system, d, samples);
+                        for (labels, value) in samples.iter() {
+                            let names = IDENTITY_LABELS.iter().chain(def.labels).copied();
+                            let values =
+                                [index.as_str(), d.uuid.as_str()].into_iter().chain(labels);
+                            text::sample(out, def.name, names, values, value);
                         }
                     }
-                    metrics
                 }
                 Source::Exporter(read) => {
-                    read(snap, &mut samples);
-                    samples
-                        .take()
-                        .into_iter()
-                        .map(|(labels, value)| metric(def, labels.into_iter(), value))
-                        .collect()
+                    samples.clear();
+                    read(snap, samples);
+                    for (labels, value) in samples.iter() {
+                        text::sample(out, def.name, def.labels.iter().copied(), labels, value);
+                    }
                 }
                 Source::Registry => {
+                    // The registry's own help and type lines come with its text.
+                    out.truncate(family_start);
                     if let Some(pos) = gathered.iter().position(|f| f.name() == def.name) {
-                        out.push(gathered.remove(pos));
+                        append_family(out, &gathered.remove(pos));
                     }
                     continue;
                 }
-            };
-            if !metrics.is_empty() {
-                out.push(family(def, metrics));
+            }
+            if out.len() == series_start {
+                out.truncate(family_start);
             }
         }
         // What is left is the process collector's, in the registry's (name) order.
-        out.extend(gathered);
-        out
+        for family in &gathered {
+            append_family(out, family);
+        }
+    }
+}
+
+/// Appends the text of a family kept by the `prometheus` registry (histogram, scrape counter,
+/// process metrics): few series, so its own encoder is cheap enough and exactly right.
+fn append_family(out: &mut String, family: &MetricFamily) {
+    // The text encoder only rejects empty or unnamed families, which a registry never gathers;
+    // log rather than panic on the sampler thread if that ever changes.
+    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(std::slice::from_ref(family), out) {
+        tracing::error!(error = %e, family = family.name(), "encoding a registry family failed");
     }
 }
 
@@ -191,53 +251,8 @@ fn help_of(name: &str) -> &'static str {
     catalog::find(name).map_or("", |d| d.help)
 }
 
-fn family(def: &MetricDef, metrics: Vec<Metric>) -> MetricFamily {
-    let mut f = MetricFamily::default();
-    f.set_name(def.name.to_owned());
-    f.set_help(def.help.to_owned());
-    f.set_field_type(match def.kind {
-        MetricKind::Gauge => MetricType::GAUGE,
-        MetricKind::Counter => MetricType::COUNTER,
-        MetricKind::Histogram => MetricType::HISTOGRAM,
-    });
-    f.set_metric(metrics);
-    f
-}
-
-/// One series of `def` with all its label values (identity labels first) and its value.
-fn metric(def: &MetricDef, label_values: impl Iterator<Item = String>, value: f64) -> Metric {
-    let names = def.all_labels();
-    let labels: Vec<LabelPair> = names
-        .iter()
-        .zip(label_values)
-        .map(|(name, value)| {
-            let mut pair = LabelPair::default();
-            pair.set_name((*name).to_owned());
-            pair.set_value(value);
-            pair
-        })
-        .collect();
-    debug_assert_eq!(labels.len(), names.len(), "{}: label count", def.name);
-    let mut m = Metric::default();
-    m.set_label(labels);
-    match def.kind {
-        MetricKind::Counter => {
-            let mut c = Counter::default();
-            c.set_value(value);
-            m.set_counter(c);
-        }
-        // Histograms come from the registry, never through here.
-        MetricKind::Gauge | MetricKind::Histogram => {
-            let mut g = Gauge::default();
-            g.set_value(value);
-            m.set_gauge(g);
-        }
-    }
-    m
-}
-
 fn gzip(data: &[u8]) -> Vec<u8> {
-    let mut enc = GzEncoder::new(Vec::with_capacity(data.len() / 4), Compression::default());
+    let mut enc = GzEncoder::new(Vec::with_capacity(data.len() / 4), GZIP_LEVEL);
     // Writing to a Vec cannot fail.
     if let Err(e) = enc.write_all(data) {
         tracing::error!(error = %e, "gzip of the exposition failed");

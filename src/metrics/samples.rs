@@ -3,9 +3,18 @@
 
 /// Series of one family collected by a reader. Readers only say *what* exists; the encoder
 /// decides how it is labelled and serialised.
+///
+/// The encoder keeps one `Samples` for its whole life and clears it between readers, so the label
+/// values go into one growing string instead of a `String` per label per series: after the first
+/// tick, reading a family allocates nothing here.
 #[derive(Debug, Default)]
 pub struct Samples {
-    series: Vec<(Vec<String>, f64)>,
+    /// Every label value of every series, back to back.
+    values: String,
+    /// End offset in `values` of each label value, in push order.
+    ends: Vec<usize>,
+    /// Per series: the range of `ends` holding its label values, and its value.
+    series: Vec<(usize, usize, f64)>,
 }
 
 impl Samples {
@@ -38,8 +47,12 @@ impl Samples {
         // A non-finite reading is a broken reading, not a measurement: omit it like any other
         // reading the device could not give (the text format would also spell it oddly).
         if value.is_finite() {
-            let labels = label_values.iter().map(|v| (*v).to_owned()).collect();
-            self.series.push((labels, value));
+            let first = self.ends.len();
+            for v in label_values {
+                self.values.push_str(v);
+                self.ends.push(self.values.len());
+            }
+            self.series.push((first, self.ends.len(), value));
         }
     }
 
@@ -50,8 +63,26 @@ impl Samples {
         }
     }
 
-    /// Takes the collected series, leaving `self` empty for the next reader.
-    pub(crate) fn take(&mut self) -> Vec<(Vec<String>, f64)> {
-        std::mem::take(&mut self.series)
+    /// Forgets every series but keeps the buffers, for the next reader.
+    pub(crate) fn clear(&mut self) {
+        self.values.clear();
+        self.ends.clear();
+        self.series.clear();
+    }
+
+    /// Whether no series was collected since the last [`clear`](Self::clear).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.series.is_empty()
+    }
+
+    /// The collected series in push order: label values (row order) and value.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (impl Iterator<Item = &str>, f64)> {
+        self.series.iter().map(move |&(first, end, value)| {
+            let labels = (first..end).map(move |i| {
+                let start = if i == 0 { 0 } else { self.ends[i - 1] };
+                &self.values[start..self.ends[i]]
+            });
+            (labels, value)
+        })
     }
 }

@@ -560,20 +560,25 @@ fn scrapes_appear_in_the_next_encoding() {
 }
 
 #[test]
-fn gzip_decodes_to_the_text() {
+fn gzip_decodes_to_the_text_and_is_made_once() {
     let e = Encoder::new(MetricsOptions::default()).encode(&snapshot(vec![full_device(0)]));
+    assert_eq!(e.gzip_if_ready(), None, "gzip is made on demand");
+    let gz = e.gzip();
     let mut decoded = Vec::new();
-    flate2::read::GzDecoder::new(&e.gzip[..])
+    flate2::read::GzDecoder::new(&gz[..])
         .read_to_end(&mut decoded)
         .unwrap();
     assert_eq!(decoded, e.text);
-    assert!(e.gzip.len() < e.text.len());
+    assert!(gz.len() < e.text.len());
+    // A clone (what every request holds) shares the one compression.
+    let clone = e.clone();
+    assert_eq!(clone.gzip_if_ready().map(|b| b.as_ptr()), Some(gz.as_ptr()));
+    assert_eq!(clone.gzip().as_ptr(), gz.as_ptr());
 }
 
 #[test]
 fn closed_labels_only_take_their_declared_values() {
-    let enc = Encoder::new(MetricsOptions::default());
-    let families = enc.families(&snapshot(vec![full_device(0)]));
+    let text = encode(&snapshot(vec![full_device(0)]));
     for def in CATALOG {
         for (label, values) in def.closed_labels {
             assert!(
@@ -582,17 +587,148 @@ fn closed_labels_only_take_their_declared_values() {
                 def.name
             );
             let allowed = values();
-            let f = families.iter().find(|f| f.name() == def.name).unwrap();
-            for m in f.get_metric() {
-                let pair = m.get_label().iter().find(|p| p.name() == *label).unwrap();
-                assert!(
-                    allowed.contains(&pair.value()),
-                    "{}: {label}={}",
-                    def.name,
-                    pair.value()
-                );
+            let prefix = format!("{}{{", def.name);
+            let tag = format!(",{label}=\"");
+            let lines: Vec<&str> = series(&text)
+                .into_iter()
+                .filter(|l| l.starts_with(&prefix))
+                .collect();
+            assert!(!lines.is_empty(), "{}: no series", def.name);
+            for l in lines {
+                let v = l.split(&tag).nth(1).and_then(|r| r.split('"').next());
+                let v = v.unwrap_or_else(|| panic!("{l}: no {label}"));
+                assert!(allowed.contains(&v), "{}: {label}={v}", def.name);
             }
         }
+    }
+}
+
+/// What the encoder wrote before it wrote text itself: `prometheus` protobuf families printed by
+/// that crate's `TextEncoder`. The oracle for byte-identical output.
+fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
+    use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricType};
+
+    let metric = |def: &catalog::MetricDef, values: Vec<String>, value: f64| {
+        let labels = def
+            .all_labels()
+            .iter()
+            .zip(values)
+            .map(|(name, value)| {
+                let mut pair = LabelPair::default();
+                pair.set_name((*name).to_owned());
+                pair.set_value(value);
+                pair
+            })
+            .collect();
+        let mut m = Metric::default();
+        m.set_label(labels);
+        if def.kind == MetricKind::Counter {
+            let mut c = Counter::default();
+            c.set_value(value);
+            m.set_counter(c);
+        } else {
+            let mut g = Gauge::default();
+            g.set_value(value);
+            m.set_gauge(g);
+        }
+        m
+    };
+    let owned = |s: &samples::Samples| -> Vec<(Vec<String>, f64)> {
+        s.iter()
+            .map(|(l, v)| (l.map(str::to_owned).collect(), v))
+            .collect()
+    };
+    let mut gathered = enc.registry.gather();
+    let mut devices: Vec<_> = snap.devices.iter().collect();
+    devices.sort_by_key(|d| d.index);
+    let mut out = Vec::new();
+    let mut samples = samples::Samples::default();
+    for def in CATALOG {
+        let mut metrics = Vec::new();
+        match def.source {
+            Source::Device(read) | Source::DeviceIdentity(read) => {
+                let always = matches!(def.source, Source::DeviceIdentity(_));
+                for d in devices.iter().filter(|d| d.up || always) {
+                    samples.clear();
+                    read(&snap.system, d, &mut samples);
+                    for (labels, value) in owned(&samples) {
+                        let mut all = vec![d.index.to_string(), d.uuid.clone()];
+                        all.extend(labels);
+                        metrics.push(metric(def, all, value));
+                    }
+                }
+            }
+            Source::Exporter(read) => {
+                samples.clear();
+                read(snap, &mut samples);
+                for (labels, value) in owned(&samples) {
+                    metrics.push(metric(def, labels, value));
+                }
+            }
+            Source::Registry => {
+                if let Some(pos) = gathered.iter().position(|f| f.name() == def.name) {
+                    out.push(gathered.remove(pos));
+                }
+                continue;
+            }
+        }
+        if !metrics.is_empty() {
+            let mut f = MetricFamily::default();
+            f.set_name(def.name.to_owned());
+            f.set_help(def.help.to_owned());
+            f.set_field_type(match def.kind {
+                MetricKind::Gauge => MetricType::GAUGE,
+                MetricKind::Counter => MetricType::COUNTER,
+                MetricKind::Histogram => MetricType::HISTOGRAM,
+            });
+            f.set_metric(metrics);
+            out.push(f);
+        }
+    }
+    out.extend(gathered);
+    prometheus::TextEncoder::new()
+        .encode_to_string(&out)
+        .unwrap()
+}
+
+/// The text without the process collector's families, whose values move between two reads.
+fn without_process(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            !(l.starts_with("process_")
+                || l.starts_with("# HELP process_")
+                || l.starts_with("# TYPE process_"))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn output_is_byte_identical_to_the_prometheus_text_encoder() {
+    let mut odd = full_device(2);
+    odd.info.name = "Odd \"GPU\" \\ name\nline2 °C".into();
+    odd.uuid = "GPU-\"quoted\"".into();
+    odd.power_watts = Some(-0.0);
+    odd.energy_joules = Some(1e21);
+    odd.utilization = Some(1e-7);
+    odd.memory_utilization = Some(f64::NAN);
+    odd.temperature_celsius = Some(f64::NEG_INFINITY);
+    odd.gpm = Some(full_gpm());
+    let mut lost = full_device(3);
+    lost.up = false;
+    let mut snap = snapshot(vec![lost, full_device(1), odd, full_device(0)]);
+    snap.nvml_errors.insert(
+        ("nvmlDeviceGetPowerUsage".into(), "Unknown \"err\"".into()),
+        3,
+    );
+    let enc = Encoder::new(MetricsOptions::default());
+    enc.scrape_counter().inc(200);
+    enc.scrape_counter().inc(500);
+    for snap in [Snapshot::default(), snapshot(vec![]), snap] {
+        let text = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
+        let reference = reference_text(&enc, &snap);
+        assert_eq!(without_process(&text), without_process(&reference));
+        assert!(text.contains("\nprocess_"), "process families still served");
     }
 }
 
