@@ -48,7 +48,10 @@ const SAMPLE_DURATION_BUCKETS: &[f64] = &[
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// gzip level of [`Exposition::gzip`]. GZIP_LEVEL_WHY
+/// gzip level of [`Exposition::gzip`]. Level 1 against the default 6 (miniz_oxide, measured on
+/// this exporter's bodies): 8 GPUs, 178 kB → 12.2 kB in 0.20 ms vs 9.3 kB in 1.71 ms; 64 GPUs,
+/// 1.37 MB → 74 kB in 1.6 ms vs 51 kB in 12.7 ms. A third more bytes on loopback or LAN costs far
+/// less than 8× the CPU, and the first gzip scrape of a tick waits for this compression.
 const GZIP_LEVEL: Compression = Compression::fast();
 
 /// Encoding choices. DCGM-compatible names come later.

@@ -70,11 +70,6 @@ impl Samples {
         self.series.clear();
     }
 
-    /// Whether no series was collected since the last [`clear`](Self::clear).
-    pub(crate) fn is_empty(&self) -> bool {
-        self.series.is_empty()
-    }
-
     /// The collected series in push order: label values (row order) and value.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (impl Iterator<Item = &str>, f64)> {
         self.series.iter().map(move |&(first, end, value)| {
