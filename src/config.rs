@@ -26,6 +26,9 @@ pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 /// readings every 100ms to 1s); shorter intervals exist for soak runs that compress hours of ticks.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
+/// Where the kubelet serves the pod-resources API on every standard node.
+pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+
 /// File name of the simulated driver library that `--demo` loads from next to the executable.
 pub const DEMO_NVML_LIB: &str = "libnvml_sim.so";
 
@@ -51,6 +54,39 @@ pub struct Config {
     pub web_config: Option<PathBuf>,
     /// `check-config`: validate everything, print "ok" and exit instead of serving.
     pub check_config: bool,
+    /// Pod attribution from the kubelet.
+    pub kubernetes: KubernetesConfig,
+}
+
+/// Pod attribution settings (`--kubernetes*`, `--pod-resources-socket`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubernetesConfig {
+    /// Ask the kubelet which container each GPU is assigned to.
+    pub enabled: bool,
+    /// Add namespace/pod/container to every per-GPU series of an assigned GPU (besides
+    /// `nvidia_gpu_pod_info`).
+    pub labels: bool,
+    /// The kubelet's pod-resources socket.
+    pub socket: PathBuf,
+    /// Resource names counted as GPUs besides `nvidia.com/gpu` and `nvidia.com/mig-*`.
+    pub resource_names: Vec<String>,
+    /// How often `List` is called.
+    pub refresh: Duration,
+    /// Deadline of one `List` call.
+    pub timeout: Duration,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> Self {
+        KubernetesConfig {
+            enabled: false,
+            labels: true,
+            socket: PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET),
+            resource_names: Vec::new(),
+            refresh: Duration::from_secs(1),
+            timeout: Duration::from_secs(1),
+        }
+    }
 }
 
 /// Where the NVML library comes from.
@@ -99,6 +135,7 @@ impl Default for Config {
             log_level: "info".to_string(),
             web_config: None,
             check_config: false,
+            kubernetes: KubernetesConfig::default(),
         }
     }
 }
@@ -175,6 +212,48 @@ struct Cli {
     /// Log filter: a level (error, warn, info, debug, trace) or tracing directives [default: info]
     #[arg(long, env = "NVML_EXPORTER_LOG_LEVEL", value_name = "FILTER")]
     log_level: Option<String>,
+
+    /// Attribute GPUs to pods: ask the kubelet's pod-resources API which container holds each GPU
+    /// (nvidia_gpu_pod_info, and labels on the GPU's series) [default: false]
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    kubernetes: Option<bool>,
+
+    /// Add namespace, pod and container labels to every series of a GPU assigned to exactly one
+    /// container (a shared GPU gets none; nvidia_gpu_pod_info lists its containers) [default: true]
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_LABELS", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    kubernetes_labels: Option<bool>,
+
+    /// The kubelet's pod-resources socket [default: /var/lib/kubelet/pod-resources/kubelet.sock]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_POD_RESOURCES_SOCKET",
+        value_name = "PATH",
+        help_heading = "Kubernetes"
+    )]
+    pod_resources_socket: Option<PathBuf>,
+
+    /// Extended resource names whose devices are GPUs too, comma-separated (nvidia.com/gpu and
+    /// nvidia.com/mig-* always are)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBERNETES_RESOURCE_NAMES",
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Kubernetes"
+    )]
+    kubernetes_resource_names: Option<Vec<String>>,
+
+    /// How often to ask the kubelet [default: the interval]
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_REFRESH", value_name = "DURATION",
+          value_parser = parse_duration, help_heading = "Kubernetes")]
+    kubernetes_refresh: Option<Duration>,
+
+    /// Deadline of one call to the kubelet; a slower answer counts as a timeout [default: 1s]
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_TIMEOUT", value_name = "DURATION",
+          value_parser = parse_duration, help_heading = "Kubernetes")]
+    kubernetes_timeout: Option<Duration>,
 }
 
 /// Subcommands; without one the exporter serves.
@@ -203,6 +282,12 @@ struct FileConfig {
     log_format: Option<Spanned<LogFormat>>,
     log_level: Option<Spanned<String>>,
     web_config: Option<Spanned<PathBuf>>,
+    kubernetes: Option<Spanned<bool>>,
+    kubernetes_labels: Option<Spanned<bool>>,
+    pod_resources_socket: Option<Spanned<PathBuf>>,
+    kubernetes_resource_names: Option<Spanned<Vec<String>>>,
+    kubernetes_refresh: Option<Spanned<HumanDuration>>,
+    kubernetes_timeout: Option<Spanned<HumanDuration>>,
 }
 
 /// A duration written as text ("1s", "250ms") in the file.
@@ -454,21 +539,23 @@ fn invalid(option: &str, origin: &Origin, msg: impl fmt::Display) -> ConfigError
     ConfigError::Invalid(format!("invalid value for --{option} ({origin}): {msg}"))
 }
 
-fn merge(cli: &Cli, file: FileConfig, src: &Sources<'_>) -> Result<Config, ConfigError> {
+fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, ConfigError> {
     let d = Config::default();
+    let (interval, interval_origin) = src.pick(
+        "interval",
+        "NVML_EXPORTER_INTERVAL",
+        cli.interval,
+        file.interval.take(),
+        d.interval,
+    );
+    // Before the other options take their values out of `file`.
+    let kubernetes = merge_kubernetes(cli, &mut file, src, interval)?;
     let (listen, _) = src.pick(
         "listen",
         "NVML_EXPORTER_LISTEN",
         cli.listen,
         file.listen,
         d.listen,
-    );
-    let (interval, interval_origin) = src.pick(
-        "interval",
-        "NVML_EXPORTER_INTERVAL",
-        cli.interval,
-        file.interval,
-        d.interval,
     );
     let (device_timeout, timeout_origin) = src.pick(
         "device_timeout",
@@ -596,6 +683,108 @@ fn merge(cli: &Cli, file: FileConfig, src: &Sources<'_>) -> Result<Config, Confi
         log_level,
         web_config,
         check_config: false,
+        kubernetes,
+    })
+}
+
+/// The `--kubernetes*` options. Takes them out of `file` (the rest of `merge` owns the others).
+fn merge_kubernetes(
+    cli: &Cli,
+    file: &mut FileConfig,
+    src: &Sources<'_>,
+    interval: Duration,
+) -> Result<KubernetesConfig, ConfigError> {
+    let d = KubernetesConfig::default();
+    let (enabled, _) = src.pick(
+        "kubernetes",
+        "NVML_EXPORTER_KUBERNETES",
+        cli.kubernetes,
+        file.kubernetes.take(),
+        d.enabled,
+    );
+    let (labels, _) = src.pick(
+        "kubernetes_labels",
+        "NVML_EXPORTER_KUBERNETES_LABELS",
+        cli.kubernetes_labels,
+        file.kubernetes_labels.take(),
+        d.labels,
+    );
+    let (socket, socket_origin) = src.pick(
+        "pod_resources_socket",
+        "NVML_EXPORTER_POD_RESOURCES_SOCKET",
+        cli.pod_resources_socket.clone(),
+        file.pod_resources_socket.take(),
+        d.socket,
+    );
+    if socket.as_os_str().is_empty() {
+        return Err(invalid(
+            "pod-resources-socket",
+            &socket_origin,
+            "the path is empty",
+        ));
+    }
+    let (resource_names, names_origin) = src.pick(
+        "kubernetes_resource_names",
+        "NVML_EXPORTER_KUBERNETES_RESOURCE_NAMES",
+        cli.kubernetes_resource_names.clone(),
+        file.kubernetes_resource_names.take(),
+        d.resource_names,
+    );
+    let resource_names: Vec<String> = resource_names
+        .into_iter()
+        .map(|n| n.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if let Some(bad) = resource_names
+        .iter()
+        .find(|n| n.chars().any(|c| c.is_whitespace() || c.is_control()))
+    {
+        return Err(invalid(
+            "kubernetes-resource-names",
+            &names_origin,
+            format!("'{bad}' is not a resource name (e.g. example.com/gpu)"),
+        ));
+    }
+    let (refresh, refresh_origin) = src.pick(
+        "kubernetes_refresh",
+        "NVML_EXPORTER_KUBERNETES_REFRESH",
+        cli.kubernetes_refresh,
+        file.kubernetes_refresh.take(),
+        interval,
+    );
+    // The default is the interval, which is checked with the interval's own origin.
+    if refresh < MIN_INTERVAL && refresh_origin != Origin::Default {
+        return Err(invalid(
+            "kubernetes-refresh",
+            &refresh_origin,
+            format!(
+                "{} is below the minimum of {}",
+                fmt_duration(refresh),
+                fmt_duration(MIN_INTERVAL)
+            ),
+        ));
+    }
+    let (timeout, timeout_origin) = src.pick(
+        "kubernetes_timeout",
+        "NVML_EXPORTER_KUBERNETES_TIMEOUT",
+        cli.kubernetes_timeout,
+        file.kubernetes_timeout.take(),
+        d.timeout,
+    );
+    if timeout.is_zero() {
+        return Err(invalid(
+            "kubernetes-timeout",
+            &timeout_origin,
+            "must be above 0",
+        ));
+    }
+    Ok(KubernetesConfig {
+        enabled,
+        labels,
+        socket,
+        resource_names,
+        refresh,
+        timeout,
     })
 }
 
@@ -806,6 +995,65 @@ mod tests {
         assert_eq!(c.web_config, Some(PathBuf::from("w.yml")));
         let e = err(&["check-config", path, "--config", path]);
         assert!(e.contains("check-config") && e.contains("--config"), "{e}");
+    }
+
+    #[test]
+    fn kubernetes_defaults_and_overrides() {
+        let k = load_args(&["--interval", "2s", "--stale-grace", "5s"])
+            .unwrap()
+            .kubernetes;
+        assert!(!k.enabled && k.labels);
+        assert_eq!(k.socket, PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET));
+        assert_eq!(
+            k.refresh,
+            Duration::from_secs(2),
+            "refresh follows the interval"
+        );
+        assert_eq!(k.timeout, Duration::from_secs(1));
+        assert!(k.resource_names.is_empty());
+
+        let k = load_args(&[
+            "--kubernetes",
+            "--kubernetes-labels=false",
+            "--pod-resources-socket",
+            "/run/k.sock",
+            "--kubernetes-resource-names",
+            "a.com/gpu, b.com/gpu",
+            "--kubernetes-refresh",
+            "5s",
+            "--kubernetes-timeout",
+            "200ms",
+        ])
+        .unwrap()
+        .kubernetes;
+        assert!(k.enabled && !k.labels);
+        assert_eq!(k.socket, PathBuf::from("/run/k.sock"));
+        assert_eq!(k.resource_names, ["a.com/gpu", "b.com/gpu"]);
+        assert_eq!(k.refresh, Duration::from_secs(5));
+        assert_eq!(k.timeout, Duration::from_millis(200));
+
+        let f = file(
+            "kubernetes = true\nkubernetes_resource_names = [\"x.io/gpu\"]\nkubernetes_refresh = \"3s\"\n",
+        );
+        let k = load_args(&["--config", f.path().to_str().unwrap()])
+            .unwrap()
+            .kubernetes;
+        assert!(k.enabled);
+        assert_eq!(k.resource_names, ["x.io/gpu"]);
+        assert_eq!(k.refresh, Duration::from_secs(3));
+
+        let e = err(&["--kubernetes-timeout", "0s"]);
+        assert!(e.contains("--kubernetes-timeout"), "{e}");
+        let e = err(&["--kubernetes-refresh", "1ms"]);
+        assert!(e.contains("--kubernetes-refresh"), "{e}");
+        let e = err(&["--pod-resources-socket", ""]);
+        assert!(e.contains("--pod-resources-socket"), "{e}");
+        let f = file("kubernetes_refresh = \"1ms\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(
+            e.contains("--kubernetes-refresh") && e.contains("line 1"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod config;
 pub mod http;
+pub mod kubernetes;
 pub mod metrics;
 pub mod nvml;
 pub mod sample;
@@ -20,6 +21,13 @@ use config::Config;
 /// How long open HTTP connections get to finish after the shutdown signal before they are dropped:
 /// a client that never finishes a request must not hold a rolling update hostage.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The encoder's settings from the configuration.
+pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
+    metrics::MetricsOptions {
+        pod_labels: config.kubernetes.enabled && config.kubernetes.labels,
+    }
+}
 
 /// The sampler's settings from the configuration.
 pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
@@ -43,11 +51,19 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let state = http::AppState::new(
-        metrics::Encoder::new(metrics::MetricsOptions::default()),
+        metrics::Encoder::new(metrics_options(&config)),
         config.interval,
     );
     let publisher = state.clone();
-    let sampler = sampler::Sampler::start(sampler_options(&config), move |snapshot| {
+    // The kubelet is asked on this runtime, never on the sampler threads; each published snapshot
+    // carries the latest answer.
+    let watcher = config
+        .kubernetes
+        .enabled
+        .then(|| kubernetes::Watcher::spawn(&config.kubernetes));
+    let kubelet = watcher.as_ref().map(kubernetes::Watcher::state);
+    let sampler = sampler::Sampler::start(sampler_options(&config), move |mut snapshot| {
+        snapshot.kubernetes = kubelet.as_ref().map(kubernetes::StateHandle::current);
         publisher.publish(snapshot)
     })?;
 
@@ -65,16 +81,35 @@ pub async fn run(
     }
     web::serve::serve(listener, app, web.tls, stop_rx).await;
     tokio::task::spawn_blocking(move || sampler.shutdown()).await?;
+    drop(watcher);
     Ok(())
 }
 
-/// `--once`: one tick, encoded. Returns the exposition text and whether NVML answered.
+/// `--once`: one tick (and with `--kubernetes`, one `List` call), encoded. Returns the exposition
+/// text and whether NVML answered.
 pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
-    let snapshot = sampler::sample_once(&sampler_options(config));
+    let mut snapshot = sampler::sample_once(&sampler_options(config));
+    if config.kubernetes.enabled {
+        snapshot.kubernetes = Some(kubelet_once(config));
+    }
     let nvml_up = snapshot.nvml_up;
     if let Some(reason) = &snapshot.nvml_error {
         tracing::error!(reason = %reason, "NVML is not available");
     }
-    let exposition = metrics::Encoder::new(metrics::MetricsOptions::default()).encode(&snapshot);
+    let exposition = metrics::Encoder::new(metrics_options(config)).encode(&snapshot);
     (exposition.text.to_vec(), nvml_up)
+}
+
+/// One `List` call on a runtime of its own (`--once` runs without one).
+fn kubelet_once(config: &Config) -> sample::KubernetesState {
+    match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(kubernetes::list_once(&config.kubernetes)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start a runtime to ask the kubelet");
+            sample::KubernetesState::new()
+        }
+    }
 }

@@ -7,6 +7,7 @@
 //! encoder omits the series — it never invents a zero.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Everything the exporter knows after one tick.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -26,6 +27,63 @@ pub struct Snapshot {
     pub tick_duration_seconds: Option<f64>,
     /// End of the last complete tick, seconds since the Unix epoch.
     pub last_tick_timestamp_seconds: Option<f64>,
+    /// What the kubelet said last (`--kubernetes`); `None` when attribution is off. Not read from
+    /// NVML: attached to the snapshot when it is published.
+    pub kubernetes: Option<KubernetesState>,
+}
+
+/// The kubelet side of pod attribution, as of the last `List` call.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubernetesState {
+    /// The last `List` call succeeded (`nvml_exporter_kubernetes_up`).
+    pub up: bool,
+    /// Failed `List` calls since start, by reason; every reason is present (from 0).
+    pub errors: BTreeMap<KubeletError, u64>,
+    /// GPU assignments from the last successful `List`, sorted and without duplicates. Kept while
+    /// the kubelet is unreachable (`up == false`): running containers keep their GPUs across a
+    /// kubelet restart. Shared, because every published snapshot carries it.
+    pub assignments: Arc<[PodAssignment]>,
+}
+
+impl KubernetesState {
+    /// Not yet asked: down, no assignments, every error reason at 0.
+    pub fn new() -> KubernetesState {
+        KubernetesState {
+            up: false,
+            errors: KubeletError::ALL.iter().map(|r| (*r, 0)).collect(),
+            assignments: Arc::from([]),
+        }
+    }
+}
+
+/// One device the kubelet assigned to one container.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodAssignment {
+    /// The container the device is assigned to.
+    pub container: ContainerRef,
+    /// The device, as the device plugin named it.
+    pub device: DeviceRef,
+}
+
+/// A container of a pod: the `namespace`, `pod` and `container` label values.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContainerRef {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+}
+
+/// How a device plugin names a device in the kubelet's pod-resources answer.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DeviceRef {
+    /// A GPU UUID, "GPU-…" (the NVIDIA device plugin).
+    GpuUuid(String),
+    /// A device minor number: "nvidia3" is /dev/nvidia3 (GKE's device plugin).
+    Minor(u32),
+    /// A MIG instance UUID, "MIG-…". Not resolved to a device yet: MIG instances are not sampled.
+    MigUuid(String),
+    /// An ID of a known resource in no format above; never matches a GPU.
+    Other(String),
 }
 
 /// System-wide facts (`nvmlSystemGet*`).
@@ -343,6 +401,15 @@ label_enum!(
         Nvjpg6 => "nvjpg6",
         Nvjpg7 => "nvjpg7",
         Nvofa0 => "nvofa0",
+    }
+);
+
+label_enum!(
+    /// `reason` label of `nvml_exporter_kubernetes_errors_total`: why a `List` call failed.
+    KubeletError {
+        Unavailable => "unavailable",
+        Timeout => "timeout",
+        Rpc => "rpc",
     }
 );
 

@@ -536,6 +536,8 @@ impl Session {
             nvml_errors: errors.snapshot(),
             tick_duration_seconds: Some(now.duration_since(started).as_secs_f64()),
             last_tick_timestamp_seconds: self.last_complete,
+            // Attached when the snapshot is published: the sampler only reads NVML.
+            kubernetes: None,
         }
     }
 

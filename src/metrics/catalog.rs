@@ -8,8 +8,8 @@
 //! Later metric groups (per-process, Kubernetes) slot in as more rows.
 
 use crate::sample::{
-    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, MediaEngine, NvLinkErrorType,
-    Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
+    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, KubeletError, MediaEngine,
+    NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
 };
 
 use super::samples::Samples;
@@ -50,6 +50,9 @@ pub enum Source {
     Device(DeviceReader),
     /// Per GPU, served even while the device is down (identity and the `up` flag itself).
     DeviceIdentity(DeviceReader),
+    /// Per GPU, one series per container the kubelet assigned the GPU to
+    /// (`Snapshot::kubernetes`, resolved by the encoder), labelled with [`POD_LABELS`].
+    PodAssignments,
     /// One family for the exporter, from the snapshot.
     Exporter(ExporterReader),
     /// Kept by the encoder's own registry (state that outlives a snapshot: histograms, counters
@@ -60,7 +63,10 @@ pub enum Source {
 impl Source {
     /// Whether the family has the `gpu`/`uuid` identity labels.
     pub fn is_per_device(&self) -> bool {
-        matches!(self, Source::Device(_) | Source::DeviceIdentity(_))
+        matches!(
+            self,
+            Source::Device(_) | Source::DeviceIdentity(_) | Source::PodAssignments
+        )
     }
 }
 
@@ -138,6 +144,10 @@ impl MetricDef {
 
 /// Labels on every per-GPU series.
 pub const IDENTITY_LABELS: &[&str] = &["gpu", "uuid"];
+
+/// The container a GPU is assigned to: labels of `nvidia_gpu_pod_info`, and added after all
+/// others to every per-GPU series of a GPU assigned to exactly one container.
+pub const POD_LABELS: &[&str] = &["namespace", "pod", "container"];
 
 /// Name of the tick-duration histogram (kept by the encoder's registry).
 pub const SAMPLE_DURATION_SECONDS: &str = "nvml_exporter_sample_duration_seconds";
@@ -217,6 +227,16 @@ pub static CATALOG: &[MetricDef] = &[
         closed_labels: &[],
         dcgm: &[],
         source: Source::DeviceIdentity(|_, d, out| out.flag(d.up)),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pod_info",
+        help: "The kubelet assigned the GPU to this container; always 1 (with --kubernetes).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::PodAssignments,
     },
     // --- Utilization ----------------------------------------------------------------------
     device!(
@@ -884,6 +904,36 @@ pub static CATALOG: &[MetricDef] = &[
         source: Source::Exporter(|s, out| {
             for ((function, error), n) in &s.nvml_errors {
                 out.labelled(&[function, error], *n as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvml_exporter_kubernetes_up",
+        help: "1 when the last call to the kubelet pod-resources API succeeded (with --kubernetes).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| {
+            if let Some(k) = &s.kubernetes {
+                out.flag(k.up);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvml_exporter_kubernetes_errors_total",
+        help: "Failed calls to the kubelet pod-resources API, by reason (with --kubernetes).",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["reason"],
+        closed_labels: &[("reason", || {
+            values_of(KubeletError::ALL, KubeletError::label)
+        })],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| {
+            for (reason, n) in s.kubernetes.iter().flat_map(|k| &k.errors) {
+                out.labelled(&[reason.label()], *n as f64);
             }
         }),
     },

@@ -34,6 +34,24 @@ pub fn render_markdown() -> String {
          they are absent and `nvidia_gpu_gpm_supported` is 0.\n",
     );
 
+    md.push_str(
+        "\n### Kubernetes attribution\n\n\
+         With `--kubernetes` the exporter asks the kubelet's pod-resources API (`List`) which \
+         container holds each GPU, on its own schedule (`--kubernetes-refresh`, by default every \
+         sampling interval; never during a scrape) with a deadline (`--kubernetes-timeout`). \
+         Devices of `nvidia.com/gpu`, every `nvidia.com/mig-*` and the resources named by \
+         `--kubernetes-resource-names` count; a device ID is a GPU UUID (`GPU-…`, a `::N` \
+         time-slicing replica suffix ignored) or a device name `nvidiaN` (GKE; the GPU with minor \
+         number N, a `/vgpuK` suffix ignored). MIG instance IDs (`MIG-…`) are not attributed yet.\n\n\
+         `nvidia_gpu_pod_info` has one series per (GPU, container). Unless \
+         `--kubernetes-labels=false`, every other series of a GPU held by exactly one container \
+         also carries its `namespace`, `pod` and `container`; a GPU shared by several containers \
+         carries none (its power or memory is no single container's) and is attributed through \
+         `nvidia_gpu_pod_info` alone. An assignment disappears with the first successful `List` \
+         that lacks it; while the kubelet does not answer (`nvml_exporter_kubernetes_up 0`) the \
+         last answer is kept.\n",
+    );
+
     md.push_str("\n## Exporter self-metrics\n\n");
     table(
         &mut md,

@@ -7,8 +7,13 @@
 //! the gzip form is made on demand, at most once per exposition ([`Exposition::gzip`]).
 //!
 //! Rules the encoder enforces: a reading that is `None` (or an empty list) produces no series;
-//! a device with `up == false` keeps only `nvidia_gpu_info` and `nvidia_gpu_up 0`; every per-GPU
-//! series carries `gpu` and `uuid`. Families come in catalog order, series by GPU index and then
+//! a device with `up == false` keeps only `nvidia_gpu_info`, `nvidia_gpu_up 0` (and its
+//! `nvidia_gpu_pod_info`); every per-GPU series carries `gpu` and `uuid`. With Kubernetes
+//! attribution the snapshot's kubelet assignments are resolved against its devices here
+//! ([`crate::kubernetes::mapping`]); with [`MetricsOptions::pod_labels`] a GPU assigned to exactly
+//! one container adds `namespace`, `pod`, `container` to all its series. A GPU shared by several
+//! containers (time-slicing, MPS) gets none: its power or memory is not any single one's, and
+//! `nvidia_gpu_pod_info` lists all of them to join on. Families come in catalog order, series by GPU index and then
 //! in label order, and the `process_*` families last.
 
 pub mod catalog;
@@ -25,8 +30,11 @@ use flate2::write::GzEncoder;
 use prometheus::proto::MetricFamily;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 
-use crate::sample::{DeviceSample, Snapshot};
-use catalog::{CATALOG, IDENTITY_LABELS, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL, Source};
+use crate::kubernetes::mapping;
+use crate::sample::{ContainerRef, DeviceSample, Snapshot};
+use catalog::{
+    CATALOG, IDENTITY_LABELS, POD_LABELS, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL, Source,
+};
 use samples::Samples;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
@@ -46,9 +54,13 @@ const SAMPLE_DURATION_BUCKETS: &[f64] = &[
 /// less than 8× the CPU, and the first gzip scrape of a tick waits for this compression.
 const GZIP_LEVEL: Compression = Compression::fast();
 
-/// Encoding choices. Empty for now; DCGM-compatible names and Kubernetes labels come later.
+/// Encoding choices. DCGM-compatible names come later.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MetricsOptions {}
+pub struct MetricsOptions {
+    /// Add `namespace`, `pod`, `container` to every series of a GPU that the snapshot's kubelet
+    /// state assigns to exactly one container (`--kubernetes-labels`).
+    pub pod_labels: bool,
+}
 
 /// One encoded exposition. Cloning shares the buffers, the lazily made gzip form included.
 #[derive(Debug, Clone)]
@@ -189,6 +201,19 @@ impl Encoder {
         devices.sort_by_key(|d| d.index);
         indices.clear();
         indices.extend(devices.iter().map(|d| d.index.to_string()));
+        // Containers per device (same order); empty without Kubernetes attribution.
+        let assigned: Vec<Vec<&ContainerRef>> = snap
+            .kubernetes
+            .as_ref()
+            .map(|k| mapping::attribute(&k.assignments, &devices))
+            .unwrap_or_default();
+        // The one container whose labels a device's series carry, if any.
+        let owner = |i: usize| -> Option<&ContainerRef> {
+            match assigned.get(i).map(Vec::as_slice) {
+                Some([only]) if self.opts.pod_labels => Some(*only),
+                _ => None,
+            }
+        };
 
         for def in CATALOG {
             // The header goes first and is taken back if the family turns out to have no series.
@@ -198,17 +223,38 @@ impl Encoder {
             match def.source {
                 Source::Device(read) | Source::DeviceIdentity(read) => {
                     let always = matches!(def.source, Source::DeviceIdentity(_));
-                    for (d, index) in devices.iter().zip(indices.iter()) {
+                    for (i, (d, index)) in devices.iter().zip(indices.iter()).enumerate() {
                         if !(d.up || always) {
                             continue;
                         }
                         samples.clear();
                         read(&snap.system, d, samples);
+                        let owner = owner(i);
+                        let pod_names: &[&str] = if owner.is_some() { POD_LABELS } else { &[] };
                         for (labels, value) in samples.iter() {
-                            let names = IDENTITY_LABELS.iter().chain(def.labels).copied();
-                            let values =
-                                [index.as_str(), d.uuid.as_str()].into_iter().chain(labels);
+                            let names = IDENTITY_LABELS
+                                .iter()
+                                .chain(def.labels)
+                                .chain(pod_names)
+                                .copied();
+                            let values = [index.as_str(), d.uuid.as_str()]
+                                .into_iter()
+                                .chain(labels)
+                                .chain(owner.into_iter().flat_map(container_labels));
                             text::sample(out, def.name, names, values, value);
+                        }
+                    }
+                }
+                Source::PodAssignments => {
+                    for ((d, index), containers) in
+                        devices.iter().zip(indices.iter()).zip(&assigned)
+                    {
+                        for c in containers {
+                            let names = IDENTITY_LABELS.iter().chain(POD_LABELS).copied();
+                            let values = [index.as_str(), d.uuid.as_str()]
+                                .into_iter()
+                                .chain(container_labels(c));
+                            text::sample(out, def.name, names, values, 1.0);
                         }
                     }
                 }
@@ -237,6 +283,11 @@ impl Encoder {
             append_family(out, family);
         }
     }
+}
+
+/// The [`POD_LABELS`] values of a container, in that order.
+fn container_labels(c: &ContainerRef) -> [&str; 3] {
+    [&c.namespace, &c.pod, &c.container]
 }
 
 /// Appends the text of a family kept by the `prometheus` registry (histogram, scrape counter,

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::io::Read;
 
-use super::catalog::{CATALOG, MetricKind, Source};
+use super::catalog::{CATALOG, MetricKind, POD_LABELS, Source};
 use super::*;
 use crate::sample::*;
 
@@ -178,7 +178,31 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
         )]),
         tick_duration_seconds: Some(0.012),
         last_tick_timestamp_seconds: Some(1_700_000_000.5),
+        // By minor number: a full device is assigned, a bare one (no minor number) is not.
+        kubernetes: Some(kubelet(&[("nvidia0", "ml", "train-0", "main")])),
     }
+}
+
+/// A kubelet state that answered with these (device ID, namespace, pod, container) assignments,
+/// after one timeout.
+fn kubelet(assignments: &[(&str, &str, &str, &str)]) -> KubernetesState {
+    let mut list: Vec<PodAssignment> = assignments
+        .iter()
+        .map(|(id, ns, pod, container)| PodAssignment {
+            container: ContainerRef {
+                namespace: (*ns).into(),
+                pod: (*pod).into(),
+                container: (*container).into(),
+            },
+            device: DeviceRef::parse(id),
+        })
+        .collect();
+    list.sort();
+    let mut state = KubernetesState::new();
+    state.up = true;
+    state.errors.insert(KubeletError::Timeout, 1);
+    state.assignments = list.into();
+    state
 }
 
 fn encode(snap: &Snapshot) -> String {
@@ -588,14 +612,18 @@ fn closed_labels_only_take_their_declared_values() {
             );
             let allowed = values();
             let prefix = format!("{}{{", def.name);
-            let tag = format!(",{label}=\"");
+            // The label is first (after `{`) or follows another (after `,`).
+            let tags = [format!("{{{label}=\""), format!(",{label}=\"")];
             let lines: Vec<&str> = series(&text)
                 .into_iter()
                 .filter(|l| l.starts_with(&prefix))
                 .collect();
             assert!(!lines.is_empty(), "{}: no series", def.name);
             for l in lines {
-                let v = l.split(&tag).nth(1).and_then(|r| r.split('"').next());
+                let v = tags
+                    .iter()
+                    .find_map(|t| l.split(t.as_str()).nth(1))
+                    .and_then(|r| r.split('"').next());
                 let v = v.unwrap_or_else(|| panic!("{l}: no {label}"));
                 assert!(allowed.contains(&v), "{}: {label}={v}", def.name);
             }
@@ -608,9 +636,8 @@ fn closed_labels_only_take_their_declared_values() {
 fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
     use prometheus::proto::{Counter, Gauge, LabelPair, Metric, MetricType};
 
-    let metric = |def: &catalog::MetricDef, values: Vec<String>, value: f64| {
-        let labels = def
-            .all_labels()
+    let metric = |def: &catalog::MetricDef, names: Vec<&str>, values: Vec<String>, value: f64| {
+        let labels = names
             .iter()
             .zip(values)
             .map(|(name, value)| {
@@ -643,18 +670,43 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
     devices.sort_by_key(|d| d.index);
     let mut out = Vec::new();
     let mut samples = samples::Samples::default();
+    let assigned: Vec<Vec<&ContainerRef>> = snap
+        .kubernetes
+        .as_ref()
+        .map(|k| crate::kubernetes::mapping::attribute(&k.assignments, &devices))
+        .unwrap_or_default();
+    let pod_values =
+        |c: &ContainerRef| vec![c.namespace.clone(), c.pod.clone(), c.container.clone()];
     for def in CATALOG {
         let mut metrics = Vec::new();
         match def.source {
             Source::Device(read) | Source::DeviceIdentity(read) => {
                 let always = matches!(def.source, Source::DeviceIdentity(_));
-                for d in devices.iter().filter(|d| d.up || always) {
+                for (i, d) in devices.iter().enumerate().filter(|(_, d)| d.up || always) {
                     samples.clear();
                     read(&snap.system, d, &mut samples);
+                    let owner = match assigned.get(i).map(Vec::as_slice) {
+                        Some([only]) if enc.options().pod_labels => Some(*only),
+                        _ => None,
+                    };
                     for (labels, value) in owned(&samples) {
                         let mut all = vec![d.index.to_string(), d.uuid.clone()];
                         all.extend(labels);
-                        metrics.push(metric(def, all, value));
+                        let mut names = def.all_labels();
+                        if let Some(c) = owner {
+                            all.extend(pod_values(c));
+                            names.extend(POD_LABELS);
+                        }
+                        metrics.push(metric(def, names, all, value));
+                    }
+                }
+            }
+            Source::PodAssignments => {
+                for (d, containers) in devices.iter().zip(&assigned) {
+                    for c in containers {
+                        let mut all = vec![d.index.to_string(), d.uuid.clone()];
+                        all.extend(pod_values(c));
+                        metrics.push(metric(def, def.all_labels(), all, 1.0));
                     }
                 }
             }
@@ -662,7 +714,7 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
                 samples.clear();
                 read(snap, &mut samples);
                 for (labels, value) in owned(&samples) {
-                    metrics.push(metric(def, labels, value));
+                    metrics.push(metric(def, def.all_labels(), labels, value));
                 }
             }
             Source::Registry => {
@@ -721,15 +773,169 @@ fn output_is_byte_identical_to_the_prometheus_text_encoder() {
         ("nvmlDeviceGetPowerUsage".into(), "Unknown \"err\"".into()),
         3,
     );
-    let enc = Encoder::new(MetricsOptions::default());
-    enc.scrape_counter().inc(200);
-    enc.scrape_counter().inc(500);
-    for snap in [Snapshot::default(), snapshot(vec![]), snap] {
-        let text = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
-        let reference = reference_text(&enc, &snap);
-        assert_eq!(without_process(&text), without_process(&reference));
-        assert!(text.contains("\nprocess_"), "process families still served");
+    // GPU 1 shared by two containers, GPU 2 (the odd one) by one with an odd name.
+    let mut pods = snap.clone();
+    pods.kubernetes = Some(kubelet(&[
+        ("GPU-1", "a", "p", "c"),
+        ("GPU-1::1", "b", "q", "c"),
+        ("nvidia2", "odd\"ns", "p\\1", "c\n"),
+        ("MIG-9", "mig", "m", "c"),
+    ]));
+    for pod_labels in [false, true] {
+        let enc = Encoder::new(MetricsOptions { pod_labels });
+        enc.scrape_counter().inc(200);
+        enc.scrape_counter().inc(500);
+        for snap in [
+            Snapshot::default(),
+            snapshot(vec![]),
+            snap.clone(),
+            pods.clone(),
+        ] {
+            let text = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
+            let reference = reference_text(&enc, &snap);
+            assert_eq!(without_process(&text), without_process(&reference));
+            assert!(text.contains("\nprocess_"), "process families still served");
+        }
     }
+}
+
+fn encode_with(opts: MetricsOptions, snap: &Snapshot) -> String {
+    String::from_utf8(Encoder::new(opts).encode(snap).text.to_vec()).unwrap()
+}
+
+#[test]
+fn a_gpu_held_by_one_container_carries_its_labels_on_every_series() {
+    let mut snap = snapshot(vec![full_device(0), full_device(1), full_device(3)]);
+    snap.kubernetes = Some(kubelet(&[
+        ("GPU-0", "ml", "train-a", "main"),
+        ("nvidia3", "web", "infer-b", "server"),
+    ]));
+    let text = encode_with(MetricsOptions { pod_labels: true }, &snap);
+    let pod_a = r#"namespace="ml",pod="train-a",container="main""#;
+    let pod_b = r#"namespace="web",pod="infer-b",container="server""#;
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"nvidia_gpu_pod_info{{gpu="0",uuid="GPU-0",{pod_a}}}"#)
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"nvidia_gpu_pod_info{{gpu="3",uuid="GPU-3",{pod_b}}}"#)
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        series(&text)
+            .iter()
+            .filter(|l| l.starts_with("nvidia_gpu_pod_info"))
+            .count(),
+        2
+    );
+    for l in series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_"))
+    {
+        let expected = match l.split("gpu=\"").nth(1).and_then(|r| r.split('"').next()) {
+            Some("0") => Some(pod_a),
+            Some("3") => Some(pod_b),
+            _ => None,
+        };
+        match expected {
+            Some(pod) => assert!(l.contains(pod), "{l}"),
+            None => assert!(!l.contains("namespace="), "{l}"),
+        }
+    }
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"nvidia_gpu_power_watts{{gpu="0",uuid="GPU-0",{pod_a}}}"#)
+        ),
+        Some(312.5)
+    );
+    // Labels only in the info family when the per-series labels are off.
+    let text = encode_with(MetricsOptions { pod_labels: false }, &snap);
+    let labelled: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.contains("namespace="))
+        .collect();
+    assert_eq!(labelled.len(), 2, "{labelled:?}");
+    assert!(
+        labelled
+            .iter()
+            .all(|l| l.starts_with("nvidia_gpu_pod_info{"))
+    );
+}
+
+#[test]
+fn a_shared_gpu_lists_every_container_but_labels_no_series() {
+    let mut snap = snapshot(vec![full_device(0)]);
+    snap.kubernetes = Some(kubelet(&[
+        ("GPU-0::0", "ml", "a", "main"),
+        ("GPU-0::1", "ml", "b", "main"),
+    ]));
+    let text = encode_with(MetricsOptions { pod_labels: true }, &snap);
+    let infos: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_pod_info"))
+        .collect();
+    assert_eq!(
+        infos,
+        [
+            r#"nvidia_gpu_pod_info{gpu="0",uuid="GPU-0",namespace="ml",pod="a",container="main"} 1"#,
+            r#"nvidia_gpu_pod_info{gpu="0",uuid="GPU-0",namespace="ml",pod="b",container="main"} 1"#,
+        ]
+    );
+    assert!(value(&text, r#"nvidia_gpu_power_watts{gpu="0",uuid="GPU-0"}"#).is_some());
+}
+
+#[test]
+fn kubelet_state_is_served_only_with_attribution_on() {
+    let mut snap = snapshot(vec![full_device(0)]);
+    let text = encode(&snap);
+    assert_eq!(value(&text, "nvml_exporter_kubernetes_up"), Some(1.0));
+    assert_eq!(
+        value(
+            &text,
+            r#"nvml_exporter_kubernetes_errors_total{reason="timeout"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            r#"nvml_exporter_kubernetes_errors_total{reason="unavailable"}"#
+        ),
+        Some(0.0)
+    );
+    snap.kubernetes = None;
+    let text = encode(&snap);
+    assert!(!text.contains("kubernetes"), "{text}");
+    assert!(!text.contains("nvidia_gpu_pod_info"));
+}
+
+#[test]
+fn a_lost_gpu_keeps_its_assignment_but_no_readings() {
+    let mut lost = full_device(0);
+    lost.up = false;
+    let text = encode_with(MetricsOptions { pod_labels: true }, &snapshot(vec![lost]));
+    let pod = r#"namespace="ml",pod="train-0",container="main""#;
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"nvidia_gpu_pod_info{{gpu="0",uuid="GPU-0",{pod}}}"#)
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!(r#"nvidia_gpu_up{{gpu="0",uuid="GPU-0",{pod}}}"#)
+        ),
+        Some(0.0)
+    );
 }
 
 #[test]

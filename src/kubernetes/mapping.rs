@@ -1,0 +1,278 @@
+//! From the kubelet's answer to "which GPU belongs to which container".
+//!
+//! Two steps, kept apart so that the sampler stays NVML-only: [`assignments`] turns a `List`
+//! response into [`PodAssignment`]s (done when the kubelet answers), and [`attribute`] resolves
+//! them against the devices of a snapshot (done when a snapshot is encoded, so a GPU that appears
+//! or is renumbered is matched by the very next exposition).
+//!
+//! Device IDs come from the device plugin, so their format depends on which one runs:
+//! - `GPU-<uuid>` (NVIDIA device plugin): the GPU with that UUID. With time-slicing the plugin
+//!   appends a replica number, `GPU-<uuid>::3`; it is dropped.
+//! - `nvidia<N>` (GKE's device plugin): the GPU whose minor number is N (`/dev/nvidiaN`), which
+//!   need not be the NVML index. GKE time-sharing appends `/vgpu<K>`; it is dropped.
+//! - `MIG-<uuid>`: a MIG instance. Kept as [`DeviceRef::MigUuid`] and not matched to any GPU yet;
+//!   MIG instances get their own series (and their attribution) with MIG support.
+
+use std::collections::BTreeSet;
+
+use crate::sample::{ContainerRef, DeviceRef, DeviceSample, PodAssignment};
+
+use super::proto::ListPodResourcesResponse;
+
+/// The resource name of whole GPUs.
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
+
+/// The prefix of MIG resource names under the "mixed" strategy (`nvidia.com/mig-1g.10gb`, …).
+pub const MIG_RESOURCE_PREFIX: &str = "nvidia.com/mig-";
+
+/// Which extended resources are NVIDIA devices: `nvidia.com/gpu`, every `nvidia.com/mig-*`, and
+/// the names given by `--kubernetes-resource-names` (renamed or shared resources).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceFilter {
+    extra: BTreeSet<String>,
+}
+
+impl ResourceFilter {
+    /// The default resources plus `extra` names (matched exactly).
+    pub fn new(extra: impl IntoIterator<Item = String>) -> ResourceFilter {
+        ResourceFilter {
+            extra: extra.into_iter().collect(),
+        }
+    }
+
+    /// Whether devices of resource `name` are GPUs (or MIG instances) this exporter reports.
+    pub fn matches(&self, name: &str) -> bool {
+        name == GPU_RESOURCE || name.starts_with(MIG_RESOURCE_PREFIX) || self.extra.contains(name)
+    }
+}
+
+impl DeviceRef {
+    /// Classifies a device ID from the kubelet (see the module doc for the formats).
+    pub fn parse(id: &str) -> DeviceRef {
+        let id = id.trim();
+        if id.starts_with("GPU-") {
+            let uuid = id.split_once("::").map_or(id, |(uuid, _replica)| uuid);
+            return DeviceRef::GpuUuid(uuid.to_owned());
+        }
+        if id.starts_with("MIG-") {
+            let uuid = id.split_once("::").map_or(id, |(uuid, _replica)| uuid);
+            return DeviceRef::MigUuid(uuid.to_owned());
+        }
+        let device = id.split_once('/').map_or(id, |(device, _vgpu)| device);
+        if let Some(minor) = device
+            .strip_prefix("nvidia")
+            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse().ok())
+        {
+            return DeviceRef::Minor(minor);
+        }
+        DeviceRef::Other(id.to_owned())
+    }
+}
+
+/// The NVIDIA device assignments of a `List` response: one per (container, device), sorted, and
+/// without duplicates (time-slicing replicas of one GPU given to one container collapse).
+pub fn assignments(
+    response: &ListPodResourcesResponse,
+    filter: &ResourceFilter,
+) -> Vec<PodAssignment> {
+    let mut out = BTreeSet::new();
+    for pod in &response.pod_resources {
+        for container in &pod.containers {
+            let devices = container
+                .devices
+                .iter()
+                .filter(|d| filter.matches(&d.resource_name));
+            for id in devices.flat_map(|d| &d.device_ids) {
+                out.insert(PodAssignment {
+                    container: ContainerRef {
+                        namespace: pod.namespace.clone(),
+                        pod: pod.name.clone(),
+                        container: container.name.clone(),
+                    },
+                    device: DeviceRef::parse(id),
+                });
+            }
+        }
+    }
+    out.into_iter().collect()
+}
+
+/// Whether `device` is the GPU `sample` (see the module doc for the rules).
+pub fn resolves_to(device: &DeviceRef, sample: &DeviceSample) -> bool {
+    match device {
+        DeviceRef::GpuUuid(uuid) => *uuid == sample.uuid,
+        DeviceRef::Minor(minor) => sample.info.minor_number.parse::<u32>() == Ok(*minor),
+        // MIG instances are not devices of the snapshot yet; they resolve with MIG support.
+        DeviceRef::MigUuid(_) | DeviceRef::Other(_) => false,
+    }
+}
+
+/// For each of `devices` (same order), the containers it is assigned to, sorted and distinct.
+pub fn attribute<'a>(
+    assignments: &'a [PodAssignment],
+    devices: &[&DeviceSample],
+) -> Vec<Vec<&'a ContainerRef>> {
+    devices
+        .iter()
+        .map(|sample| {
+            let mut containers: Vec<&ContainerRef> = assignments
+                .iter()
+                .filter(|a| resolves_to(&a.device, sample))
+                .map(|a| &a.container)
+                .collect();
+            // A container can name one GPU twice (by UUID under one resource, by a replica ID
+            // under another); it is still one assignment.
+            containers.sort();
+            containers.dedup();
+            containers
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kubernetes::proto::{ContainerDevices, ContainerResources, PodResources};
+    use crate::sample::DeviceInfo;
+
+    fn pod(ns: &str, name: &str, containers: &[(&str, &str, &[&str])]) -> PodResources {
+        PodResources {
+            name: name.into(),
+            namespace: ns.into(),
+            containers: containers
+                .iter()
+                .map(|(c, resource, ids)| ContainerResources {
+                    name: (*c).into(),
+                    devices: vec![ContainerDevices {
+                        resource_name: (*resource).into(),
+                        device_ids: ids.iter().map(|s| (*s).into()).collect(),
+                    }],
+                })
+                .collect(),
+        }
+    }
+
+    fn gpu(index: u32, uuid: &str, minor: &str) -> DeviceSample {
+        DeviceSample {
+            index,
+            uuid: uuid.into(),
+            info: DeviceInfo {
+                minor_number: minor.into(),
+                ..Default::default()
+            },
+            up: true,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn device_ids_in_every_plugin_format() {
+        assert_eq!(
+            DeviceRef::parse("GPU-1a2b"),
+            DeviceRef::GpuUuid("GPU-1a2b".into())
+        );
+        assert_eq!(
+            DeviceRef::parse("GPU-1a2b::3"),
+            DeviceRef::GpuUuid("GPU-1a2b".into())
+        );
+        assert_eq!(DeviceRef::parse("nvidia0"), DeviceRef::Minor(0));
+        assert_eq!(DeviceRef::parse("nvidia12"), DeviceRef::Minor(12));
+        assert_eq!(DeviceRef::parse("nvidia3/vgpu1"), DeviceRef::Minor(3));
+        assert_eq!(
+            DeviceRef::parse("MIG-9f8e"),
+            DeviceRef::MigUuid("MIG-9f8e".into())
+        );
+        assert_eq!(
+            DeviceRef::parse("nvidia"),
+            DeviceRef::Other("nvidia".into())
+        );
+        assert_eq!(
+            DeviceRef::parse("nvidiactl"),
+            DeviceRef::Other("nvidiactl".into())
+        );
+        assert_eq!(DeviceRef::parse("0"), DeviceRef::Other("0".into()));
+    }
+
+    #[test]
+    fn only_nvidia_resources_and_the_configured_extras_count() {
+        let filter = ResourceFilter::new(["example.com/shared-gpu".to_owned()]);
+        assert!(filter.matches("nvidia.com/gpu"));
+        assert!(filter.matches("nvidia.com/mig-1g.10gb"));
+        assert!(filter.matches("example.com/shared-gpu"));
+        assert!(!filter.matches("nvidia.com/gpu.shared"));
+        assert!(!filter.matches("example.com/fpga"));
+
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod(
+                    "ml",
+                    "train",
+                    &[("main", "nvidia.com/gpu", &["GPU-b", "GPU-a"])],
+                ),
+                pod("ml", "fpga", &[("main", "example.com/fpga", &["GPU-c"])]),
+                pod(
+                    "web",
+                    "infer",
+                    &[("srv", "example.com/shared-gpu", &["nvidia3"])],
+                ),
+                pod("idle", "nogpu", &[]),
+            ],
+        };
+        let got = assignments(&response, &filter);
+        let summary: Vec<(&str, &DeviceRef)> = got
+            .iter()
+            .map(|a| (a.container.pod.as_str(), &a.device))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                ("train", &DeviceRef::GpuUuid("GPU-a".into())),
+                ("train", &DeviceRef::GpuUuid("GPU-b".into())),
+                ("infer", &DeviceRef::Minor(3)),
+            ]
+        );
+    }
+
+    #[test]
+    fn replicas_of_one_gpu_in_one_container_are_one_assignment() {
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![pod(
+                "ml",
+                "p",
+                &[("c", "nvidia.com/gpu", &["GPU-a::0", "GPU-a::1"])],
+            )],
+        };
+        assert_eq!(assignments(&response, &ResourceFilter::default()).len(), 1);
+    }
+
+    #[test]
+    fn uuids_and_minor_numbers_resolve_to_their_gpu() {
+        // Minor numbers need not follow NVML indices.
+        let devices = [
+            gpu(0, "GPU-a", "1"),
+            gpu(1, "GPU-b", "0"),
+            gpu(2, "GPU-c", ""),
+        ];
+        let refs: Vec<&DeviceSample> = devices.iter().collect();
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![
+                pod("ns", "by-uuid", &[("c", "nvidia.com/gpu", &["GPU-a"])]),
+                pod("ns", "by-minor", &[("c", "nvidia.com/gpu", &["nvidia1"])]),
+                pod("ns", "mig", &[("c", "nvidia.com/mig-1g.10gb", &["MIG-x"])]),
+                pod(
+                    "ns",
+                    "gone",
+                    &[("c", "nvidia.com/gpu", &["GPU-zzz", "nvidia7"])],
+                ),
+            ],
+        };
+        let list = assignments(&response, &ResourceFilter::default());
+        let pods: Vec<Vec<&str>> = attribute(&list, &refs)
+            .iter()
+            .map(|cs| cs.iter().map(|c| c.pod.as_str()).collect())
+            .collect();
+        // GPU-a is minor 1 too, so both pods hold it: a shared GPU lists both.
+        assert_eq!(pods, [vec!["by-minor", "by-uuid"], vec![], vec![]]);
+    }
+}

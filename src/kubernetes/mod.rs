@@ -1,0 +1,141 @@
+//! Pod attribution: which container the kubelet gave each GPU to (`--kubernetes`).
+//!
+//! A [`Watcher`] task on the tokio runtime calls the kubelet pod-resources API's `List`
+//! ([`client`]) on its own schedule (`--kubernetes-refresh`, by default every sampling interval)
+//! with a deadline (`--kubernetes-timeout`), and keeps the result as a [`KubernetesState`]. The
+//! state is attached to each snapshot when it is published and resolved against that snapshot's
+//! devices when it is encoded ([`mapping`]). So neither the sampler threads nor a scrape ever wait
+//! for the kubelet: a slow or absent kubelet costs one failed call per refresh, counted in
+//! `nvml_exporter_kubernetes_errors_total` and shown by `nvml_exporter_kubernetes_up 0`.
+//!
+//! An assignment disappears with the first successful `List` that no longer has it. While calls
+//! fail the last successful list is kept: containers keep their GPUs across a kubelet restart,
+//! and dropping the labels for its duration would split every series twice.
+
+pub mod client;
+pub mod mapping;
+pub mod proto;
+
+use std::sync::{Arc, Mutex};
+
+use crate::config::KubernetesConfig;
+use crate::sample::KubernetesState;
+
+use client::PodResourcesClient;
+use mapping::ResourceFilter;
+
+/// The latest kubelet state, shared between the refresh task and the publisher.
+#[derive(Debug, Clone)]
+pub struct StateHandle(Arc<Mutex<KubernetesState>>);
+
+impl StateHandle {
+    /// A copy of the latest state (cheap: the assignment list is shared).
+    pub fn current(&self) -> KubernetesState {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KubernetesState> {
+        // A poisoned lock only means an update panicked; each update replaces whole fields.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The refresh task. Stops when dropped.
+#[derive(Debug)]
+pub struct Watcher {
+    state: StateHandle,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Starts refreshing on the current tokio runtime. Never fails: a missing socket is one more
+    /// failed call, retried at the next refresh.
+    pub fn spawn(config: &KubernetesConfig) -> Watcher {
+        let state = StateHandle(Arc::new(Mutex::new(KubernetesState::new())));
+        let mut refresher = Refresher::new(config, state.clone());
+        let refresh = config.refresh;
+        let task = tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(refresh);
+            // A call that takes longer than the period delays the next one instead of bunching
+            // calls up after it.
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                refresher.refresh().await;
+            }
+        });
+        Watcher { state, task }
+    }
+
+    /// The handle the publisher reads the latest state from.
+    pub fn state(&self) -> StateHandle {
+        self.state.clone()
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Calls `List` once and returns the resulting state, for `--once`.
+pub async fn list_once(config: &KubernetesConfig) -> KubernetesState {
+    let state = StateHandle(Arc::new(Mutex::new(KubernetesState::new())));
+    Refresher::new(config, state.clone()).refresh().await;
+    state.current()
+}
+
+/// One `List` call and what it changes.
+struct Refresher {
+    client: PodResourcesClient,
+    filter: ResourceFilter,
+    timeout: std::time::Duration,
+    state: StateHandle,
+}
+
+impl Refresher {
+    fn new(config: &KubernetesConfig, state: StateHandle) -> Refresher {
+        Refresher {
+            client: PodResourcesClient::new(&config.socket),
+            filter: ResourceFilter::new(config.resource_names.iter().cloned()),
+            timeout: config.timeout,
+            state,
+        }
+    }
+
+    async fn refresh(&mut self) {
+        let result = self.client.list(self.timeout).await;
+        let mut state = self.state.lock();
+        match result {
+            Ok(response) => {
+                let assignments = mapping::assignments(&response, &self.filter);
+                if !state.up {
+                    tracing::info!(
+                        socket = %self.client.socket().display(),
+                        assignments = assignments.len(),
+                        "kubelet pod-resources API answering"
+                    );
+                }
+                if *state.assignments != *assignments {
+                    tracing::debug!(assignments = ?assignments, "GPU assignments changed");
+                    state.assignments = Arc::from(assignments);
+                }
+                state.up = true;
+            }
+            Err(e) => {
+                // Logged when the kubelet stops answering, not on every failed refresh.
+                if state.up || state.errors.values().all(|n| *n == 0) {
+                    tracing::warn!(
+                        socket = %self.client.socket().display(),
+                        reason = e.reason.label(),
+                        error = %e,
+                        "kubelet pod-resources API not answering; keeping the last assignments and retrying every refresh"
+                    );
+                }
+                state.up = false;
+                *state.errors.entry(e.reason).or_default() += 1;
+            }
+        }
+    }
+}

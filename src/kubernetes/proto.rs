@@ -1,0 +1,138 @@
+//! The messages of the kubelet pod-resources v1 `List` call (`proto/api.proto`), declared by hand
+//! with `prost` derives.
+//!
+//! Only `List` and the fields it needs are here: protobuf decoding skips fields a message does not
+//! declare, so the CPU, memory and DRA fields of newer kubelets are read past, not rejected.
+//! Declaring five small messages avoids a build-time `protoc` and the code generator's dependency
+//! tree; the unit test below checks every declared field number against the checked-in proto.
+
+/// gRPC path of `PodResourcesLister.List`.
+pub const LIST_PATH: &str = "/v1.PodResourcesLister/List";
+
+/// gRPC service name of the pod-resources API (what a server registers).
+pub const SERVICE_NAME: &str = "v1.PodResourcesLister";
+
+/// `ListPodResourcesRequest`: no fields.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ListPodResourcesRequest {}
+
+/// `ListPodResourcesResponse`: every pod on the node with the resources assigned to it.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ListPodResourcesResponse {
+    /// One entry per pod.
+    #[prost(message, repeated, tag = "1")]
+    pub pod_resources: Vec<PodResources>,
+}
+
+/// `PodResources`: one pod.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct PodResources {
+    /// Pod name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Pod namespace.
+    #[prost(string, tag = "2")]
+    pub namespace: String,
+    /// The pod's containers.
+    #[prost(message, repeated, tag = "3")]
+    pub containers: Vec<ContainerResources>,
+}
+
+/// `ContainerResources`: one container of a pod.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ContainerResources {
+    /// Container name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// Device-plugin devices assigned to the container, grouped by resource name.
+    #[prost(message, repeated, tag = "2")]
+    pub devices: Vec<ContainerDevices>,
+}
+
+/// `ContainerDevices`: the devices of one resource assigned to a container.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ContainerDevices {
+    /// Extended resource name, e.g. `nvidia.com/gpu`.
+    #[prost(string, tag = "1")]
+    pub resource_name: String,
+    /// Device IDs as the device plugin advertised them (a GPU UUID, `nvidia0`, …).
+    #[prost(string, repeated, tag = "2")]
+    pub device_ids: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use prost::Message;
+
+    use super::*;
+
+    /// (message, proto type, field, number) of every field declared above.
+    const DECLARED: &[(&str, &str, &str, u32)] = &[
+        (
+            "ListPodResourcesResponse",
+            "repeated PodResources",
+            "pod_resources",
+            1,
+        ),
+        ("PodResources", "string", "name", 1),
+        ("PodResources", "string", "namespace", 2),
+        (
+            "PodResources",
+            "repeated ContainerResources",
+            "containers",
+            3,
+        ),
+        ("ContainerResources", "string", "name", 1),
+        (
+            "ContainerResources",
+            "repeated ContainerDevices",
+            "devices",
+            2,
+        ),
+        ("ContainerDevices", "string", "resource_name", 1),
+        ("ContainerDevices", "repeated string", "device_ids", 2),
+    ];
+
+    /// The body of `message NAME { … }` in the proto text.
+    fn message_body<'a>(proto: &'a str, name: &str) -> &'a str {
+        let start = proto
+            .find(&format!("message {name} {{"))
+            .unwrap_or_else(|| panic!("message {name} not in proto/api.proto"));
+        let body = &proto[start..];
+        &body[..body.find('}').expect("closing brace")]
+    }
+
+    #[test]
+    fn field_numbers_match_the_checked_in_proto() {
+        let proto = include_str!("../../proto/api.proto");
+        assert!(
+            proto.contains("rpc List(ListPodResourcesRequest) returns (ListPodResourcesResponse)")
+        );
+        assert!(proto.contains("package v1;") && proto.contains("service PodResourcesLister {"));
+        assert!(proto.contains("message ListPodResourcesRequest {}"));
+        for (message, ty, field, number) in DECLARED {
+            let line = format!("{ty} {field} = {number};");
+            assert!(
+                message_body(proto, message).contains(&line),
+                "{message} has no `{line}`"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_fields_of_newer_kubelets_are_skipped() {
+        // A ContainerResources with cpu_ids (field 3, packed int64) after the devices.
+        let mut bytes = ContainerResources {
+            name: "main".into(),
+            devices: vec![ContainerDevices {
+                resource_name: "nvidia.com/gpu".into(),
+                device_ids: vec!["GPU-1".into()],
+            }],
+        }
+        .encode_to_vec();
+        bytes.extend_from_slice(&[0x1a, 0x02, 0x04, 0x05]);
+        let decoded = ContainerResources::decode(bytes.as_slice()).unwrap();
+        assert_eq!(decoded.name, "main");
+        assert_eq!(decoded.devices[0].device_ids, ["GPU-1"]);
+    }
+}

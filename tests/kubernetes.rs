@@ -1,0 +1,311 @@
+//! Pod attribution end to end: the real exporter binary on the simulated H100s, asking a fake
+//! kubelet (a tonic server on a unix socket in a temp dir) whose pod list the test changes.
+
+mod common;
+mod kubelet;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Exporter, Exposition, scenario};
+use kubelet::{FakeKubelet, pod};
+
+const INTERVAL: &str = "300ms";
+
+/// The exporter on the 8-GPU scenario with attribution from the socket at `socket`.
+fn exporter(socket: &Path, extra: &[&str]) -> Exporter {
+    let h100 = scenario("h100x8");
+    let mut args = vec![
+        "--interval",
+        INTERVAL,
+        "--kubernetes",
+        "--pod-resources-socket",
+        socket.to_str().unwrap(),
+        "--log-level",
+        "info",
+    ];
+    args.extend_from_slice(extra);
+    Exporter::start(&[("NVML_SIM_SCENARIO", h100.to_str().unwrap())], &args)
+}
+
+/// Ticks so far: the count of the tick-duration histogram.
+fn ticks(m: &Exposition) -> f64 {
+    m.value("nvml_exporter_sample_duration_seconds_count", &[])
+        .unwrap_or(0.0)
+}
+
+/// (namespace, pod, container) of every `nvidia_gpu_pod_info` series by GPU.
+fn pod_infos(m: &Exposition) -> Vec<(String, String, String, String)> {
+    let mut out: Vec<_> = m
+        .find("nvidia_gpu_pod_info", &[])
+        .iter()
+        .map(|s| {
+            let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+            (l("gpu"), l("namespace"), l("pod"), l("container"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn info_label(m: &Exposition, gpu: &str, label: &str) -> String {
+    m.find("nvidia_gpu_info", &[("gpu", gpu)])[0].labels[label].clone()
+}
+
+fn owned(v: &[(&str, &str, &str, &str)]) -> Vec<(String, String, String, String)> {
+    v.iter()
+        .map(|(a, b, c, d)| (a.to_string(), b.to_string(), c.to_string(), d.to_string()))
+        .collect()
+}
+
+/// Waits for `cond` and returns how many ticks it took from `from` (a tick count).
+fn ticks_until(e: &Exporter, from: f64, what: &str, cond: impl Fn(&Exposition) -> bool) -> f64 {
+    let m = e.wait_metrics(Duration::from_secs(10), what, cond);
+    ticks(&m) - from
+}
+
+#[test]
+fn pods_are_attributed_by_uuid_and_device_name_and_dropped_when_they_leave() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    let e = exporter(&socket, &[]);
+    let m = e.wait_metrics(Duration::from_secs(10), "kubelet up", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && ticks(m) > 0.0
+    });
+    assert!(pod_infos(&m).is_empty());
+    let uuid0 = info_label(&m, "0", "uuid");
+    // GKE names devices by minor number, which the sim gives each GPU like the driver does.
+    let minor3 = info_label(&m, "3", "minor_number");
+    let uuid1 = info_label(&m, "1", "uuid");
+    let nvidia3 = format!("nvidia{minor3}");
+
+    kubelet.set_pods(vec![
+        pod("ml", "pod-a", "train", "nvidia.com/gpu", &[&uuid0]),
+        pod("web", "pod-b", "infer", "nvidia.com/gpu", &[&nvidia3]),
+        // Not a GPU resource: ignored even though the ID is a GPU's UUID.
+        pod("other", "pod-c", "x", "example.com/fpga", &[&uuid1]),
+    ]);
+    let changed_at = ticks(&e.metrics());
+    let expected = owned(&[
+        ("0", "ml", "pod-a", "train"),
+        ("3", "web", "pod-b", "infer"),
+    ]);
+    let took = ticks_until(&e, changed_at, "pods A and B", |m| pod_infos(m) == expected);
+    // One refresh period (= the interval) for the kubelet to be asked, one tick to publish it,
+    // and one more for this poll to see it.
+    assert!(took <= 3.0, "attributed after {took} ticks");
+
+    let m = e.metrics();
+    for s in m
+        .series
+        .iter()
+        .filter(|s| s.name.starts_with("nvidia_gpu_"))
+    {
+        let pod = s.labels.get("pod").map(String::as_str);
+        match s.labels["gpu"].as_str() {
+            "0" => {
+                assert_eq!(pod, Some("pod-a"), "{s:?}");
+                assert_eq!(s.labels["namespace"], "ml");
+                assert_eq!(s.labels["container"], "train");
+            }
+            "3" => {
+                assert_eq!(pod, Some("pod-b"), "{s:?}");
+                assert_eq!(s.labels["namespace"], "web");
+            }
+            _ => assert!(
+                !s.labels.contains_key("namespace") && pod.is_none(),
+                "{s:?}"
+            ),
+        }
+    }
+    assert!(
+        m.gpu_value("nvidia_gpu_power_watts", 0, &[("pod", "pod-a")])
+            .is_some()
+    );
+    assert_eq!(m.find("nvidia_gpu_pod_info", &[("uuid", &uuid0)]).len(), 1);
+
+    kubelet.set_pods(vec![pod(
+        "web",
+        "pod-b",
+        "infer",
+        "nvidia.com/gpu",
+        &[&nvidia3],
+    )]);
+    let changed_at = ticks(&e.metrics());
+    let took = ticks_until(&e, changed_at, "pod A gone", |m| {
+        pod_infos(m) == owned(&[("3", "web", "pod-b", "infer")])
+    });
+    assert!(took <= 3.0, "dropped after {took} ticks");
+    let m = e.metrics();
+    assert!(m.find_any_labels(&[("pod", "pod-a")]).is_empty());
+    assert!(m.gpu_value("nvidia_gpu_power_watts", 0, &[]).is_some());
+
+    kubelet.set_pods(vec![]);
+    e.wait_metrics(Duration::from_secs(10), "no pods", |m| {
+        m.find_any_labels(&[("pod", "pod-b")]).is_empty()
+    });
+    assert!(kubelet.calls() >= 3);
+}
+
+#[test]
+fn a_missing_socket_is_retried_and_the_exporter_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let e = exporter(&socket, &[]);
+
+    // No kubelet yet: every GPU is served, the kubelet side says why nothing is attributed.
+    let m = e.wait_metrics(Duration::from_secs(10), "unavailable errors", |m| {
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "unavailable")],
+        )
+        .is_some_and(|n| n >= 2.0)
+    });
+    assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), Some(0.0));
+    assert_eq!(m.find("nvidia_gpu_up", &[]).len(), 8);
+    assert!(m.find("nvidia_gpu_up", &[]).iter().all(|s| s.value == 1.0));
+    assert!(pod_infos(&m).is_empty());
+    assert_eq!(
+        e.get("/readyz").status,
+        200,
+        "a missing kubelet does not make it unready"
+    );
+
+    let uuid2 = info_label(&m, "2", "uuid");
+    let mut kubelet = FakeKubelet::start(
+        &socket,
+        vec![pod("ml", "pod-a", "main", "nvidia.com/gpu", &[&uuid2])],
+    );
+    e.wait_metrics(Duration::from_secs(10), "recovery", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0)
+            && pod_infos(m) == owned(&[("2", "ml", "pod-a", "main")])
+    });
+
+    // The kubelet goes away (a restart): served on, last answer kept, errors counted.
+    let before = e
+        .metrics()
+        .value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "unavailable")],
+        )
+        .unwrap();
+    kubelet.stop();
+    let m = e.wait_metrics(Duration::from_secs(10), "kubelet down", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(0.0)
+    });
+    let stamp = m
+        .value("nvml_exporter_last_sample_timestamp_seconds", &[])
+        .unwrap();
+    let m = e.wait_metrics(Duration::from_secs(10), "ticks go on", |m| {
+        m.value("nvml_exporter_last_sample_timestamp_seconds", &[])
+            .is_some_and(|t| t > stamp)
+            && m.value(
+                "nvml_exporter_kubernetes_errors_total",
+                &[("reason", "unavailable")],
+            )
+            .is_some_and(|n| n > before)
+    });
+    assert_eq!(pod_infos(&m), owned(&[("2", "ml", "pod-a", "main")]));
+
+    // Back, with the pod gone meanwhile.
+    let _kubelet = FakeKubelet::start(&socket, vec![]);
+    e.wait_metrics(Duration::from_secs(10), "recovered, pod dropped", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && pod_infos(m).is_empty()
+    });
+    assert!(e.logs().contains("kubelet pod-resources API not answering"));
+}
+
+#[test]
+fn a_slow_kubelet_times_out_without_delaying_ticks_or_scrapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    kubelet.set_delay(Duration::from_secs(3));
+    let e = exporter(&socket, &["--kubernetes-timeout", "200ms"]);
+
+    let first = e.wait_metrics(Duration::from_secs(10), "a timeout", |m| {
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "timeout")],
+        )
+        .is_some_and(|n| n >= 1.0)
+    });
+    let started = Instant::now();
+    let mut slowest_scrape = Duration::ZERO;
+    let m = loop {
+        let t = Instant::now();
+        let m = e.metrics();
+        slowest_scrape = slowest_scrape.max(t.elapsed());
+        let timeouts = m
+            .value(
+                "nvml_exporter_kubernetes_errors_total",
+                &[("reason", "timeout")],
+            )
+            .unwrap();
+        if timeouts >= 4.0 || started.elapsed() > Duration::from_secs(15) {
+            break m;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let elapsed = started.elapsed().as_secs_f64();
+    assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), Some(0.0));
+    assert!(
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "timeout")]
+        )
+        .unwrap()
+            >= 4.0,
+        "a call past the deadline counts as a timeout"
+    );
+    // Ticks kept their pace (300ms) while every call to the kubelet hung: at least half of the
+    // expected count, and none of them waited on the kubelet.
+    let ticked = ticks(&m) - ticks(&first);
+    assert!(
+        ticked >= elapsed / 0.3 / 2.0,
+        "{ticked} ticks in {elapsed:.1}s"
+    );
+    let mean_tick = m
+        .value("nvml_exporter_sample_duration_seconds_sum", &[])
+        .unwrap()
+        / ticks(&m);
+    assert!(mean_tick < 0.2, "mean tick {mean_tick}s");
+    assert!(
+        slowest_scrape < Duration::from_millis(1000),
+        "{slowest_scrape:?}"
+    );
+
+    kubelet.set_delay(Duration::ZERO);
+    e.wait_metrics(Duration::from_secs(10), "recovery", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0)
+    });
+}
+
+#[test]
+fn once_asks_the_kubelet_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let h100 = scenario("h100x8");
+    let kubelet = FakeKubelet::start(
+        &socket,
+        vec![pod("ml", "pod-a", "main", "nvidia.com/gpu", &["nvidia1"])],
+    );
+    let out = common::run_once(
+        &[("NVML_SIM_SCENARIO", h100.to_str().unwrap())],
+        &[
+            "--kubernetes",
+            "--pod-resources-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let m = Exposition::parse(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(pod_infos(&m), owned(&[("1", "ml", "pod-a", "main")]));
+    assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), Some(1.0));
+    assert_eq!(kubelet.calls(), 1);
+}
