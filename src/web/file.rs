@@ -102,8 +102,11 @@ impl WebConfigFile {
             let msg = escape_control(&e.to_string());
             // The message ends with " at line L column C" when it has a location; keep one copy.
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            // An error at the end of the input is placed on the line after the last one; name
+            // the last line that exists instead.
+            let last_line = text.split('\n').count();
             match e.location() {
-                Some(loc) => format!(" line {}: {msg}", loc.line()),
+                Some(loc) => format!(" line {}: {msg}", loc.line().min(last_line)),
                 None => format!(": {msg}"),
             }
         })?;
@@ -300,6 +303,12 @@ mod tests {
         assert!(e.contains("key_file"), "{e}");
         let e = parse("basic_auth_users: {}\n").unwrap_err();
         assert!(e.contains("basic_auth_users"), "{e}");
+    }
+
+    #[test]
+    fn an_error_at_the_end_names_a_line_that_exists() {
+        let e = WebConfigFile::parse("basic_auth_users: [", Path::new(".")).unwrap_err();
+        assert!(e.starts_with(" line 1: "), "{e}");
     }
 
     #[test]
