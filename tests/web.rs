@@ -156,7 +156,10 @@ fn tls_dir(ca: &Ca) -> tempfile::TempDir {
 #[test]
 fn slowloris_clients_do_not_delay_a_scrape_and_are_closed_after_the_header_timeout() {
     let e = Exporter::start(&[], &[]);
-    assert_eq!(e.get("/metrics").status, 200);
+    // The scrape below must find the GPUs: wait for the first tick before the slow clients come.
+    e.wait_metrics(Duration::from_secs(20), "8 GPUs", |m| {
+        m.value("nvml_exporter_gpus", &[]) == Some(8.0)
+    });
 
     let opened = Instant::now();
     let mut slow: Vec<TcpStream> = (0..300)
