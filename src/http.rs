@@ -6,7 +6,7 @@
 //! bytes from it.
 
 use std::fmt::Write;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -17,7 +17,7 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
 use crate::metrics::{CONTENT_TYPE, Encoder, Exposition, ScrapeCounter, VERSION};
-use crate::sample::Snapshot;
+use crate::sample::{KubernetesState, Snapshot};
 
 /// `/readyz` fails once the last complete tick is older than this: three missed intervals, but
 /// never less than 10 s so that a short interval plus one slow tick does not flap readiness.
@@ -54,6 +54,10 @@ struct Published {
 #[derive(Debug)]
 pub struct AppState {
     current: RwLock<Arc<Published>>,
+    /// The last snapshot the sampler published, kept so that a change of the kubelet's
+    /// assignments can be served at once instead of at the next tick. Its lock also orders
+    /// publishes: whoever encodes under it swaps in a newer exposition than the one before.
+    last: Mutex<Option<Snapshot>>,
     encoder: Encoder,
     scrapes: ScrapeCounter,
     interval: Duration,
@@ -63,10 +67,11 @@ impl AppState {
     /// State serving the exposition of an empty snapshot (`nvml_exporter_nvml_up 0`) until the
     /// first [`publish`](Self::publish). `interval` is the sampling interval (for `/readyz`).
     pub fn new(encoder: Encoder, interval: Duration) -> Arc<AppState> {
-        let mut placeholder = published(&encoder, Snapshot::default());
+        let mut placeholder = published(&encoder, &Snapshot::default());
         placeholder.sampled = false;
         Arc::new(AppState {
             current: RwLock::new(Arc::new(placeholder)),
+            last: Mutex::new(None),
             scrapes: encoder.scrape_counter(),
             encoder,
             interval,
@@ -76,7 +81,26 @@ impl AppState {
     /// Encodes `snap` and makes it what every following request sees. Called once per tick from
     /// the sampler thread: the encoding happens here, outside the lock.
     pub fn publish(&self, snap: Snapshot) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let next = Arc::new(published(&self.encoder, &snap));
+        *last = Some(snap);
+        self.swap(next);
+    }
+
+    /// Serves the last published snapshot again with the kubelet's new `state` (called when the
+    /// GPU assignments change), so pod labels follow the kubelet within one refresh rather than
+    /// waiting for the next tick. The tick's duration is not observed a second time.
+    pub fn republish_kubernetes(&self, state: KubernetesState) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(snap) = last.as_mut() else { return };
+        snap.kubernetes = Some(state);
+        let duration = snap.tick_duration_seconds.take();
         let next = Arc::new(published(&self.encoder, snap));
+        snap.tick_duration_seconds = duration;
+        self.swap(next);
+    }
+
+    fn swap(&self, next: Arc<Published>) {
         // A poisoned lock only means a writer panicked mid-swap of an Arc; the value is whole.
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = next;
     }
@@ -98,15 +122,15 @@ impl AppState {
     }
 }
 
-fn published(encoder: &Encoder, snap: Snapshot) -> Published {
-    let exposition = encoder.encode(&snap);
+fn published(encoder: &Encoder, snap: &Snapshot) -> Published {
+    let exposition = encoder.encode(snap);
     let mut gpus: Vec<GpuSummary> = snap
         .devices
-        .into_iter()
+        .iter()
         .map(|d| GpuSummary {
             index: d.index,
-            name: d.info.name,
-            uuid: d.uuid,
+            name: d.info.name.clone(),
+            uuid: d.uuid.clone(),
             up: d.up,
         })
         .collect();
@@ -115,7 +139,7 @@ fn published(encoder: &Encoder, snap: Snapshot) -> Published {
         exposition,
         sampled: true,
         nvml_up: snap.nvml_up,
-        nvml_error: snap.nvml_error,
+        nvml_error: snap.nvml_error.clone(),
         last_tick_timestamp_seconds: snap.last_tick_timestamp_seconds,
         gpus,
     }
@@ -333,6 +357,37 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_kubelet_change_is_served_at_once_without_counting_a_tick() {
+        use crate::sample::{ContainerRef, DeviceRef, PodAssignment};
+        let state = state();
+        state.republish_kubernetes(KubernetesState::new()); // before any tick: nothing to serve
+        assert!(!state.current().sampled);
+
+        state.publish(healthy_snapshot(now()));
+        let mut kubelet = KubernetesState::new();
+        kubelet.up = true;
+        kubelet.assignments = Arc::from(vec![PodAssignment {
+            container: ContainerRef {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "main".into(),
+            },
+            device: DeviceRef::GpuUuid("GPU-abc".into()),
+        }]);
+        state.republish_kubernetes(kubelet);
+        let text = String::from_utf8(state.current().exposition.text.to_vec()).unwrap();
+        assert!(text.contains(r#"nvidia_gpu_pod_info{gpu="0",uuid="GPU-abc",namespace="ml",pod="train-0",container="main"} 1"#), "{text}");
+        assert!(
+            text.contains("nvidia_gpu_power_watts{"),
+            "the tick's readings are kept"
+        );
+        assert!(
+            text.contains("nvml_exporter_sample_duration_seconds_count 1\n"),
+            "one tick, not two: {text}"
+        );
+    }
+
     /// Serves `state` on an ephemeral port from a runtime on its own thread; returns the base URL.
     /// The listener is bound before returning, so requests never race the server's start.
     fn serve(state: Arc<AppState>) -> String {
@@ -497,7 +552,7 @@ mod tests {
     fn readiness_rule() {
         let mut p = published(
             &Encoder::new(MetricsOptions::default()),
-            healthy_snapshot(1000.0),
+            &healthy_snapshot(1000.0),
         );
         let one_s = Duration::from_secs(1);
         assert_eq!(readiness(&p, 1000.0, one_s), Ok(()));

@@ -57,10 +57,15 @@ pub async fn run(
     let publisher = state.clone();
     // The kubelet is asked on this runtime, never on the sampler threads; each published snapshot
     // carries the latest answer.
-    let watcher = config
-        .kubernetes
-        .enabled
-        .then(|| kubernetes::Watcher::spawn(&config.kubernetes));
+    // A change of assignments is served at once (re-encoding the last snapshot off the runtime's
+    // workers), not at the next tick.
+    let republisher = state.clone();
+    let watcher = config.kubernetes.enabled.then(|| {
+        kubernetes::Watcher::spawn(&config.kubernetes, move |kubelet| {
+            let state = republisher.clone();
+            tokio::task::spawn_blocking(move || state.republish_kubernetes(kubelet));
+        })
+    });
     let kubelet = watcher.as_ref().map(kubernetes::Watcher::state);
     let sampler = sampler::Sampler::start(sampler_options(&config), move |mut snapshot| {
         snapshot.kubernetes = kubelet.as_ref().map(kubernetes::StateHandle::current);

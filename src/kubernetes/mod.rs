@@ -50,9 +50,16 @@ pub struct Watcher {
 impl Watcher {
     /// Starts refreshing on the current tokio runtime. Never fails: a missing socket is one more
     /// failed call, retried at the next refresh.
-    pub fn spawn(config: &KubernetesConfig) -> Watcher {
+    ///
+    /// `on_change` is called (on the runtime) with the new state whenever a refresh changes the
+    /// GPU assignments, so the publisher can serve them before the next tick.
+    pub fn spawn(
+        config: &KubernetesConfig,
+        on_change: impl Fn(KubernetesState) + Send + Sync + 'static,
+    ) -> Watcher {
         let state = StateHandle(Arc::new(Mutex::new(KubernetesState::new())));
         let mut refresher = Refresher::new(config, state.clone());
+        refresher.on_change = Some(Box::new(on_change));
         let refresh = config.refresh;
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(refresh);
@@ -92,7 +99,11 @@ struct Refresher {
     filter: ResourceFilter,
     timeout: std::time::Duration,
     state: StateHandle,
+    /// Told the new state when the assignments change.
+    on_change: Option<OnChange>,
 }
+
+type OnChange = Box<dyn Fn(KubernetesState) + Send + Sync>;
 
 impl Refresher {
     fn new(config: &KubernetesConfig, state: StateHandle) -> Refresher {
@@ -101,11 +112,24 @@ impl Refresher {
             filter: ResourceFilter::new(config.resource_names.iter().cloned()),
             timeout: config.timeout,
             state,
+            on_change: None,
         }
     }
 
     async fn refresh(&mut self) {
         let result = self.client.list(self.timeout).await;
+        let changed = self.apply(result);
+        if let (Some(state), Some(on_change)) = (changed, &self.on_change) {
+            on_change(state);
+        }
+    }
+
+    /// Records the result of one `List`; returns the new state when the assignments changed.
+    fn apply(
+        &mut self,
+        result: Result<proto::ListPodResourcesResponse, client::ListError>,
+    ) -> Option<KubernetesState> {
+        let mut changed = false;
         let mut state = self.state.lock();
         match result {
             Ok(response) => {
@@ -120,6 +144,7 @@ impl Refresher {
                 if *state.assignments != *assignments {
                     tracing::debug!(assignments = ?assignments, "GPU assignments changed");
                     state.assignments = Arc::from(assignments);
+                    changed = true;
                 }
                 state.up = true;
             }
@@ -137,5 +162,6 @@ impl Refresher {
                 *state.errors.entry(e.reason).or_default() += 1;
             }
         }
+        changed.then(|| state.clone())
     }
 }
