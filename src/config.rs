@@ -381,8 +381,9 @@ impl fmt::Display for ConfigError {
 }
 
 /// `msg` with control characters escaped. Messages quote what the user wrote (a value, a key, a
-/// file name), and a line break in any of them must not split the one-line error.
-fn one_line(msg: &str) -> String {
+/// file name), and a line break in any of them must not split the one-line error. Also used for
+/// the web-config's messages.
+pub(crate) fn one_line(msg: &str) -> String {
     msg.chars()
         .map(|c| {
             if c.is_control() {

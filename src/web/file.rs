@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use crate::config::one_line;
 use serde::Deserialize;
 
 /// The file as written.
@@ -99,7 +100,7 @@ impl WebConfigFile {
         // An empty file (or only comments) is a valid "no TLS, no auth", as in exporter-toolkit.
         let raw: Option<RawFile> = yaml_serde::from_str(text).map_err(|e| {
             // The message may quote a key or value from the file, line breaks included.
-            let msg = escape_control(&e.to_string());
+            let msg = one_line(&e.to_string());
             // The message ends with " at line L column C" when it has a location; keep one copy.
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
             // An error at the end of the input is placed on the line after the last one; name
@@ -152,7 +153,7 @@ fn check_flow_collections(text: &str) -> Result<(), String> {
 /// `Authorization` header splits name and password at the first ':'); control characters belong
 /// in neither and would break the one-line error messages that quote them.
 fn check_user(user: &str, hash: &str) -> Result<(), String> {
-    let shown = escape_control(user);
+    let shown = one_line(user);
     if user.contains(':') {
         return Err(format!(
             ": basic_auth_users.{shown}: a user name cannot contain ':'"
@@ -169,19 +170,6 @@ fn check_user(user: &str, hash: &str) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// `s` with control characters (line breaks above all) escaped, for error messages.
-fn escape_control(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, String> {
@@ -201,7 +189,7 @@ fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, String> {
         if shown.chars().any(char::is_control) {
             return Err(format!(
                 ": tls_server_config.{key} {} contains a control character",
-                escape_control(&shown)
+                one_line(&shown)
             ));
         }
     }
