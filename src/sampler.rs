@@ -727,18 +727,24 @@ mod tests {
         assert!(s.devices.is_empty());
     }
 
-    #[test]
-    fn the_sampler_publishes_while_nvml_is_down_and_stops_promptly() {
-        let opts = SamplerOptions {
-            nvml_lib: "/nonexistent/libnvidia-ml.so.1".into(),
-            ..SamplerOptions::default()
-        };
+    /// Starts a sampler whose every published snapshot arrives on the returned channel.
+    fn start_collecting(opts: SamplerOptions) -> (Sampler, mpsc::Receiver<Snapshot>) {
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         let sampler = Sampler::start(opts, move |s| {
             let _ = tx.lock().unwrap().send(s);
         })
         .unwrap();
+        (sampler, rx)
+    }
+
+    #[test]
+    fn the_sampler_publishes_while_nvml_is_down_and_stops_promptly() {
+        let opts = SamplerOptions {
+            nvml_lib: "/nonexistent/libnvidia-ml.so.1".into(),
+            ..SamplerOptions::default()
+        };
+        let (sampler, rx) = start_collecting(opts);
         let first = rx.recv_timeout(Duration::from_secs(5)).unwrap();
         assert!(!first.nvml_up);
         assert!(first.nvml_error.unwrap().contains("library not found"));
@@ -794,12 +800,7 @@ mod tests {
     #[test]
     fn the_sampler_ticks_on_the_simulated_driver_and_shuts_down_promptly() {
         let opts = sim_options();
-        let (tx, rx) = mpsc::channel();
-        let tx = Mutex::new(tx);
-        let sampler = Sampler::start(opts, move |s| {
-            let _ = tx.lock().unwrap().send(s);
-        })
-        .unwrap();
+        let (sampler, rx) = start_collecting(opts);
         let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(first.nvml_up, "{:?}", first.nvml_error);
         let second = rx.recv_timeout(Duration::from_secs(10)).unwrap();
@@ -810,10 +811,14 @@ mod tests {
         assert!(t.elapsed() < SHUTDOWN_BOUND, "{:?}", t.elapsed());
     }
 
-    /// Whether the simulated driver in use has the GPM entry points (the foundation's does not).
-    fn sim_has_gpm(opts: &SamplerOptions) -> bool {
+    /// The simulated driver under test implements GPM; the tests below rely on it.
+    fn assert_sim_has_gpm(opts: &SamplerOptions) {
         let nvml = discovery::init(&opts.nvml_lib).expect("simulated NVML initialises");
-        crate::nvml::gpm::library_has_gpm(&nvml)
+        assert!(
+            crate::nvml::gpm::library_has_gpm(&nvml),
+            "{} lacks the GPM entry points",
+            opts.nvml_lib.display()
+        );
     }
 
     /// No failed GPM call was counted.
@@ -824,13 +829,12 @@ mod tests {
     #[test]
     fn one_tick_knows_gpm_support_but_has_no_gpm_window() {
         let opts = sim_options();
-        let expected = sim_has_gpm(&opts);
+        assert_sim_has_gpm(&opts);
         let s = sample_once(&opts);
         assert!(s.nvml_up, "{:?}", s.nvml_error);
         for d in &s.devices {
-            // Every GPU of the default scenario is an H100: GPM is there exactly when the
-            // library has it, and a library without it must not crash or count errors.
-            assert_eq!(d.gpm_supported, Some(expected), "gpu {}", d.index);
+            // Every GPU of the default scenario is an H100, which supports GPM.
+            assert_eq!(d.gpm_supported, Some(true), "gpu {}", d.index);
             assert_eq!(d.gpm, None, "gpu {}: one sample closes no window", d.index);
         }
         assert!(no_gpm_errors(&s), "{:?}", s.nvml_errors);
@@ -839,13 +843,8 @@ mod tests {
     #[test]
     fn gpm_averages_arrive_from_the_second_tick_and_tell_busy_from_saturated() {
         let opts = sim_options();
-        let has_gpm = sim_has_gpm(&opts);
-        let (tx, rx) = mpsc::channel();
-        let tx = Mutex::new(tx);
-        let sampler = Sampler::start(opts, move |s| {
-            let _ = tx.lock().unwrap().send(s);
-        })
-        .unwrap();
+        assert_sim_has_gpm(&opts);
+        let (sampler, rx) = start_collecting(opts);
         let first = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert!(first.nvml_up, "{:?}", first.nvml_error);
         assert!(first.devices.iter().all(|d| d.gpm.is_none()), "first tick");
@@ -855,7 +854,7 @@ mod tests {
         let later = loop {
             let s = rx.recv_timeout(Duration::from_secs(10)).unwrap();
             let windows = s.devices.iter().filter(|d| d.gpm.is_some()).count();
-            if !has_gpm || windows == s.devices.len() {
+            if windows == s.devices.len() {
                 break s;
             }
             assert!(
@@ -865,11 +864,6 @@ mod tests {
         };
         sampler.shutdown();
         assert!(no_gpm_errors(&later), "{:?}", later.nvml_errors);
-        if !has_gpm {
-            assert!(later.devices.iter().all(|d| d.gpm_supported == Some(false)));
-            assert!(later.devices.iter().all(|d| d.gpm.is_none()));
-            return;
-        }
         let g = |i: usize| later.devices[i].gpm.clone().unwrap();
         for d in &later.devices {
             let m = d.gpm.as_ref().unwrap();
