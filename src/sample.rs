@@ -43,6 +43,10 @@ pub struct KubernetesState {
     /// the kubelet is unreachable (`up == false`): running containers keep their GPUs across a
     /// kubelet restart. Shared, because every published snapshot carries it.
     pub assignments: Arc<[PodAssignment]>,
+    /// The pods the kubelet runs on this node (its `/pods` list), sorted by UID: how a process's
+    /// cgroup (pod UID, container ID) is named. Empty unless per-process attribution asks the
+    /// kubelet for it (`--processes` with `--kubernetes`); kept while the kubelet is unreachable.
+    pub pods: Arc<[PodIdentity]>,
 }
 
 impl KubernetesState {
@@ -52,6 +56,7 @@ impl KubernetesState {
             up: false,
             errors: KubeletError::ALL.iter().map(|r| (*r, 0)).collect(),
             assignments: Arc::from([]),
+            pods: Arc::from([]),
         }
     }
 }
@@ -71,6 +76,28 @@ pub struct ContainerRef {
     pub namespace: String,
     pub pod: String,
     pub container: String,
+}
+
+/// A pod running on this node, as the kubelet's pod list names it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PodIdentity {
+    /// `metadata.uid`, e.g. "6f5e…-…" (the form in cgroup paths, with `-` or `_`, is normalised
+    /// to this one by whoever compares).
+    pub uid: String,
+    pub namespace: String,
+    pub pod: String,
+    /// Its containers with their runtime IDs, sorted by ID.
+    pub containers: Vec<ContainerIdentity>,
+}
+
+/// A container of a [`PodIdentity`].
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ContainerIdentity {
+    /// Runtime container ID without the scheme: "containerd://abc…" → "abc…" (64 hex digits for
+    /// containerd, CRI-O and Docker).
+    pub id: String,
+    /// The container's name in the pod spec (the `container` label value).
+    pub name: String,
 }
 
 /// How a device plugin names a device in the kubelet's pod-resources answer.
