@@ -56,6 +56,29 @@ pub struct Config {
     pub check_config: bool,
     /// Pod attribution from the kubelet.
     pub kubernetes: KubernetesConfig,
+    /// Per-process metrics.
+    pub processes: ProcessesConfig,
+}
+
+/// Per-process metrics settings (`--processes`, `--max-processes-per-gpu`, `--host-proc`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessesConfig {
+    /// Read each GPU's processes and serve per-process and per-pod usage.
+    pub enabled: bool,
+    /// At most this many process series per GPU (the largest by memory); at least 1.
+    pub max_per_gpu: usize,
+    /// The host's procfs (`/host/proc` in a container with the host's `/proc` mounted there).
+    pub host_proc: PathBuf,
+}
+
+impl Default for ProcessesConfig {
+    fn default() -> Self {
+        ProcessesConfig {
+            enabled: false,
+            max_per_gpu: crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU,
+            host_proc: PathBuf::from("/proc"),
+        }
+    }
 }
 
 /// Pod attribution settings (`--kubernetes*`, `--pod-resources-socket`).
@@ -136,6 +159,7 @@ impl Default for Config {
             web_config: None,
             check_config: false,
             kubernetes: KubernetesConfig::default(),
+            processes: ProcessesConfig::default(),
         }
     }
 }
@@ -254,6 +278,31 @@ struct Cli {
     #[arg(long, env = "NVML_EXPORTER_KUBERNETES_TIMEOUT", value_name = "DURATION",
           value_parser = parse_duration, help_heading = "Kubernetes")]
     kubernetes_timeout: Option<Duration>,
+
+    /// Serve per-process GPU memory and SM utilization, and per-pod sums of them (needs the
+    /// host's pids: hostPID in Kubernetes) [default: false]
+    #[arg(long, env = "NVML_EXPORTER_PROCESSES", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Processes")]
+    processes: Option<bool>,
+
+    /// At most this many process series per GPU, the largest by memory; per-pod sums still count
+    /// every process [default: 32]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_MAX_PROCESSES_PER_GPU",
+        value_name = "N",
+        help_heading = "Processes"
+    )]
+    max_processes_per_gpu: Option<usize>,
+
+    /// Where the host's procfs is mounted, for process names and cgroups [default: /proc]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_HOST_PROC",
+        value_name = "PATH",
+        help_heading = "Processes"
+    )]
+    host_proc: Option<PathBuf>,
 }
 
 /// Subcommands; without one the exporter serves.
@@ -288,6 +337,9 @@ struct FileConfig {
     kubernetes_resource_names: Option<Spanned<Vec<String>>>,
     kubernetes_refresh: Option<Spanned<HumanDuration>>,
     kubernetes_timeout: Option<Spanned<HumanDuration>>,
+    processes: Option<Spanned<bool>>,
+    max_processes_per_gpu: Option<Spanned<usize>>,
+    host_proc: Option<Spanned<PathBuf>>,
 }
 
 /// A duration written as text ("1s", "250ms") in the file.
@@ -551,6 +603,7 @@ fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, C
     );
     // Before the other options take their values out of `file`.
     let kubernetes = merge_kubernetes(cli, &mut file, src, interval)?;
+    let processes = merge_processes(cli, &mut file, src)?;
     let (listen, _) = src.pick(
         "listen",
         "NVML_EXPORTER_LISTEN",
@@ -685,6 +738,52 @@ fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, C
         web_config,
         check_config: false,
         kubernetes,
+        processes,
+    })
+}
+
+/// The `--processes` options. Takes them out of `file` (the rest of `merge` owns the others).
+fn merge_processes(
+    cli: &Cli,
+    file: &mut FileConfig,
+    src: &Sources<'_>,
+) -> Result<ProcessesConfig, ConfigError> {
+    let d = ProcessesConfig::default();
+    let (enabled, _) = src.pick(
+        "processes",
+        "NVML_EXPORTER_PROCESSES",
+        cli.processes,
+        file.processes.take(),
+        d.enabled,
+    );
+    let (max_per_gpu, max_origin) = src.pick(
+        "max_processes_per_gpu",
+        "NVML_EXPORTER_MAX_PROCESSES_PER_GPU",
+        cli.max_processes_per_gpu,
+        file.max_processes_per_gpu.take(),
+        d.max_per_gpu,
+    );
+    if max_per_gpu == 0 {
+        return Err(invalid(
+            "max-processes-per-gpu",
+            &max_origin,
+            "must be at least 1",
+        ));
+    }
+    let (host_proc, proc_origin) = src.pick(
+        "host_proc",
+        "NVML_EXPORTER_HOST_PROC",
+        cli.host_proc.clone(),
+        file.host_proc.take(),
+        d.host_proc,
+    );
+    if host_proc.as_os_str().is_empty() {
+        return Err(invalid("host-proc", &proc_origin, "the path is empty"));
+    }
+    Ok(ProcessesConfig {
+        enabled,
+        max_per_gpu,
+        host_proc,
     })
 }
 
@@ -1062,5 +1161,48 @@ mod tests {
         assert!(load_args(&["--once"]).unwrap().once);
         assert!(!load_args(&["--once=false"]).unwrap().once);
         assert_eq!(load_args(&["--demo"]).unwrap().nvml, NvmlSource::Demo);
+    }
+
+    #[test]
+    fn processes_defaults_and_overrides() {
+        let p = load_args(&[]).unwrap().processes;
+        assert_eq!(p, ProcessesConfig::default());
+        assert!(!p.enabled);
+        assert_eq!(p.max_per_gpu, 32);
+        assert_eq!(p.host_proc, PathBuf::from("/proc"));
+
+        let p = load_args(&[
+            "--processes",
+            "--max-processes-per-gpu",
+            "4",
+            "--host-proc",
+            "/host/proc",
+        ])
+        .unwrap()
+        .processes;
+        assert!(p.enabled);
+        assert_eq!(p.max_per_gpu, 4);
+        assert_eq!(p.host_proc, PathBuf::from("/host/proc"));
+
+        let f = file("processes = true\nmax_processes_per_gpu = 8\nhost_proc = \"/h/proc\"\n");
+        let p = load_args(&["--config", f.path().to_str().unwrap()])
+            .unwrap()
+            .processes;
+        assert!(p.enabled);
+        assert_eq!(p.max_per_gpu, 8);
+        assert_eq!(p.host_proc, PathBuf::from("/h/proc"));
+
+        let e = err(&["--max-processes-per-gpu", "0"]);
+        assert!(e.contains("--max-processes-per-gpu"), "{e}");
+        let e = err(&["--max-processes-per-gpu", "many"]);
+        assert!(e.contains("--max-processes-per-gpu"), "{e}");
+        let e = err(&["--host-proc", ""]);
+        assert!(e.contains("--host-proc"), "{e}");
+        let f = file("\nmax_processes_per_gpu = 0\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(
+            e.contains("--max-processes-per-gpu") && e.contains("line 2"),
+            "{e}"
+        );
     }
 }

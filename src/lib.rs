@@ -9,6 +9,7 @@ pub mod http;
 pub mod kubernetes;
 pub mod metrics;
 pub mod nvml;
+pub mod processes;
 pub mod sample;
 pub mod sampler;
 pub mod web;
@@ -26,6 +27,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
     metrics::MetricsOptions {
         pod_labels: config.kubernetes.enabled && config.kubernetes.labels,
+        max_processes_per_gpu: config.processes.max_per_gpu,
     }
 }
 
@@ -36,6 +38,10 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
         interval: config.interval,
         device_timeout: config.device_timeout,
         stale_grace: config.stale_grace,
+        processes: config
+            .processes
+            .enabled
+            .then(|| config.processes.host_proc.clone()),
     }
 }
 

@@ -299,6 +299,17 @@ pub struct ProcessSample {
     pub name: String,
     pub used_memory_bytes: Option<f64>,
     pub sm_utilization: Option<f64>,
+    /// The pod and container its cgroup names; `None` when `/proc/<pid>/cgroup` was unreadable.
+    pub cgroup: Option<ProcessCgroup>,
+}
+
+/// Where a process runs, as its cgroup path says. Both `None` for a process outside containers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProcessCgroup {
+    /// Pod UID in the kubelet's spelling (`metadata.uid`: lowercase, `-` separated).
+    pub pod_uid: Option<String>,
+    /// Runtime container ID without the scheme: 64 lowercase hex digits.
+    pub container_id: Option<String>,
 }
 
 /// Declares a closed set of label values: the enum, `ALL`, and `label()` (the Prometheus label

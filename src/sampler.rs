@@ -25,7 +25,7 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
@@ -63,6 +63,9 @@ pub struct SamplerOptions {
     pub device_timeout: Duration,
     /// A device not read fresh for this long is served with `up = false`.
     pub stale_grace: Duration,
+    /// Read each device's processes, looking them up in this procfs (the host's `/proc`):
+    /// `--processes` and `--host-proc`. `None`: processes are not read.
+    pub processes: Option<PathBuf>,
 }
 
 impl Default for SamplerOptions {
@@ -73,6 +76,7 @@ impl Default for SamplerOptions {
             interval: Duration::from_secs(1),
             device_timeout: Duration::from_secs(1),
             stale_grace: Duration::from_secs(5),
+            processes: None,
         }
     }
 }
@@ -148,7 +152,7 @@ pub fn sample_once(opts: &SamplerOptions) -> Snapshot {
         Err(reason) => return down_snapshot(reason, &errors),
     };
     let (tx, rx) = mpsc::channel();
-    let mut session = match Session::start(nvml, 1, &tx, &errors, None) {
+    let mut session = match Session::start(nvml, 1, &tx, &errors, None, opts.processes.as_deref()) {
         Ok(s) => s,
         Err(reason) => return down_snapshot(reason, &errors),
     };
@@ -265,6 +269,7 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
             &self.tx,
             &self.errors,
             Some(&self.xids),
+            self.opts.processes.as_deref(),
         ) {
             Ok(s) => s,
             Err(reason) => return SessionEnd::Reinit(reason),
@@ -373,14 +378,15 @@ struct Session {
 }
 
 impl Session {
-    /// Reads system info and the device count, then starts one worker per device and, when
-    /// `xids` is given, the XID thread.
+    /// Reads system info and the device count, then starts one worker per device (reading
+    /// processes too when `host_proc` is given) and, when `xids` is given, the XID thread.
     fn start(
         nvml: Arc<Nvml>,
         generation: u64,
         tx: &Sender<Msg>,
         errors: &Arc<ErrorCounter>,
         xids: Option<&Arc<XidLog>>,
+        host_proc: Option<&Path>,
     ) -> Result<Session, String> {
         let system = discovery::system_info(&nvml, errors);
         let count = nvml.device_count().map_err(|e| {
@@ -396,6 +402,9 @@ impl Session {
             let nvml = Arc::clone(&nvml);
             let tx = tx.clone();
             let mut reader = DeviceReader::new(index, Arc::clone(errors));
+            if let Some(root) = host_proc {
+                reader = reader.with_processes(root);
+            }
             let spawned = threads.spawn(format!("nvml-gpu{index}"), move || {
                 // Borrows `nvml`, so it lives here rather than in the reader; it is dropped
                 // (freeing its sample) before this thread's reference to the library.

@@ -13,6 +13,7 @@ use crate::sample::{
 };
 
 use super::samples::Samples;
+use crate::processes::ProcessField;
 
 /// Prometheus metric type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +54,13 @@ pub enum Source {
     /// Per GPU, one series per container the kubelet assigned the GPU to
     /// (`Snapshot::kubernetes`, resolved by the encoder), labelled with [`POD_LABELS`].
     PodAssignments,
+    /// Per GPU, one series per process (`--processes`), at most
+    /// `MetricsOptions::max_processes_per_gpu` of them (the largest by memory): labels
+    /// [`PROCESS_LABELS`], then [`POD_LABELS`] when the process's container is known.
+    Processes(ProcessField),
+    /// Per GPU, one series per container with processes on it: the sum over its processes,
+    /// labelled with [`POD_LABELS`].
+    PodProcesses(ProcessField),
     /// One family for the exporter, from the snapshot.
     Exporter(ExporterReader),
     /// Kept by the encoder's own registry (state that outlives a snapshot: histograms, counters
@@ -65,7 +73,11 @@ impl Source {
     pub fn is_per_device(&self) -> bool {
         matches!(
             self,
-            Source::Device(_) | Source::DeviceIdentity(_) | Source::PodAssignments
+            Source::Device(_)
+                | Source::DeviceIdentity(_)
+                | Source::PodAssignments
+                | Source::Processes(_)
+                | Source::PodProcesses(_)
         )
     }
 }
@@ -148,6 +160,10 @@ pub const IDENTITY_LABELS: &[&str] = &["gpu", "uuid"];
 /// The container a GPU is assigned to: labels of `nvidia_gpu_pod_info`, and added after all
 /// others to every per-GPU series of a GPU assigned to exactly one container.
 pub const POD_LABELS: &[&str] = &["namespace", "pod", "container"];
+
+/// Labels of a per-process series, before [`POD_LABELS`] (present when its container is known,
+/// absent otherwise — the rule per-GPU series follow for their owner).
+pub const PROCESS_LABELS: &[&str] = &["pid", "process_name"];
 
 /// Name of the tick-duration histogram (kept by the encoder's registry).
 pub const SAMPLE_DURATION_SECONDS: &str = "nvml_exporter_sample_duration_seconds";
@@ -842,6 +858,47 @@ pub static CATALOG: &[MetricDef] = &[
         [],
         |_, d, out| out.opt_flag(d.mig_mode)
     ),
+    // --- Processes (--processes) ----------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_process_memory_used_bytes",
+        help: "Device memory held by the process (with --processes; at most --max-processes-per-gpu series per GPU, the largest by memory). namespace, pod and container when its container is known.",
+        kind: MetricKind::Gauge,
+        unit: "bytes",
+        labels: PROCESS_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Processes(ProcessField::MemoryUsed),
+    },
+    MetricDef {
+        name: "nvidia_gpu_process_sm_utilization_ratio",
+        help: "Share of the last sampling interval the process had a kernel running on the SMs; 0 when the driver has no sample of it in that interval (with --processes; same series limit).",
+        kind: MetricKind::Gauge,
+        unit: "ratio",
+        labels: PROCESS_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Processes(ProcessField::SmUtilization),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pod_memory_used_bytes",
+        help: "Device memory held by the container's processes on the GPU, summed over all of them (with --processes and --kubernetes).",
+        kind: MetricKind::Gauge,
+        unit: "bytes",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::PodProcesses(ProcessField::MemoryUsed),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pod_sm_utilization_ratio",
+        help: "Sum of the SM utilization of the container's processes on the GPU (with --processes and --kubernetes).",
+        kind: MetricKind::Gauge,
+        unit: "ratio",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::PodProcesses(ProcessField::SmUtilization),
+    },
     // --- Exporter self-metrics ------------------------------------------------------------
     MetricDef {
         name: "nvml_exporter_build_info",

@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MetricDef};
+use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MetricDef, POD_LABELS, Source};
 
 /// The full `docs/metrics.md`.
 pub fn render_markdown() -> String {
@@ -52,6 +52,18 @@ pub fn render_markdown() -> String {
          last answer is kept.\n",
     );
 
+    md.push_str(
+        "\n### Processes\n\n\
+         With `--processes` every GPU's compute and graphics processes are read each tick \
+         (`nvidia_gpu_process_*`, one series per pid, at most `--max-processes-per-gpu` per GPU: \
+         the largest by memory). The process name and its pod come from the host's procfs \
+         (`--host-proc`): the container and pod UID in `/proc/<pid>/cgroup`, named by the \
+         kubelet's pod list, or else by the GPU's only container. A process whose container is \
+         not known has no `namespace`/`pod`/`container` labels. `nvidia_gpu_pod_*` are the sums \
+         over each container's processes on the GPU (all of them, beyond the series limit): on a \
+         shared GPU each pod gets its own usage. See docs/processes.md.\n",
+    );
+
     md.push_str("\n## Exporter self-metrics\n\n");
     table(
         &mut md,
@@ -93,6 +105,15 @@ fn code_list(items: &[&str]) -> String {
 
 /// Label names, each followed by its values when the set is closed.
 fn labels_cell(d: &MetricDef) -> String {
+    let cell = labels_list(d);
+    if matches!(d.source, Source::Processes(_)) {
+        // The pod labels of a process series depend on the process.
+        return format!("{cell} (+ {} when known)", code_list(POD_LABELS));
+    }
+    cell
+}
+
+fn labels_list(d: &MetricDef) -> String {
     d.labels
         .iter()
         .map(

@@ -31,9 +31,12 @@ use prometheus::proto::MetricFamily;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 
 use crate::kubernetes::mapping;
-use crate::sample::{ContainerRef, DeviceSample, Snapshot};
+use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
+use crate::processes::attribution::{GpuProcesses, summarize};
+use crate::sample::{ContainerRef, DeviceSample, PodIdentity, Snapshot};
 use catalog::{
-    CATALOG, IDENTITY_LABELS, POD_LABELS, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL, Source,
+    CATALOG, IDENTITY_LABELS, POD_LABELS, PROCESS_LABELS, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
+    Source,
 };
 use samples::Samples;
 
@@ -55,11 +58,24 @@ const SAMPLE_DURATION_BUCKETS: &[f64] = &[
 const GZIP_LEVEL: Compression = Compression::fast();
 
 /// Encoding choices. DCGM-compatible names come later.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsOptions {
     /// Add `namespace`, `pod`, `container` to every series of a GPU that the snapshot's kubelet
     /// state assigns to exactly one container (`--kubernetes-labels`).
     pub pod_labels: bool,
+    /// At most this many process series per GPU, the largest by memory
+    /// (`--max-processes-per-gpu`); per-pod sums count every process.
+    pub max_processes_per_gpu: usize,
+}
+
+impl Default for MetricsOptions {
+    /// No pod labels; the default process series limit.
+    fn default() -> Self {
+        MetricsOptions {
+            pod_labels: false,
+            max_processes_per_gpu: DEFAULT_MAX_PROCESSES_PER_GPU,
+        }
+    }
 }
 
 /// One encoded exposition. Cloning shares the buffers, the lazily made gzip form included.
@@ -207,6 +223,26 @@ impl Encoder {
             .as_ref()
             .map(|k| mapping::attribute(&k.assignments, &devices))
             .unwrap_or_default();
+        // Process and pod-usage series per device (same order); worked out only when a device
+        // has processes, so the default output costs nothing here.
+        let gpu_processes: Vec<GpuProcesses> = if devices.iter().any(|d| !d.processes.is_empty()) {
+            let pods: &[PodIdentity] = snap.kubernetes.as_ref().map_or(&[], |k| &k.pods);
+            devices
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    // pod-resources' single owner stands in when the pod list cannot name a
+                    // process's container, whatever `pod_labels` says.
+                    let owner = match assigned.get(i).map(Vec::as_slice) {
+                        Some([only]) => Some(*only),
+                        _ => None,
+                    };
+                    summarize(&d.processes, pods, owner, self.opts.max_processes_per_gpu)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         // The one container whose labels a device's series carry, if any.
         let owner = |i: usize| -> Option<&ContainerRef> {
             match assigned.get(i).map(Vec::as_slice) {
@@ -255,6 +291,47 @@ impl Encoder {
                                 .into_iter()
                                 .chain(container_labels(c));
                             text::sample(out, def.name, names, values, 1.0);
+                        }
+                    }
+                }
+                Source::Processes(field) => {
+                    let per_gpu = devices.iter().zip(indices.iter()).zip(&gpu_processes);
+                    for ((d, index), g) in per_gpu.filter(|((d, _), _)| d.up) {
+                        for p in &g.processes {
+                            let Some(value) = field.of_process(p.process).filter(|v| v.is_finite())
+                            else {
+                                continue;
+                            };
+                            let pid = p.process.pid.to_string();
+                            let pod_names: &[&str] = if p.container.is_some() {
+                                POD_LABELS
+                            } else {
+                                &[]
+                            };
+                            let names = IDENTITY_LABELS
+                                .iter()
+                                .chain(PROCESS_LABELS)
+                                .chain(pod_names)
+                                .copied();
+                            let values = [index.as_str(), d.uuid.as_str(), &pid, &p.process.name]
+                                .into_iter()
+                                .chain(p.container.iter().flat_map(container_labels));
+                            text::sample(out, def.name, names, values, value);
+                        }
+                    }
+                }
+                Source::PodProcesses(field) => {
+                    let per_gpu = devices.iter().zip(indices.iter()).zip(&gpu_processes);
+                    for ((d, index), g) in per_gpu.filter(|((d, _), _)| d.up) {
+                        for u in &g.pods {
+                            let Some(value) = field.of_pod(u).filter(|v| v.is_finite()) else {
+                                continue;
+                            };
+                            let names = IDENTITY_LABELS.iter().chain(POD_LABELS).copied();
+                            let values = [index.as_str(), d.uuid.as_str()]
+                                .into_iter()
+                                .chain(container_labels(&u.container));
+                            text::sample(out, def.name, names, values, value);
                         }
                     }
                 }

@@ -107,7 +107,23 @@ fn full_device(index: u32) -> DeviceSample {
         mig_mode: Some(false),
         gpm_supported: Some(true),
         gpm: Some(full_gpm()),
-        processes: vec![],
+        // Cgroups unread: the processes go to the GPU's single owner, if it has one.
+        processes: vec![
+            ProcessSample {
+                pid: 4242,
+                name: "python3".into(),
+                used_memory_bytes: Some(8_589_934_592.0),
+                sm_utilization: Some(0.37),
+                cgroup: None,
+            },
+            ProcessSample {
+                pid: 17,
+                name: "Xorg".into(),
+                used_memory_bytes: None,
+                sm_utilization: Some(0.0),
+                cgroup: None,
+            },
+        ],
     }
 }
 
@@ -710,6 +726,40 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
                     }
                 }
             }
+            Source::Processes(field) => {
+                for (i, d) in devices.iter().enumerate().filter(|(_, d)| d.up) {
+                    let g = summarize_for(snap, &assigned, i, d, enc.options());
+                    for p in &g.processes {
+                        let Some(value) = field.of_process(p.process) else {
+                            continue;
+                        };
+                        let mut all = vec![
+                            d.index.to_string(),
+                            d.uuid.clone(),
+                            p.process.pid.to_string(),
+                            p.process.name.clone(),
+                        ];
+                        let mut names = def.all_labels();
+                        if let Some(c) = &p.container {
+                            all.extend(pod_values(c));
+                            names.extend(POD_LABELS);
+                        }
+                        metrics.push(metric(def, names, all, value));
+                    }
+                }
+            }
+            Source::PodProcesses(field) => {
+                for (i, d) in devices.iter().enumerate().filter(|(_, d)| d.up) {
+                    let g = summarize_for(snap, &assigned, i, d, enc.options());
+                    for u in &g.pods {
+                        if let Some(value) = field.of_pod(u) {
+                            let mut all = vec![d.index.to_string(), d.uuid.clone()];
+                            all.extend(pod_values(&u.container));
+                            metrics.push(metric(def, def.all_labels(), all, value));
+                        }
+                    }
+                }
+            }
             Source::Exporter(read) => {
                 samples.clear();
                 read(snap, &mut samples);
@@ -741,6 +791,23 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
     prometheus::TextEncoder::new()
         .encode_to_string(&out)
         .unwrap()
+}
+
+/// The process and pod rows of device `i` (the shared attribution logic; the reference checks
+/// only how they are written).
+fn summarize_for<'a>(
+    snap: &Snapshot,
+    assigned: &[Vec<&ContainerRef>],
+    i: usize,
+    d: &'a DeviceSample,
+    opts: &MetricsOptions,
+) -> crate::processes::attribution::GpuProcesses<'a> {
+    let owner = match assigned.get(i).map(Vec::as_slice) {
+        Some([only]) => Some(*only),
+        _ => None,
+    };
+    let pods = snap.kubernetes.as_ref().map_or(&[][..], |k| &k.pods[..]);
+    crate::processes::attribution::summarize(&d.processes, pods, owner, opts.max_processes_per_gpu)
 }
 
 /// The text without the process collector's families, whose values move between two reads.
@@ -782,7 +849,10 @@ fn output_is_byte_identical_to_the_prometheus_text_encoder() {
         ("MIG-9", "mig", "m", "c"),
     ]));
     for pod_labels in [false, true] {
-        let enc = Encoder::new(MetricsOptions { pod_labels });
+        let enc = Encoder::new(MetricsOptions {
+            pod_labels,
+            ..MetricsOptions::default()
+        });
         enc.scrape_counter().inc(200);
         enc.scrape_counter().inc(500);
         for snap in [
@@ -810,7 +880,13 @@ fn a_gpu_held_by_one_container_carries_its_labels_on_every_series() {
         ("GPU-0", "ml", "train-a", "main"),
         ("nvidia3", "web", "infer-b", "server"),
     ]));
-    let text = encode_with(MetricsOptions { pod_labels: true }, &snap);
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: true,
+            ..MetricsOptions::default()
+        },
+        &snap,
+    );
     let pod_a = r#"namespace="ml",pod="train-a",container="main""#;
     let pod_b = r#"namespace="web",pod="infer-b",container="server""#;
     assert_eq!(
@@ -855,11 +931,23 @@ fn a_gpu_held_by_one_container_carries_its_labels_on_every_series() {
         ),
         Some(312.5)
     );
-    // Labels only in the info family when the per-series labels are off.
-    let text = encode_with(MetricsOptions { pod_labels: false }, &snap);
+    // Labels only in the info family when the per-series labels are off. (Process and pod-usage
+    // series name their own container whatever that option says: it is what they are about.)
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: false,
+            ..MetricsOptions::default()
+        },
+        &snap,
+    );
     let labelled: Vec<&str> = series(&text)
         .into_iter()
         .filter(|l| l.contains("namespace="))
+        .filter(|l| {
+            !(l.starts_with("nvidia_gpu_process_")
+                || l.starts_with("nvidia_gpu_pod_memory_")
+                || l.starts_with("nvidia_gpu_pod_sm_"))
+        })
         .collect();
     assert_eq!(labelled.len(), 2, "{labelled:?}");
     assert!(
@@ -876,7 +964,13 @@ fn a_shared_gpu_lists_every_container_but_labels_no_series() {
         ("GPU-0::0", "ml", "a", "main"),
         ("GPU-0::1", "ml", "b", "main"),
     ]));
-    let text = encode_with(MetricsOptions { pod_labels: true }, &snap);
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: true,
+            ..MetricsOptions::default()
+        },
+        &snap,
+    );
     let infos: Vec<&str> = series(&text)
         .into_iter()
         .filter(|l| l.starts_with("nvidia_gpu_pod_info"))
@@ -920,7 +1014,13 @@ fn kubelet_state_is_served_only_with_attribution_on() {
 fn a_lost_gpu_keeps_its_assignment_but_no_readings() {
     let mut lost = full_device(0);
     lost.up = false;
-    let text = encode_with(MetricsOptions { pod_labels: true }, &snapshot(vec![lost]));
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: true,
+            ..MetricsOptions::default()
+        },
+        &snapshot(vec![lost]),
+    );
     let pod = r#"namespace="ml",pod="train-0",container="main""#;
     assert_eq!(
         value(

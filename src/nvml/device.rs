@@ -22,6 +22,7 @@ use nvml_wrapper_sys::bindings::field_id::{
 use super::discovery::device_identity;
 use super::error::{ErrorClass, ErrorCounter, classify};
 use super::gpm::{GpmState, read_gpm};
+use super::processes::ProcessReader;
 use super::raw;
 use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
 use crate::sample::{
@@ -62,6 +63,8 @@ pub struct DeviceReader {
     unsupported: HashSet<(&'static str, u32)>,
     /// Number of NVLink links, found on the first tick that could probe them.
     nvlink_count: Option<u32>,
+    /// Reads the device's processes each tick (`--processes`); `None` when off.
+    processes: Option<ProcessReader>,
 }
 
 impl DeviceReader {
@@ -74,7 +77,15 @@ impl DeviceReader {
             recheck_identity: false,
             unsupported: HashSet::new(),
             nvlink_count: None,
+            processes: None,
         }
+    }
+
+    /// Also reads the device's processes every tick, looking them up in the host's procfs at
+    /// `host_proc` (`--processes`, `--host-proc`).
+    pub fn with_processes(mut self, host_proc: impl Into<std::path::PathBuf>) -> Self {
+        self.processes = Some(ProcessReader::new(host_proc));
+        self
     }
 
     /// The device's uuid, once it has been read.
@@ -126,6 +137,9 @@ impl DeviceReader {
             // stay close to one interval whatever the other calls cost.
             (sample.gpm_supported, sample.gpm) = read_gpm(&mut tick, nvml, &device, gpm);
             read_metrics(&mut tick, &device, &mut self.nvlink_count, &mut sample);
+            if let Some(reader) = &mut self.processes {
+                sample.processes = reader.read(&mut tick, nvml, &device);
+            }
         } else {
             gpm.forget();
         }

@@ -7,5 +7,6 @@ pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod gpm;
+pub mod processes;
 pub mod raw;
 pub mod units;

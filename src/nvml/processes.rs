@@ -1,0 +1,186 @@
+//! The processes on one device for one tick (`--processes`): compute and graphics processes
+//! merged by pid, their SM utilization since the previous tick, and who they are from the host's
+//! procfs ([`crate::processes::procfs`]).
+//!
+//! Utilization: `nvmlDeviceGetProcessUtilization` returns the driver's recent samples newer
+//! than a timestamp; the newest timestamp seen is kept, so each sample counts in exactly one
+//! tick. Several samples of one pid in a tick are averaged. A running process with no new sample
+//! was not scheduled on the SMs in that window: it reads 0, as `nvidia-smi pmon` shows it. When
+//! the call itself fails or is unsupported every process's utilization is `None` instead.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use nvml_wrapper::Device;
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::struct_wrappers::device::ProcessInfo;
+
+use super::device::Tick;
+use super::units::percent_to_ratio_f64;
+use crate::processes::procfs::ProcTable;
+use crate::sample::ProcessSample;
+
+/// Longest process name asked of `nvmlSystemGetProcessName` (the fallback when procfs has none).
+const NAME_LENGTH: usize = 64;
+
+/// Reads one device's processes, tick after tick. Lives in the device's worker.
+#[derive(Debug)]
+pub struct ProcessReader {
+    procfs: ProcTable,
+    /// Timestamp (µs) of the newest utilization sample taken; 0 before the first.
+    last_seen: u64,
+}
+
+impl ProcessReader {
+    /// A reader that looks processes up below `host_proc` (the host's `/proc`).
+    pub fn new(host_proc: impl Into<PathBuf>) -> ProcessReader {
+        ProcessReader {
+            procfs: ProcTable::new(host_proc),
+            last_seen: 0,
+        }
+    }
+
+    /// The device's processes now, by pid. Empty when neither process list could be read.
+    pub(super) fn read(&mut self, t: &mut Tick, nvml: &Nvml, d: &Device) -> Vec<ProcessSample> {
+        let compute = t.call("nvmlDeviceGetComputeRunningProcesses_v3", 0, || {
+            d.running_compute_processes()
+        });
+        let graphics = t.call("nvmlDeviceGetGraphicsRunningProcesses_v3", 0, || {
+            d.running_graphics_processes()
+        });
+        let memory = merge(compute.iter().chain(&graphics).flatten());
+
+        let utilization = t
+            .call("nvmlDeviceGetProcessUtilization", 0, || {
+                // NOT_FOUND is the driver's "no sample newer than that": nothing ran.
+                match d.process_utilization_stats(self.last_seen) {
+                    Err(NvmlError::NotFound) => Ok(Vec::new()),
+                    other => other,
+                }
+            })
+            .map(|samples| {
+                let (averages, newest) = average_new_samples(
+                    samples.iter().map(|s| (s.pid, s.timestamp, s.sm_util)),
+                    self.last_seen,
+                );
+                self.last_seen = newest;
+                averages
+            });
+
+        let mut out = Vec::with_capacity(memory.len());
+        for (&pid, &used) in &memory {
+            let info = self.procfs.lookup(pid).cloned().unwrap_or_default();
+            let name = match info.name {
+                Some(name) => name,
+                None => t
+                    .call("nvmlSystemGetProcessName", 0, || {
+                        // The process may have exited since the list was taken.
+                        match nvml.sys_process_name(pid, NAME_LENGTH) {
+                            Err(NvmlError::NotFound) => Ok(String::new()),
+                            other => other,
+                        }
+                    })
+                    .unwrap_or_default(),
+            };
+            out.push(ProcessSample {
+                pid,
+                name,
+                used_memory_bytes: used.map(|b| b as f64),
+                sm_utilization: utilization
+                    .as_ref()
+                    .map(|u| u.get(&pid).copied().unwrap_or(0.0)),
+                cgroup: info.cgroup,
+            });
+        }
+        self.procfs.retain(|pid| memory.contains_key(&pid));
+        out
+    }
+}
+
+/// Memory per pid over the compute and graphics lists. A process in both (a CUDA/OpenGL interop
+/// app) holds one allocation that both lists report, so the larger is kept, not the sum.
+/// `None` when NVML could not say (`NVML_VALUE_NOT_AVAILABLE`, e.g. under WDDM).
+fn merge<'a>(infos: impl Iterator<Item = &'a ProcessInfo>) -> BTreeMap<u32, Option<u64>> {
+    let mut memory: BTreeMap<u32, Option<u64>> = BTreeMap::new();
+    for p in infos {
+        let used = match p.used_gpu_memory {
+            UsedGpuMemory::Used(b) => Some(b),
+            UsedGpuMemory::Unavailable => None,
+        };
+        let entry = memory.entry(p.pid).or_insert(None);
+        *entry = (*entry).max(used);
+    }
+    memory
+}
+
+/// Average SM utilization ratio per pid over the samples newer than `last_seen`
+/// (pid, timestamp µs, percent), and the newest timestamp seen.
+fn average_new_samples(
+    samples: impl Iterator<Item = (u32, u64, u32)>,
+    last_seen: u64,
+) -> (BTreeMap<u32, f64>, u64) {
+    let mut newest = last_seen;
+    let mut sums: BTreeMap<u32, (u64, u32)> = BTreeMap::new();
+    // The driver is asked for newer samples only; filtering again keeps a sample from counting
+    // twice should it answer with old ones anyway.
+    for (pid, timestamp, sm) in samples.filter(|(_, ts, _)| *ts > last_seen) {
+        newest = newest.max(timestamp);
+        let (sum, n) = sums.entry(pid).or_default();
+        *sum += u64::from(sm);
+        *n += 1;
+    }
+    let averages = sums
+        .into_iter()
+        .map(|(pid, (sum, n))| (pid, percent_to_ratio_f64(sum as f64 / f64::from(n))))
+        .collect();
+    (averages, newest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(pid: u32, used: UsedGpuMemory) -> ProcessInfo {
+        ProcessInfo {
+            pid,
+            used_gpu_memory: used,
+            gpu_instance_id: None,
+            compute_instance_id: None,
+        }
+    }
+
+    #[test]
+    fn compute_and_graphics_merge_by_pid() {
+        let list = [
+            info(7, UsedGpuMemory::Used(100)),
+            info(3, UsedGpuMemory::Unavailable),
+            info(7, UsedGpuMemory::Used(100)),
+            info(9, UsedGpuMemory::Unavailable),
+            info(9, UsedGpuMemory::Used(5)),
+        ];
+        let m = merge(list.iter());
+        assert_eq!(
+            m.into_iter().collect::<Vec<_>>(),
+            vec![(3, None), (7, Some(100)), (9, Some(5))]
+        );
+    }
+
+    #[test]
+    fn each_sample_counts_once_and_several_are_averaged() {
+        let samples = [(1, 10, 40), (1, 20, 60), (2, 5, 90), (2, 20, 30)];
+        let (avg, newest) = average_new_samples(samples.into_iter(), 0);
+        assert_eq!(newest, 20);
+        assert!((avg[&1] - 0.5).abs() < 1e-12);
+        assert!((avg[&2] - 0.6).abs() < 1e-12);
+        // The same samples again (a driver that ignores the timestamp): nothing new.
+        let (avg, newest) = average_new_samples(samples.into_iter(), 20);
+        assert!(avg.is_empty());
+        assert_eq!(newest, 20);
+        // Only the newer one of the next tick counts.
+        let (avg, newest) = average_new_samples([(2, 20, 99), (2, 30, 10)].into_iter(), 20);
+        assert_eq!(newest, 30);
+        assert!((avg[&2] - 0.1).abs() < 1e-12);
+    }
+}

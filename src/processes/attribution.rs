@@ -1,0 +1,334 @@
+//! Which container a GPU process belongs to, and what each container uses of a GPU.
+//!
+//! A process's cgroup gives a pod UID and a container ID ([`super::cgroup`]); the kubelet's pod
+//! list ([`KubernetesState::pods`](crate::sample::KubernetesState::pods)) names them. When the
+//! pod list cannot say (empty, not asked, or the pod is not in it yet), a GPU that pod-resources
+//! assigns to exactly one container lends that container to its processes — the same rule that
+//! puts pod labels on per-GPU series. A process whose cgroup was read and names no pod is a host
+//! process and never attributed.
+//!
+//! Per-pod usage is the sum over that container's processes on the GPU, so two pods sharing a
+//! GPU each get their own share and never the GPU's total.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::sample::{ContainerRef, PodIdentity, ProcessSample};
+
+/// The container `p` runs in, if it can be told (see the module doc for the rules).
+/// `pods` is sorted by UID; `gpu_owner` is the GPU's only container per pod-resources.
+pub fn container_of(
+    p: &ProcessSample,
+    pods: &[PodIdentity],
+    gpu_owner: Option<&ContainerRef>,
+) -> Option<ContainerRef> {
+    let fallback = || gpu_owner.cloned();
+    let Some(cgroup) = &p.cgroup else {
+        // The cgroup could not be read (no host procfs): it may well be the owner's.
+        return fallback();
+    };
+    let Some(uid) = &cgroup.pod_uid else {
+        return None;
+    };
+    let Ok(i) = pods.binary_search_by(|pod| pod.uid.as_str().cmp(uid)) else {
+        return fallback();
+    };
+    let pod = &pods[i];
+    // A container the list does not know yet (just restarted) still belongs to the pod.
+    let container = cgroup
+        .container_id
+        .as_ref()
+        .and_then(|id| pod.containers.iter().find(|c| c.id == *id))
+        .map(|c| c.name.clone())
+        .unwrap_or_default();
+    Some(ContainerRef {
+        namespace: pod.namespace.clone(),
+        pod: pod.pod.clone(),
+        container,
+    })
+}
+
+/// One process as served.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServedProcess<'a> {
+    pub process: &'a ProcessSample,
+    /// Its container, when it can be told.
+    pub container: Option<ContainerRef>,
+}
+
+/// One container's usage of one GPU: sums over its processes there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PodUsage {
+    pub container: ContainerRef,
+    /// `None` when no process of the container had a memory reading.
+    pub memory_used_bytes: Option<f64>,
+    /// `None` when no process of the container had a utilization reading.
+    pub sm_utilization: Option<f64>,
+}
+
+/// The process and pod series of one GPU.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GpuProcesses<'a> {
+    /// At most `limit` processes, the largest by memory, in pid order.
+    pub processes: Vec<ServedProcess<'a>>,
+    /// Every container with a process on the GPU, sorted; counts all processes, served or not.
+    pub pods: Vec<PodUsage>,
+}
+
+/// What one GPU serves for `processes` (one entry per pid; later duplicates are dropped).
+pub fn summarize<'a>(
+    processes: &'a [ProcessSample],
+    pods: &[PodIdentity],
+    gpu_owner: Option<&ContainerRef>,
+    limit: usize,
+) -> GpuProcesses<'a> {
+    let mut seen = HashSet::new();
+    let mut all: Vec<ServedProcess<'a>> = processes
+        .iter()
+        .filter(|p| seen.insert(p.pid))
+        .map(|p| ServedProcess {
+            process: p,
+            container: container_of(p, pods, gpu_owner),
+        })
+        .collect();
+
+    let mut sums: BTreeMap<&ContainerRef, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    for s in &all {
+        if let Some(c) = &s.container {
+            let (memory, sm) = sums.entry(c).or_default();
+            add(memory, s.process.used_memory_bytes);
+            add(sm, s.process.sm_utilization);
+        }
+    }
+    let pod_usage = sums
+        .into_iter()
+        .map(|(c, (memory, sm))| PodUsage {
+            container: c.clone(),
+            memory_used_bytes: memory,
+            sm_utilization: sm,
+        })
+        .collect();
+
+    // The largest by memory (a process without a reading counts as smallest), ties by pid.
+    all.sort_by(|a, b| {
+        let m = |s: &ServedProcess| s.process.used_memory_bytes.unwrap_or(-1.0);
+        m(b).total_cmp(&m(a))
+            .then(a.process.pid.cmp(&b.process.pid))
+    });
+    all.truncate(limit);
+    all.sort_by_key(|s| s.process.pid);
+    GpuProcesses {
+        processes: all,
+        pods: pod_usage,
+    }
+}
+
+/// Adds a reading to a sum that stays `None` until the first reading.
+fn add(sum: &mut Option<f64>, value: Option<f64>) {
+    if let Some(v) = value {
+        *sum = Some(sum.unwrap_or(0.0) + v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::{ContainerIdentity, ProcessCgroup};
+
+    const UID_A: &str = "aaaaaaaa-0000-4000-8000-000000000001";
+    const UID_B: &str = "bbbbbbbb-0000-4000-8000-000000000002";
+
+    fn id(c: char) -> String {
+        c.to_string().repeat(64)
+    }
+
+    fn pods() -> Vec<PodIdentity> {
+        vec![
+            PodIdentity {
+                uid: UID_A.into(),
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                containers: vec![ContainerIdentity {
+                    id: id('a'),
+                    name: "main".into(),
+                }],
+            },
+            PodIdentity {
+                uid: UID_B.into(),
+                namespace: "ml".into(),
+                pod: "serve-0".into(),
+                containers: vec![
+                    ContainerIdentity {
+                        id: id('b'),
+                        name: "model".into(),
+                    },
+                    ContainerIdentity {
+                        id: id('c'),
+                        name: "sidecar".into(),
+                    },
+                ],
+            },
+        ]
+    }
+
+    fn process(
+        pid: u32,
+        mib: Option<u64>,
+        sm: Option<f64>,
+        cg: Option<(Option<&str>, Option<String>)>,
+    ) -> ProcessSample {
+        ProcessSample {
+            pid,
+            name: format!("p{pid}"),
+            used_memory_bytes: mib.map(|m| (m << 20) as f64),
+            sm_utilization: sm,
+            cgroup: cg.map(|(uid, container)| ProcessCgroup {
+                pod_uid: uid.map(str::to_owned),
+                container_id: container,
+            }),
+        }
+    }
+
+    fn container(ns: &str, pod: &str, c: &str) -> ContainerRef {
+        ContainerRef {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: c.into(),
+        }
+    }
+
+    #[test]
+    fn the_pod_list_names_pod_and_container() {
+        let pods = pods();
+        let p = process(1, Some(1), None, Some((Some(UID_B), Some(id('c')))));
+        assert_eq!(
+            container_of(&p, &pods, None),
+            Some(container("ml", "serve-0", "sidecar"))
+        );
+        // A container ID the list does not know: the pod, with an empty container.
+        let p = process(1, Some(1), None, Some((Some(UID_B), Some(id('f')))));
+        assert_eq!(
+            container_of(&p, &pods, None),
+            Some(container("ml", "serve-0", ""))
+        );
+    }
+
+    #[test]
+    fn without_the_pod_a_single_owner_lends_its_labels() {
+        let owner = container("ml", "train-0", "main");
+        let unknown_pod = process(
+            1,
+            None,
+            None,
+            Some((Some("cccccccc-0000-4000-8000-000000000003"), None)),
+        );
+        assert_eq!(
+            container_of(&unknown_pod, &[], Some(&owner)),
+            Some(owner.clone())
+        );
+        assert_eq!(
+            container_of(&unknown_pod, &pods(), Some(&owner)),
+            Some(owner.clone())
+        );
+        assert_eq!(container_of(&unknown_pod, &pods(), None), None);
+        let unread = process(1, None, None, None);
+        assert_eq!(
+            container_of(&unread, &[], Some(&owner)),
+            Some(owner.clone())
+        );
+        // A host process (its cgroup names no pod) is nobody's.
+        let host = process(1, None, None, Some((None, None)));
+        assert_eq!(container_of(&host, &[], Some(&owner)), None);
+    }
+
+    #[test]
+    fn two_pods_on_one_gpu_each_get_their_own_sums() {
+        let procs = vec![
+            process(
+                10,
+                Some(1000),
+                Some(0.30),
+                Some((Some(UID_A), Some(id('a')))),
+            ),
+            process(
+                11,
+                Some(500),
+                Some(0.10),
+                Some((Some(UID_A), Some(id('a')))),
+            ),
+            process(
+                20,
+                Some(2000),
+                Some(0.25),
+                Some((Some(UID_B), Some(id('b')))),
+            ),
+            process(30, Some(64), None, Some((None, None))),
+        ];
+        let g = summarize(&procs, &pods(), None, 32);
+        assert_eq!(g.processes.len(), 4);
+        assert_eq!(
+            g.pods,
+            vec![
+                PodUsage {
+                    container: container("ml", "serve-0", "model"),
+                    memory_used_bytes: Some((2000u64 << 20) as f64),
+                    sm_utilization: Some(0.25),
+                },
+                PodUsage {
+                    container: container("ml", "train-0", "main"),
+                    memory_used_bytes: Some((1500u64 << 20) as f64),
+                    sm_utilization: Some(0.30 + 0.10),
+                },
+            ]
+        );
+        // The pod sums are the attributed processes' sums; the host process is in neither.
+        let pod_total: f64 = g.pods.iter().filter_map(|p| p.memory_used_bytes).sum();
+        let attributed: f64 = g
+            .processes
+            .iter()
+            .filter(|s| s.container.is_some())
+            .filter_map(|s| s.process.used_memory_bytes)
+            .sum();
+        assert_eq!(pod_total, attributed);
+    }
+
+    #[test]
+    fn the_limit_keeps_the_largest_but_the_sums_count_all() {
+        let procs: Vec<ProcessSample> = (1..=5)
+            .map(|i| {
+                process(
+                    100 - i,
+                    Some(u64::from(i) * 10),
+                    Some(0.01),
+                    Some((Some(UID_A), Some(id('a')))),
+                )
+            })
+            .chain([process(
+                50,
+                None,
+                Some(0.5),
+                Some((Some(UID_A), Some(id('a')))),
+            )])
+            .collect();
+        let g = summarize(&procs, &pods(), None, 2);
+        let pids: Vec<u32> = g.processes.iter().map(|s| s.process.pid).collect();
+        // 95 holds 50 MiB, 96 holds 40 MiB; served in pid order.
+        assert_eq!(pids, vec![95, 96]);
+        assert_eq!(g.pods.len(), 1);
+        assert_eq!(g.pods[0].memory_used_bytes, Some((150u64 << 20) as f64));
+        assert!((g.pods[0].sm_utilization.unwrap() - 0.55).abs() < 1e-9);
+    }
+
+    #[test]
+    fn missing_readings_stay_missing_in_the_sums() {
+        let procs = vec![process(1, None, None, Some((Some(UID_A), None)))];
+        let g = summarize(&procs, &pods(), None, 32);
+        assert_eq!(g.pods[0].memory_used_bytes, None);
+        assert_eq!(g.pods[0].sm_utilization, None);
+        // A duplicate pid is one process.
+        let twice = vec![
+            process(1, Some(1), None, None),
+            process(1, Some(1), None, None),
+        ];
+        assert_eq!(summarize(&twice, &[], None, 32).processes.len(), 1);
+    }
+}
