@@ -101,10 +101,15 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
     // XID series need an event, and GPM averages two samples an interval apart, which `--once`
     // never has: both are covered by tests of the running exporter (faults.rs, saturation.rs).
     // nvidia_gpu_pod_info needs a kubelet: covered by kubernetes.rs.
+    // Process and per-pod usage series need --processes: covered by processes.rs.
     let event_driven = [
         "nvidia_gpu_xid_errors_total",
         "nvidia_gpu_last_xid_timestamp_seconds",
         "nvidia_gpu_pod_info",
+        "nvidia_gpu_process_memory_used_bytes",
+        "nvidia_gpu_process_sm_utilization_ratio",
+        "nvidia_gpu_pod_memory_used_bytes",
+        "nvidia_gpu_pod_sm_utilization_ratio",
     ];
     let gpm_values: Vec<&str> = CATALOG
         .iter()

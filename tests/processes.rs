@@ -1,0 +1,340 @@
+//! Per-process metrics end to end: the real exporter binary with `--processes` on the simulated
+//! shared GPUs (`shared.toml`), looking the processes up in a fake procfs whose pids are the
+//! scenario's and whose cgroups name pods the way containerd, CRI-O and the cgroupfs driver do.
+
+mod common;
+mod kubelet;
+
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use common::{Exporter, Exposition, run_once, scenario};
+use kubelet::{FakeKubelet, pod};
+
+const GPU0: &str = "GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c01";
+const GPU1: &str = "GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c02";
+const MIB: f64 = 1048576.0;
+
+const UID_A: &str = "1f0e5d4c-3b2a-4190-8f7e-6d5c4b3a2910";
+const UID_B: &str = "2a1b0c9d-8e7f-4a6b-9c5d-4e3f2a1b0c92";
+const UID_C: &str = "3b2c1d0e-9f8a-4b7c-8d6e-5f4a3b2c1d03";
+
+/// (pid, comm, cgroup file) of every process the scenario puts on a GPU.
+fn processes() -> Vec<(u32, &'static str, String)> {
+    let id = |c: char| c.to_string().repeat(64);
+    let systemd = |uid: &str| uid.replace('-', "_");
+    vec![
+        (
+            610001,
+            "pt_main_thread",
+            format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
+                systemd(UID_A),
+                id('a')
+            ),
+        ),
+        (
+            610002,
+            "python3",
+            format!(
+                "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{}.scope\n",
+                systemd(UID_A),
+                id('a')
+            ),
+        ),
+        (
+            610101,
+            "tritonserver",
+            format!(
+                "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{}.slice/crio-{}.scope\n",
+                systemd(UID_B),
+                id('b')
+            ),
+        ),
+        (
+            610900,
+            "python3",
+            "0::/user.slice/user-1000.slice/session-4.scope\n".into(),
+        ),
+        (
+            620001,
+            "trainer",
+            format!(
+                "12:memory:/kubepods/pod{UID_C}/{c}\n4:cpu,cpuacct:/kubepods/pod{UID_C}/{c}\n0::/\n",
+                c = id('c')
+            ),
+        ),
+        (
+            620002,
+            "loader",
+            format!("12:memory:/kubepods/pod{UID_C}/{}\n0::/\n", id('c')),
+        ),
+    ]
+}
+
+/// A procfs tree with `stat`, `comm` and `cgroup` of every scenario process.
+fn fake_proc(root: &Path) {
+    for (pid, comm, cgroup) in processes() {
+        let dir = root.join(pid.to_string());
+        fs::create_dir_all(&dir).unwrap();
+        let stat = format!(
+            "{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 100 0 0 0 10 2 0 0 20 0 4 0 {start} 1000000 200 18446744073709551615 0 0 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0\n",
+            start = 1000 + pid
+        );
+        fs::write(dir.join("stat"), stat).unwrap();
+        fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        fs::write(dir.join("cgroup"), cgroup).unwrap();
+    }
+}
+
+fn shared_env(extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let mut env = vec![(
+        "NVML_SIM_SCENARIO",
+        scenario("shared").to_str().unwrap().to_owned(),
+    )];
+    env.extend_from_slice(extra);
+    env
+}
+
+fn env_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+fn once(env: &[(&'static str, String)], args: &[&str]) -> Exposition {
+    let out = run_once(&env_refs(env), args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Exposition::parse(&String::from_utf8(out.stdout).unwrap())
+}
+
+/// The process series of `pid` (memory), if served.
+fn memory(m: &Exposition, pid: u32) -> Option<f64> {
+    m.value(
+        "nvidia_gpu_process_memory_used_bytes",
+        &[("pid", &pid.to_string())],
+    )
+}
+
+/// The simulator's per-process utilization: the device's, split by memory share, in whole percent.
+fn sim_share(utilization: f64, mib: f64, held_mib: f64) -> f64 {
+    (utilization * 100.0 * mib / held_mib).round() / 100.0
+}
+
+#[test]
+fn processes_are_served_with_procfs_names_and_sum_to_the_device_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    fake_proc(dir.path());
+    let env = shared_env(&[("NVML_SIM_TIME", "30".into())]);
+    let root = dir.path().to_str().unwrap();
+    let m = once(&env, &["--processes", "--host-proc", root]);
+
+    let gpu0 = [
+        (610001, 20480.0),
+        (610002, 4096.0),
+        (610101, 12288.0),
+        (610900, 1024.0),
+    ];
+    let held0: f64 = gpu0.iter().map(|(_, mib)| mib).sum();
+    for (pid, mib) in gpu0 {
+        let s = m.find(
+            "nvidia_gpu_process_memory_used_bytes",
+            &[("pid", &pid.to_string())],
+        );
+        assert_eq!(s.len(), 1, "pid {pid}");
+        assert_eq!(s[0].labels["gpu"], "0");
+        assert_eq!(s[0].labels["uuid"], GPU0);
+        assert_eq!(s[0].value, mib * MIB, "pid {pid}");
+        // Without --kubernetes no process has pod labels.
+        assert!(!s[0].labels.contains_key("namespace"), "{s:?}");
+        let sm = m.value(
+            "nvidia_gpu_process_sm_utilization_ratio",
+            &[("pid", &pid.to_string())],
+        );
+        assert_eq!(sm, Some(sim_share(0.6, mib, held0)), "pid {pid}");
+    }
+    // The name is procfs' comm, not NVML's ("python" in the scenario).
+    let s = &m.find("nvidia_gpu_process_memory_used_bytes", &[("pid", "610001")])[0];
+    assert_eq!(s.labels["process_name"], "pt_main_thread");
+    // The simulator models used memory as the processes' sum (memory_used = 0 in the scenario).
+    assert_eq!(
+        m.gpu_value("nvidia_gpu_memory_used_bytes", 0, &[]),
+        Some(held0 * MIB)
+    );
+    assert_eq!(memory(&m, 620001), Some(30720.0 * MIB));
+    assert_eq!(m.find("nvidia_gpu_process_memory_used_bytes", &[]).len(), 6);
+    // No kubelet, no pods.
+    assert!(m.find("nvidia_gpu_pod_memory_used_bytes", &[]).is_empty());
+
+    // Without --processes nothing of it is served.
+    let m = once(&env, &["--host-proc", root]);
+    assert!(
+        m.names()
+            .iter()
+            .all(|n| !n.starts_with("nvidia_gpu_process_")),
+        "{:?}",
+        m.names()
+    );
+}
+
+#[test]
+fn the_series_limit_keeps_the_largest_processes_per_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    fake_proc(dir.path());
+    let env = shared_env(&[("NVML_SIM_TIME", "30".into())]);
+    let m = once(
+        &env,
+        &[
+            "--processes",
+            "--host-proc",
+            dir.path().to_str().unwrap(),
+            "--max-processes-per-gpu",
+            "2",
+        ],
+    );
+    let mut pids: Vec<String> = m
+        .find("nvidia_gpu_process_memory_used_bytes", &[])
+        .iter()
+        .map(|s| s.labels["pid"].clone())
+        .collect();
+    pids.sort();
+    assert_eq!(pids, ["610001", "610101", "620001", "620002"]);
+}
+
+#[test]
+fn a_frozen_clock_counts_each_utilization_sample_once() {
+    let dir = tempfile::tempdir().unwrap();
+    fake_proc(dir.path());
+    // The simulator's samples carry the simulated time: frozen, no sample is ever newer than the
+    // first tick's, so from the second tick every process reads 0 (and memory stays).
+    let env = shared_env(&[("NVML_SIM_TIME", "30".into())]);
+    let e = Exporter::start(
+        &env_refs(&env),
+        &[
+            "--interval",
+            "200ms",
+            "--processes",
+            "--host-proc",
+            dir.path().to_str().unwrap(),
+        ],
+    );
+    let m = e.wait_metrics(Duration::from_secs(10), "three ticks", |m| {
+        m.value("nvml_exporter_sample_duration_seconds_count", &[])
+            .unwrap_or(0.0)
+            >= 3.0
+    });
+    let sm = m.find("nvidia_gpu_process_sm_utilization_ratio", &[]);
+    assert_eq!(sm.len(), 6);
+    assert!(sm.iter().all(|s| s.value == 0.0), "{sm:?}");
+    assert_eq!(memory(&m, 610101), Some(12288.0 * MIB));
+}
+
+#[test]
+fn a_gpu_held_by_one_container_lends_it_to_its_processes_until_they_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    fake_proc(dir.path());
+    let sock_dir = tempfile::tempdir().unwrap();
+    let socket = sock_dir.path().join("kubelet.sock");
+    // GPU0 is time-sliced between two pods, GPU1 belongs to one container.
+    let _kubelet = FakeKubelet::start(
+        &socket,
+        vec![
+            pod(
+                "ml",
+                "train-a",
+                "main",
+                "nvidia.com/gpu",
+                &[&format!("{GPU0}::0")],
+            ),
+            pod(
+                "ml",
+                "infer-b",
+                "server",
+                "nvidia.com/gpu",
+                &[&format!("{GPU0}::1")],
+            ),
+            pod("ml", "solo-c", "trainer", "nvidia.com/gpu", &[GPU1]),
+        ],
+    );
+    // The loader exits at t = 60 s: about ten seconds into the run.
+    let env = shared_env(&[("NVML_SIM_START", "50".into())]);
+    let e = Exporter::start(
+        &env_refs(&env),
+        &[
+            "--interval",
+            "300ms",
+            "--processes",
+            "--host-proc",
+            dir.path().to_str().unwrap(),
+            "--kubernetes",
+            "--pod-resources-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    let solo = [
+        ("namespace", "ml"),
+        ("pod", "solo-c"),
+        ("container", "trainer"),
+    ];
+    let pod_memory = |m: &Exposition| {
+        m.value(
+            "nvidia_gpu_pod_memory_used_bytes",
+            &[&[("gpu", "1")][..], &solo[..]].concat(),
+        )
+    };
+    let m = e.wait_metrics(
+        Duration::from_secs(10),
+        "GPU1's processes attributed",
+        |m| pod_memory(m).is_some(),
+    );
+    // Both processes of GPU1 carry the container's labels, and the pod's memory is their sum.
+    for pid in ["620001", "620002"] {
+        let s = m.find(
+            "nvidia_gpu_process_memory_used_bytes",
+            &[&[("pid", pid)][..], &solo[..]].concat(),
+        );
+        assert_eq!(s.len(), 1, "pid {pid}: {}", m.text);
+    }
+    assert_eq!(pod_memory(&m), Some((30720.0 + 2048.0) * MIB));
+    let pod_sm = m
+        .value(
+            "nvidia_gpu_pod_sm_utilization_ratio",
+            &[&[("gpu", "1")][..], &solo[..]].concat(),
+        )
+        .unwrap();
+    let process_sm: f64 = m
+        .find("nvidia_gpu_process_sm_utilization_ratio", &[("gpu", "1")])
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    assert!(
+        (pod_sm - process_sm).abs() < 1e-9,
+        "{pod_sm} vs {process_sm}"
+    );
+    // The shared GPU has two owners and no pod list to tell its processes apart: no labels,
+    // and no pod gets the GPU's usage copied.
+    for s in m.find("nvidia_gpu_process_memory_used_bytes", &[("gpu", "0")]) {
+        assert!(!s.labels.contains_key("pod"), "{s:?}");
+    }
+    assert!(
+        m.find("nvidia_gpu_pod_memory_used_bytes", &[("gpu", "0")])
+            .is_empty()
+    );
+
+    // The loader exits: its series go, and the pod's sum drops to the trainer alone.
+    let m = e.wait_metrics(Duration::from_secs(20), "the loader gone", |m| {
+        memory(m, 620002).is_none()
+    });
+    assert_eq!(memory(&m, 620001), Some(30720.0 * MIB));
+    assert!(
+        m.find(
+            "nvidia_gpu_process_sm_utilization_ratio",
+            &[("pid", "620002")]
+        )
+        .is_empty()
+    );
+    assert_eq!(pod_memory(&m), Some(30720.0 * MIB));
+}
