@@ -820,6 +820,37 @@ mod tests {
         assert!(t.elapsed() < SHUTDOWN_BOUND, "{:?}", t.elapsed());
     }
 
+    #[test]
+    fn processes_are_read_only_when_asked_and_named_by_nvml_without_procfs() {
+        let s = sample_once(&sim_options());
+        assert!(s.devices.iter().all(|d| d.processes.is_empty()));
+
+        // An empty procfs: names come from nvmlSystemGetProcessName, cgroups are unknown.
+        let empty = tempfile::tempdir().unwrap();
+        let opts = SamplerOptions {
+            processes: Some(empty.path().to_path_buf()),
+            ..sim_options()
+        };
+        let s = sample_once(&opts);
+        assert!(s.devices[0].processes.is_empty(), "GPU0 is idle");
+        let p = &s.devices[1].processes;
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!((p[0].pid, p[0].name.as_str()), (412301, "tritonserver"));
+        assert_eq!(p[0].used_memory_bytes, Some((18432u64 << 20) as f64));
+        assert!(
+            p[0].sm_utilization
+                .is_some_and(|u| (0.0..=1.0).contains(&u))
+        );
+        assert_eq!(p[0].cgroup, None);
+        let last = &s.devices[7].processes;
+        assert_eq!(last[0].name, "jupyter-lab");
+        assert!(
+            s.nvml_errors.is_empty(),
+            "no failed process call: {:?}",
+            s.nvml_errors
+        );
+    }
+
     /// The simulated driver under test implements GPM; the tests below rely on it.
     fn assert_sim_has_gpm(opts: &SamplerOptions) {
         let nvml = discovery::init(&opts.nvml_lib).expect("simulated NVML initialises");
