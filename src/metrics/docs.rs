@@ -59,8 +59,8 @@ pub fn render_markdown() -> String {
          the largest by memory). The process name and its pod come from the host's procfs \
          (`--host-proc`): the container and pod UID in `/proc/<pid>/cgroup`, named by the \
          kubelet's pod list, or else by the GPU's only container. A process whose container is \
-         not known has no `namespace`/`pod`/`container` labels. `nvidia_gpu_pod_*` are the sums \
-         over each container's processes on the GPU (all of them, beyond the series limit): on a \
+         not known has no `namespace`/`pod`/`container` labels. `nvidia_gpu_pod_memory_used_bytes` \
+         and `nvidia_gpu_pod_sm_utilization_ratio` are the sums over each container's processes on the GPU (all of them, beyond the series limit): on a \
          shared GPU each pod gets its own usage. See docs/processes.md.\n",
     );
 

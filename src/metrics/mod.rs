@@ -13,8 +13,10 @@
 //! ([`crate::kubernetes::mapping`]); with [`MetricsOptions::pod_labels`] a GPU assigned to exactly
 //! one container adds `namespace`, `pod`, `container` to all its series. A GPU shared by several
 //! containers (time-slicing, MPS) gets none: its power or memory is not any single one's, and
-//! `nvidia_gpu_pod_info` lists all of them to join on. Families come in catalog order, series by GPU index and then
-//! in label order, and the `process_*` families last.
+//! `nvidia_gpu_pod_info` lists all of them to join on. With `--processes`, per-process series
+//! name each process's own container instead, and per-pod series sum each container's processes
+//! on a GPU ([`crate::processes::attribution`]). Families come in catalog order, series by GPU
+//! index and then in label order (processes by pid), and the `process_*` families last.
 
 pub mod catalog;
 pub mod docs;
