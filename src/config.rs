@@ -56,6 +56,22 @@ pub struct Config {
     pub check_config: bool,
     /// Pod attribution from the kubelet.
     pub kubernetes: KubernetesConfig,
+    /// Which metric names are served: native, dcgm-exporter's, or both (`--dcgm-compat`).
+    pub dcgm_compat: DcgmCompat,
+}
+
+/// `--dcgm-compat`: serve dcgm-exporter's metric names, units and labels (see
+/// docs/migrating-from-dcgm-exporter.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcgmCompat {
+    /// Native names only.
+    #[default]
+    Off,
+    /// dcgm-exporter's names only (the exporter's own self-metrics stay).
+    Dcgm,
+    /// Native names first, then dcgm-exporter's.
+    Both,
 }
 
 /// Pod attribution settings (`--kubernetes*`, `--pod-resources-socket`).
@@ -136,6 +152,7 @@ impl Default for Config {
             web_config: None,
             check_config: false,
             kubernetes: KubernetesConfig::default(),
+            dcgm_compat: DcgmCompat::Off,
         }
     }
 }
@@ -254,6 +271,13 @@ struct Cli {
     #[arg(long, env = "NVML_EXPORTER_KUBERNETES_TIMEOUT", value_name = "DURATION",
           value_parser = parse_duration, help_heading = "Kubernetes")]
     kubernetes_timeout: Option<Duration>,
+
+    /// Serve dcgm-exporter's metric names, units and labels: "dcgm" (the default when given
+    /// without a value) serves only those for the GPUs, "both" serves the native names and then
+    /// dcgm-exporter's, "off" only the native ones [default: off]
+    #[arg(long, env = "NVML_EXPORTER_DCGM_COMPAT", value_name = "MODE", num_args = 0..=1,
+          default_missing_value = "dcgm", require_equals = true)]
+    dcgm_compat: Option<DcgmCompat>,
 }
 
 /// Subcommands; without one the exporter serves.
@@ -288,6 +312,7 @@ struct FileConfig {
     kubernetes_resource_names: Option<Spanned<Vec<String>>>,
     kubernetes_refresh: Option<Spanned<HumanDuration>>,
     kubernetes_timeout: Option<Spanned<HumanDuration>>,
+    dcgm_compat: Option<Spanned<DcgmCompat>>,
 }
 
 /// A duration written as text ("1s", "250ms") in the file.
@@ -582,6 +607,13 @@ fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, C
         None,
     );
     let (demo, demo_origin) = src.pick("demo", "NVML_EXPORTER_DEMO", cli.demo, file.demo, false);
+    let (dcgm_compat, _) = src.pick(
+        "dcgm_compat",
+        "NVML_EXPORTER_DCGM_COMPAT",
+        cli.dcgm_compat,
+        file.dcgm_compat,
+        d.dcgm_compat,
+    );
     let (once, _) = src.pick("once", "NVML_EXPORTER_ONCE", cli.once, file.once, d.once);
     let (log_format, _) = src.pick(
         "log_format",
@@ -685,6 +717,7 @@ fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, C
         web_config,
         check_config: false,
         kubernetes,
+        dcgm_compat,
     })
 }
 
@@ -1055,6 +1088,35 @@ mod tests {
             e.contains("--kubernetes-refresh") && e.contains("line 1"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn dcgm_compat_modes() {
+        assert_eq!(load_args(&[]).unwrap().dcgm_compat, DcgmCompat::Off);
+        assert_eq!(
+            load_args(&["--dcgm-compat"]).unwrap().dcgm_compat,
+            DcgmCompat::Dcgm
+        );
+        assert_eq!(
+            load_args(&["--dcgm-compat=both"]).unwrap().dcgm_compat,
+            DcgmCompat::Both
+        );
+        assert_eq!(
+            load_args(&["--dcgm-compat=off"]).unwrap().dcgm_compat,
+            DcgmCompat::Off
+        );
+        let e = err(&["--dcgm-compat=all"]);
+        assert!(e.contains("--dcgm-compat") && e.contains("all"), "{e}");
+
+        let f = file("dcgm_compat = \"both\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.dcgm_compat, DcgmCompat::Both);
+        // The flag beats the file.
+        let c = load_args(&["--config", f.path().to_str().unwrap(), "--dcgm-compat"]).unwrap();
+        assert_eq!(c.dcgm_compat, DcgmCompat::Dcgm);
+        let f = file("interval = \"1s\"\ndcgm_compat = \"yes\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(e.contains("dcgm_compat") && e.contains("line 2"), "{e}");
     }
 
     #[test]

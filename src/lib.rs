@@ -26,6 +26,13 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
     metrics::MetricsOptions {
         pod_labels: config.kubernetes.enabled && config.kubernetes.labels,
+        dcgm_compat: config.dcgm_compat,
+        // Only the dcgm-exporter series carry it; asking the environment once is enough.
+        hostname: if config.dcgm_compat == config::DcgmCompat::Off {
+            String::new()
+        } else {
+            metrics::dcgm::hostname()
+        },
     }
 }
 

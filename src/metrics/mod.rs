@@ -15,8 +15,13 @@
 //! containers (time-slicing, MPS) gets none: its power or memory is not any single one's, and
 //! `nvidia_gpu_pod_info` lists all of them to join on. Families come in catalog order, series by GPU index and then
 //! in label order, and the `process_*` families last.
+//!
+//! With [`MetricsOptions::dcgm_compat`] the dcgm-exporter names of the same snapshot follow
+//! ([`dcgm`]), written by the same text writer in the same pass; in `dcgm` mode the native per-GPU
+//! families are left out (the exporter's self-metrics stay).
 
 pub mod catalog;
+pub mod dcgm;
 pub mod docs;
 pub mod samples;
 mod text;
@@ -30,6 +35,7 @@ use flate2::write::GzEncoder;
 use prometheus::proto::MetricFamily;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 
+use crate::config::DcgmCompat;
 use crate::kubernetes::mapping;
 use crate::sample::{ContainerRef, DeviceSample, Snapshot};
 use catalog::{
@@ -54,12 +60,16 @@ const SAMPLE_DURATION_BUCKETS: &[f64] = &[
 /// less than 8× the CPU, and the first gzip scrape of a tick waits for this compression.
 const GZIP_LEVEL: Compression = Compression::fast();
 
-/// Encoding choices. DCGM-compatible names come later.
+/// Encoding choices.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetricsOptions {
     /// Add `namespace`, `pod`, `container` to every series of a GPU that the snapshot's kubelet
     /// state assigns to exactly one container (`--kubernetes-labels`).
     pub pod_labels: bool,
+    /// Which names the GPUs' series are served under (`--dcgm-compat`).
+    pub dcgm_compat: DcgmCompat,
+    /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
+    pub hostname: String,
 }
 
 /// One encoded exposition. Cloning shares the buffers, the lazily made gzip form included.
@@ -215,7 +225,12 @@ impl Encoder {
             }
         };
 
+        // In `dcgm` mode the GPUs are served under dcgm-exporter's names only.
+        let native_devices = self.opts.dcgm_compat != DcgmCompat::Dcgm;
         for def in CATALOG {
+            if !native_devices && def.source.is_per_device() {
+                continue;
+            }
             // The header goes first and is taken back if the family turns out to have no series.
             let family_start = out.len();
             text::header(out, def.name, def.help, def.kind.as_str());
@@ -281,6 +296,19 @@ impl Encoder {
         // What is left is the process collector's, in the registry's (name) order.
         for family in &gathered {
             append_family(out, family);
+        }
+        if self.opts.dcgm_compat != DcgmCompat::Off {
+            let compat: Vec<dcgm::Device<'_>> = devices
+                .iter()
+                .zip(indices.iter())
+                .enumerate()
+                .map(|(i, (d, index))| dcgm::Device {
+                    sample: d,
+                    index,
+                    owner: owner(i),
+                })
+                .collect();
+            dcgm::write(out, snap, &compat, &self.opts.hostname, samples);
         }
     }
 }

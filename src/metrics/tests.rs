@@ -782,7 +782,10 @@ fn output_is_byte_identical_to_the_prometheus_text_encoder() {
         ("MIG-9", "mig", "m", "c"),
     ]));
     for pod_labels in [false, true] {
-        let enc = Encoder::new(MetricsOptions { pod_labels });
+        let enc = Encoder::new(MetricsOptions {
+            pod_labels,
+            ..MetricsOptions::default()
+        });
         enc.scrape_counter().inc(200);
         enc.scrape_counter().inc(500);
         for snap in [
@@ -810,7 +813,13 @@ fn a_gpu_held_by_one_container_carries_its_labels_on_every_series() {
         ("GPU-0", "ml", "train-a", "main"),
         ("nvidia3", "web", "infer-b", "server"),
     ]));
-    let text = encode_with(MetricsOptions { pod_labels: true }, &snap);
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: true,
+            ..MetricsOptions::default()
+        },
+        &snap,
+    );
     let pod_a = r#"namespace="ml",pod="train-a",container="main""#;
     let pod_b = r#"namespace="web",pod="infer-b",container="server""#;
     assert_eq!(
@@ -856,7 +865,13 @@ fn a_gpu_held_by_one_container_carries_its_labels_on_every_series() {
         Some(312.5)
     );
     // Labels only in the info family when the per-series labels are off.
-    let text = encode_with(MetricsOptions { pod_labels: false }, &snap);
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: false,
+            ..MetricsOptions::default()
+        },
+        &snap,
+    );
     let labelled: Vec<&str> = series(&text)
         .into_iter()
         .filter(|l| l.contains("namespace="))
@@ -876,7 +891,13 @@ fn a_shared_gpu_lists_every_container_but_labels_no_series() {
         ("GPU-0::0", "ml", "a", "main"),
         ("GPU-0::1", "ml", "b", "main"),
     ]));
-    let text = encode_with(MetricsOptions { pod_labels: true }, &snap);
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: true,
+            ..MetricsOptions::default()
+        },
+        &snap,
+    );
     let infos: Vec<&str> = series(&text)
         .into_iter()
         .filter(|l| l.starts_with("nvidia_gpu_pod_info"))
@@ -920,7 +941,13 @@ fn kubelet_state_is_served_only_with_attribution_on() {
 fn a_lost_gpu_keeps_its_assignment_but_no_readings() {
     let mut lost = full_device(0);
     lost.up = false;
-    let text = encode_with(MetricsOptions { pod_labels: true }, &snapshot(vec![lost]));
+    let text = encode_with(
+        MetricsOptions {
+            pod_labels: true,
+            ..MetricsOptions::default()
+        },
+        &snapshot(vec![lost]),
+    );
     let pod = r#"namespace="ml",pod="train-0",container="main""#;
     assert_eq!(
         value(
