@@ -566,9 +566,97 @@ pub(crate) fn write(
     }
 }
 
+/// How [`convert`] changes a value, in words, for the docs.
+fn conversion_words(native_unit: &str, dcgm_unit: &str) -> &'static str {
+    match (native_unit, dcgm_unit) {
+        ("ratio", "%") => "× 100",
+        ("bytes", "MiB") => "÷ 1048576, whole MiB",
+        ("hertz", "MHz") => "÷ 10⁶",
+        ("joules", "mJ") => "× 1000",
+        ("seconds", "ns") => "× 10⁹",
+        _ => "same value",
+    }
+}
+
+/// The Markdown table of what each DCGM field is served from, and the fields that are not
+/// served: the generated part of docs/migrating-from-dcgm-exporter.md.
+pub fn mapping_markdown() -> String {
+    use std::fmt::Write;
+    let mut md = String::from(
+        "| DCGM field | type | unit | served from | conversion |\n|---|---|---|---|---|\n",
+    );
+    for (f, sources) in FIELDS.iter().zip(sources()) {
+        let mut from = Vec::new();
+        let mut how = Vec::new();
+        for (def, d, at) in sources {
+            let selector = match (d.label_value, at) {
+                (Some(v), Some(at)) => format!("{{{}=\"{v}\"}}", def.labels[*at]),
+                _ => String::new(),
+            };
+            from.push(format!("`{}{selector}`", def.name));
+            let mut words = conversion_words(def.unit, d.unit).to_string();
+            let others: Vec<&str> = def
+                .labels
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| Some(*i) != *at)
+                .map(|(_, l)| *l)
+                .collect();
+            if let Some(label) = others.first() {
+                words.push_str(match f.combine {
+                    Combine::First => ", the lowest ",
+                    Combine::Sum => ", summed over ",
+                });
+                let _ = write!(words, "`{label}`");
+            }
+            if !how.contains(&words) {
+                how.push(words);
+            }
+        }
+        let unit = sources.first().map_or("", |(_, d, _)| d.unit);
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} | {} |",
+            f.name,
+            f.kind.as_str(),
+            if unit.is_empty() { "count" } else { unit },
+            from.join(", "),
+            how.join("; ")
+        );
+    }
+    md.push_str("\nNot served:\n\n");
+    for (name, why) in NOT_SERVED {
+        let _ = writeln!(md, "- `{name}`: {why}");
+    }
+    md
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn migration_doc_has_the_current_mapping() {
+        const BEGIN: &str = "<!-- BEGIN mapping: generated from src/metrics/catalog.rs and src/metrics/dcgm.rs by `UPDATE_DOCS=1 cargo test --lib dcgm` -->\n";
+        const END: &str = "<!-- END mapping -->";
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("docs/migrating-from-dcgm-exporter.md");
+        let doc = std::fs::read_to_string(&path).expect("docs/migrating-from-dcgm-exporter.md");
+        let start = doc.find(BEGIN).expect("BEGIN marker") + BEGIN.len();
+        let end = doc.find(END).expect("END marker");
+        let table = mapping_markdown();
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            let mut updated = doc.clone();
+            updated.replace_range(start..end, &table);
+            std::fs::write(&path, updated).unwrap();
+            return;
+        }
+        assert!(
+            doc[start..end] == table,
+            "the mapping in {} is out of date: UPDATE_DOCS=1 cargo test --lib dcgm",
+            path.display()
+        );
+    }
 
     #[test]
     fn every_dcgm_field_of_the_catalog_is_served_or_explained() {
