@@ -58,6 +58,8 @@ pub struct Config {
     pub kubernetes: KubernetesConfig,
     /// Per-process metrics.
     pub processes: ProcessesConfig,
+    /// Which metric names are served: native, dcgm-exporter's, or both (`--dcgm-compat`).
+    pub dcgm_compat: DcgmCompat,
 }
 
 /// Per-process metrics settings (`--processes`, `--max-processes-per-gpu`, `--host-proc`).
@@ -79,6 +81,20 @@ impl Default for ProcessesConfig {
             host_proc: PathBuf::from("/proc"),
         }
     }
+}
+
+/// `--dcgm-compat`: serve dcgm-exporter's metric names, units and labels (see
+/// docs/migrating-from-dcgm-exporter.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcgmCompat {
+    /// Native names only.
+    #[default]
+    Off,
+    /// dcgm-exporter's names only (the exporter's own self-metrics stay).
+    Dcgm,
+    /// Native names first, then dcgm-exporter's.
+    Both,
 }
 
 /// Pod attribution settings (`--kubernetes*`, `--pod-resources-socket`).
@@ -160,6 +176,7 @@ impl Default for Config {
             check_config: false,
             kubernetes: KubernetesConfig::default(),
             processes: ProcessesConfig::default(),
+            dcgm_compat: DcgmCompat::Off,
         }
     }
 }
@@ -303,6 +320,12 @@ struct Cli {
         help_heading = "Processes"
     )]
     host_proc: Option<PathBuf>,
+    /// Serve dcgm-exporter's metric names, units and labels: "dcgm" (the default when given
+    /// without a value) serves only those for the GPUs, "both" serves the native names and then
+    /// dcgm-exporter's, "off" only the native ones [default: off]
+    #[arg(long, env = "NVML_EXPORTER_DCGM_COMPAT", value_name = "MODE", num_args = 0..=1,
+          default_missing_value = "dcgm", require_equals = true)]
+    dcgm_compat: Option<DcgmCompat>,
 }
 
 /// Subcommands; without one the exporter serves.
@@ -340,6 +363,7 @@ struct FileConfig {
     processes: Option<Spanned<bool>>,
     max_processes_per_gpu: Option<Spanned<usize>>,
     host_proc: Option<Spanned<PathBuf>>,
+    dcgm_compat: Option<Spanned<DcgmCompat>>,
 }
 
 /// A duration written as text ("1s", "250ms") in the file.
@@ -635,6 +659,13 @@ fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, C
         None,
     );
     let (demo, demo_origin) = src.pick("demo", "NVML_EXPORTER_DEMO", cli.demo, file.demo, false);
+    let (dcgm_compat, _) = src.pick(
+        "dcgm_compat",
+        "NVML_EXPORTER_DCGM_COMPAT",
+        cli.dcgm_compat,
+        file.dcgm_compat,
+        d.dcgm_compat,
+    );
     let (once, _) = src.pick("once", "NVML_EXPORTER_ONCE", cli.once, file.once, d.once);
     let (log_format, _) = src.pick(
         "log_format",
@@ -739,6 +770,7 @@ fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, C
         check_config: false,
         kubernetes,
         processes,
+        dcgm_compat,
     })
 }
 
@@ -1154,6 +1186,35 @@ mod tests {
             e.contains("--kubernetes-refresh") && e.contains("line 1"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn dcgm_compat_modes() {
+        assert_eq!(load_args(&[]).unwrap().dcgm_compat, DcgmCompat::Off);
+        assert_eq!(
+            load_args(&["--dcgm-compat"]).unwrap().dcgm_compat,
+            DcgmCompat::Dcgm
+        );
+        assert_eq!(
+            load_args(&["--dcgm-compat=both"]).unwrap().dcgm_compat,
+            DcgmCompat::Both
+        );
+        assert_eq!(
+            load_args(&["--dcgm-compat=off"]).unwrap().dcgm_compat,
+            DcgmCompat::Off
+        );
+        let e = err(&["--dcgm-compat=all"]);
+        assert!(e.contains("--dcgm-compat") && e.contains("all"), "{e}");
+
+        let f = file("dcgm_compat = \"both\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.dcgm_compat, DcgmCompat::Both);
+        // The flag beats the file.
+        let c = load_args(&["--config", f.path().to_str().unwrap(), "--dcgm-compat"]).unwrap();
+        assert_eq!(c.dcgm_compat, DcgmCompat::Dcgm);
+        let f = file("interval = \"1s\"\ndcgm_compat = \"yes\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(e.contains("dcgm_compat") && e.contains("line 2"), "{e}");
     }
 
     #[test]

@@ -28,6 +28,13 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
     metrics::MetricsOptions {
         pod_labels: config.kubernetes.enabled && config.kubernetes.labels,
         max_processes_per_gpu: config.processes.max_per_gpu,
+        dcgm_compat: config.dcgm_compat,
+        // Only the dcgm-exporter series carry it; asking the environment once is enough.
+        hostname: if config.dcgm_compat == config::DcgmCompat::Off {
+            String::new()
+        } else {
+            metrics::dcgm::hostname()
+        },
     }
 }
 

@@ -90,7 +90,8 @@ pub struct Dcgm {
     pub field: &'static str,
     /// The unit DCGM serves it in (often not a base unit: %, MiB, MHz, mJ).
     pub unit: &'static str,
-    /// When set, the DCGM field covers only the series whose (first) extra label has this value.
+    /// When set, the DCGM field covers only the series whose closed label (the row's first
+    /// [`MetricDef::closed_labels`] entry) has this value.
     pub label_value: Option<&'static str>,
 }
 

@@ -17,8 +17,13 @@
 //! name each process's own container instead, and per-pod series sum each container's processes
 //! on a GPU ([`crate::processes::attribution`]). Families come in catalog order, series by GPU
 //! index and then in label order (processes by pid), and the `process_*` families last.
+//!
+//! With [`MetricsOptions::dcgm_compat`] the dcgm-exporter names of the same snapshot follow
+//! ([`dcgm`]), written by the same text writer in the same pass; in `dcgm` mode the native per-GPU
+//! families are left out (the exporter's self-metrics stay).
 
 pub mod catalog;
+pub mod dcgm;
 pub mod docs;
 pub mod samples;
 mod text;
@@ -32,6 +37,7 @@ use flate2::write::GzEncoder;
 use prometheus::proto::MetricFamily;
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 
+use crate::config::DcgmCompat;
 use crate::kubernetes::mapping;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::processes::attribution::{GpuProcesses, summarize};
@@ -59,7 +65,7 @@ const SAMPLE_DURATION_BUCKETS: &[f64] = &[
 /// less than 8× the CPU, and the first gzip scrape of a tick waits for this compression.
 const GZIP_LEVEL: Compression = Compression::fast();
 
-/// Encoding choices. DCGM-compatible names come later.
+/// Encoding choices.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsOptions {
     /// Add `namespace`, `pod`, `container` to every series of a GPU that the snapshot's kubelet
@@ -68,6 +74,10 @@ pub struct MetricsOptions {
     /// At most this many process series per GPU, the largest by memory
     /// (`--max-processes-per-gpu`); per-pod sums count every process.
     pub max_processes_per_gpu: usize,
+    /// Which names the GPUs' series are served under (`--dcgm-compat`).
+    pub dcgm_compat: DcgmCompat,
+    /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
+    pub hostname: String,
 }
 
 impl Default for MetricsOptions {
@@ -76,6 +86,8 @@ impl Default for MetricsOptions {
         MetricsOptions {
             pod_labels: false,
             max_processes_per_gpu: DEFAULT_MAX_PROCESSES_PER_GPU,
+            dcgm_compat: DcgmCompat::Off,
+            hostname: String::new(),
         }
     }
 }
@@ -253,7 +265,12 @@ impl Encoder {
             }
         };
 
+        // In `dcgm` mode the GPUs are served under dcgm-exporter's names only.
+        let native_devices = self.opts.dcgm_compat != DcgmCompat::Dcgm;
         for def in CATALOG {
+            if !native_devices && def.source.is_per_device() {
+                continue;
+            }
             // The header goes first and is taken back if the family turns out to have no series.
             let family_start = out.len();
             text::header(out, def.name, def.help, def.kind.as_str());
@@ -360,6 +377,19 @@ impl Encoder {
         // What is left is the process collector's, in the registry's (name) order.
         for family in &gathered {
             append_family(out, family);
+        }
+        if self.opts.dcgm_compat != DcgmCompat::Off {
+            let compat: Vec<dcgm::Device<'_>> = devices
+                .iter()
+                .zip(indices.iter())
+                .enumerate()
+                .map(|(i, (d, index))| dcgm::Device {
+                    sample: d,
+                    index,
+                    owner: owner(i),
+                })
+                .collect();
+            dcgm::write(out, snap, &compat, &self.opts.hostname, samples);
         }
     }
 }
