@@ -95,30 +95,150 @@ const fn profile(
 
 /// H100 SXM5 80GB.
 const H100_80GB: &[Profile] = &[
-    profile("1g.10gb", 0, 19, 1, 1, ONE_SLICE_STARTS, 9984, 16, [1, 1, 1, 0]),
-    profile("1g.20gb", 9, 15, 1, 2, ONE_SLICE_DOUBLE_MEMORY_STARTS, 20096, 26, [1, 1, 1, 0]),
-    profile("2g.20gb", 1, 14, 2, 2, TWO_SLICE_STARTS, 20096, 32, [2, 2, 2, 0]),
-    profile("3g.40gb", 2, 9, 3, 4, THREE_SLICE_STARTS, 40448, 60, [3, 3, 3, 0]),
+    profile(
+        "1g.10gb",
+        0,
+        19,
+        1,
+        1,
+        ONE_SLICE_STARTS,
+        9984,
+        16,
+        [1, 1, 1, 0],
+    ),
+    profile(
+        "1g.20gb",
+        9,
+        15,
+        1,
+        2,
+        ONE_SLICE_DOUBLE_MEMORY_STARTS,
+        20096,
+        26,
+        [1, 1, 1, 0],
+    ),
+    profile(
+        "2g.20gb",
+        1,
+        14,
+        2,
+        2,
+        TWO_SLICE_STARTS,
+        20096,
+        32,
+        [2, 2, 2, 0],
+    ),
+    profile(
+        "3g.40gb",
+        2,
+        9,
+        3,
+        4,
+        THREE_SLICE_STARTS,
+        40448,
+        60,
+        [3, 3, 3, 0],
+    ),
     profile("4g.40gb", 3, 5, 4, 4, AT_ZERO, 40448, 64, [4, 4, 4, 0]),
     profile("7g.80gb", 4, 0, 7, 8, AT_ZERO, 81152, 132, [8, 7, 7, 1]),
 ];
 
 /// A100 SXM4 80GB.
 const A100_80GB: &[Profile] = &[
-    profile("1g.10gb", 0, 19, 1, 1, ONE_SLICE_STARTS, 9728, 14, [1, 0, 0, 0]),
-    profile("1g.20gb", 9, 15, 1, 2, ONE_SLICE_DOUBLE_MEMORY_STARTS, 19968, 14, [1, 1, 0, 0]),
-    profile("2g.20gb", 1, 14, 2, 2, TWO_SLICE_STARTS, 19968, 28, [2, 1, 0, 0]),
-    profile("3g.40gb", 2, 9, 3, 4, THREE_SLICE_STARTS, 40192, 42, [3, 2, 0, 0]),
+    profile(
+        "1g.10gb",
+        0,
+        19,
+        1,
+        1,
+        ONE_SLICE_STARTS,
+        9728,
+        14,
+        [1, 0, 0, 0],
+    ),
+    profile(
+        "1g.20gb",
+        9,
+        15,
+        1,
+        2,
+        ONE_SLICE_DOUBLE_MEMORY_STARTS,
+        19968,
+        14,
+        [1, 1, 0, 0],
+    ),
+    profile(
+        "2g.20gb",
+        1,
+        14,
+        2,
+        2,
+        TWO_SLICE_STARTS,
+        19968,
+        28,
+        [2, 1, 0, 0],
+    ),
+    profile(
+        "3g.40gb",
+        2,
+        9,
+        3,
+        4,
+        THREE_SLICE_STARTS,
+        40192,
+        42,
+        [3, 2, 0, 0],
+    ),
     profile("4g.40gb", 3, 5, 4, 4, AT_ZERO, 40192, 56, [4, 2, 0, 0]),
     profile("7g.80gb", 4, 0, 7, 8, AT_ZERO, 81152, 98, [7, 5, 1, 1]),
 ];
 
 /// A100 SXM4 40GB.
 const A100_40GB: &[Profile] = &[
-    profile("1g.5gb", 0, 19, 1, 1, ONE_SLICE_STARTS, 4864, 14, [1, 0, 0, 0]),
-    profile("1g.10gb", 9, 15, 1, 2, ONE_SLICE_DOUBLE_MEMORY_STARTS, 9856, 14, [1, 1, 0, 0]),
-    profile("2g.10gb", 1, 14, 2, 2, TWO_SLICE_STARTS, 9856, 28, [2, 1, 0, 0]),
-    profile("3g.20gb", 2, 9, 3, 4, THREE_SLICE_STARTS, 20096, 42, [3, 2, 0, 0]),
+    profile(
+        "1g.5gb",
+        0,
+        19,
+        1,
+        1,
+        ONE_SLICE_STARTS,
+        4864,
+        14,
+        [1, 0, 0, 0],
+    ),
+    profile(
+        "1g.10gb",
+        9,
+        15,
+        1,
+        2,
+        ONE_SLICE_DOUBLE_MEMORY_STARTS,
+        9856,
+        14,
+        [1, 1, 0, 0],
+    ),
+    profile(
+        "2g.10gb",
+        1,
+        14,
+        2,
+        2,
+        TWO_SLICE_STARTS,
+        9856,
+        28,
+        [2, 1, 0, 0],
+    ),
+    profile(
+        "3g.20gb",
+        2,
+        9,
+        3,
+        4,
+        THREE_SLICE_STARTS,
+        20096,
+        42,
+        [3, 2, 0, 0],
+    ),
     profile("4g.20gb", 3, 5, 4, 4, AT_ZERO, 20096, 56, [4, 2, 0, 0]),
     profile("7g.40gb", 4, 0, 7, 8, AT_ZERO, 40448, 98, [7, 5, 1, 1]),
 ];
@@ -279,7 +399,11 @@ impl MigDevice<'_> {
         self.ci
             .uuid
             .clone()
-            .or_else(|| (self.gi.computes.is_empty()).then(|| self.gi.uuid.clone()).flatten())
+            .or_else(|| {
+                (self.gi.computes.is_empty())
+                    .then(|| self.gi.uuid.clone())
+                    .flatten()
+            })
             .unwrap_or_else(|| derived_uuid(&gpu.uuid, self.gi, self.ci.id))
     }
 }
@@ -379,8 +503,7 @@ impl GpuSpec {
 /// Returns the MIG UUIDs the GPU uses (for the scenario-wide uniqueness check).
 pub fn validate(gpu: &mut GpuSpec) -> Result<Vec<String>, String> {
     let mig = &gpu.mig;
-    if (mig.enabled || mig.pending == Some(true) || !mig.instances.is_empty()) && !gpu.mig_capable
-    {
+    if (mig.enabled || mig.pending == Some(true) || !mig.instances.is_empty()) && !gpu.mig_capable {
         return Err(format!("mig: model {} does not support MIG", gpu.model));
     }
     if !mig.enabled && !mig.instances.is_empty() {
@@ -388,16 +511,16 @@ pub fn validate(gpu: &mut GpuSpec) -> Result<Vec<String>, String> {
     }
     if !mig.enabled {
         if let Some(p) = gpu.processes.iter().find(|p| p.gpu_instance.is_some()) {
-            return Err(format!(
-                "process {}: gpu_instance needs MIG enabled",
-                p.pid
-            ));
+            return Err(format!("process {}: gpu_instance needs MIG enabled", p.pid));
         }
         return Ok(Vec::new());
     }
     let profiles = gpu.mig_profiles();
     if profiles.is_empty() {
-        return Err(format!("mig: model {} has no `mig_board` profile table", gpu.model));
+        return Err(format!(
+            "mig: model {} has no `mig_board` profile table",
+            gpu.model
+        ));
     }
     for (i, gi) in gpu.mig.instances.iter_mut().enumerate() {
         resolve_instance(gi, profiles).map_err(|e| format!("mig instance {i}: {e}"))?;
@@ -407,7 +530,11 @@ pub fn validate(gpu: &mut GpuSpec) -> Result<Vec<String>, String> {
     let mut uuids = Vec::new();
     for gi in &gpu.mig.instances {
         for ci in gi.compute_instances() {
-            let device = MigDevice { gi_index: 0, gi, ci };
+            let device = MigDevice {
+                gi_index: 0,
+                gi,
+                ci,
+            };
             let uuid = device.uuid(gpu);
             if !uuid.starts_with("MIG-") {
                 return Err(format!("mig: uuid must start with \"MIG-\": {uuid:?}"));
@@ -448,7 +575,10 @@ fn resolve_instance(gi: &mut GpuInstanceSpec, profiles: &'static [Profile]) -> R
     let mut used = 0;
     for ci in &gi.computes {
         if ci.id >= MAX_CI_IDS || !ids.insert(ci.id) {
-            return Err(format!("compute instance id {} is out of range or repeated", ci.id));
+            return Err(format!(
+                "compute instance id {} is out of range or repeated",
+                ci.id
+            ));
         }
         let slices = ci.slices.unwrap_or(profile.slices);
         if !CI_SIZES.contains(&slices) || slices > profile.slices {
@@ -465,7 +595,11 @@ fn resolve_instance(gi: &mut GpuInstanceSpec, profiles: &'static [Profile]) -> R
             profile.name, profile.slices
         ));
     }
-    if let Some(key) = gi.load.keys().find(|k| !INSTANCE_LOAD_KEYS.contains(&k.as_str())) {
+    if let Some(key) = gi
+        .load
+        .keys()
+        .find(|k| !INSTANCE_LOAD_KEYS.contains(&k.as_str()))
+    {
         return Err(format!(
             "load.{key} is not an instance input (allowed: {})",
             INSTANCE_LOAD_KEYS.join(", ")
@@ -540,9 +674,12 @@ fn check_layouts(instances: &[GpuInstanceSpec]) -> Result<(), String> {
 /// instance's processes fit its memory.
 fn check_processes(gpu: &GpuSpec) -> Result<(), String> {
     for p in &gpu.processes {
-        let gi_id = p
-            .gpu_instance
-            .ok_or_else(|| format!("process {}: MIG is enabled, `gpu_instance` is required", p.pid))?;
+        let gi_id = p.gpu_instance.ok_or_else(|| {
+            format!(
+                "process {}: MIG is enabled, `gpu_instance` is required",
+                p.pid
+            )
+        })?;
         let ci_id = p.compute_instance.unwrap_or(0);
         let from = p.from.unwrap_or(f64::NEG_INFINITY);
         let to = p.to.unwrap_or(f64::INFINITY);

@@ -47,7 +47,10 @@ fn max_clock_of(c: &crate::ffi::DeviceCall, clock_type: c_uint) -> Result<f64, u
 /// (total, used) bytes of the GPU instance behind a MIG device handle.
 fn instance_memory(c: &crate::ffi::DeviceCall) -> Option<(u64, u64)> {
     let d = c.mig?;
-    Some((d.gi.profile().memory_mib * MIB, d.gi.memory_used(c.gpu, c.t)))
+    Some((
+        d.gi.profile().memory_mib * MIB,
+        d.gi.memory_used(c.gpu, c.t),
+    ))
 }
 
 device_fns! {

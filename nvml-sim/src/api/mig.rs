@@ -209,6 +209,10 @@ device_fns! {
             .iter()
             .map(|&start| nvmlGpuInstancePlacement_t { start, size: p.memory_slices })
             .collect();
+        // `nvml.h`: placements "Can be NULL to discover number of allowed placements".
+        if placements.is_null() {
+            return write(count, all.len() as c_uint);
+        }
         write_array(count, placements, &all)
     }
     /// The GPU instances of a profile id that exist now.
@@ -221,7 +225,16 @@ device_fns! {
             .filter(|(_, gi)| std::ptr::eq(gi.profile(), p))
             .map(|(_, gi)| ffi::gi_handle_of(c.index, gi.id))
             .collect();
-        write_array(count, gpu_instances, &handles)
+        // `count` is output only: the caller sized the buffer for the profile's instance count.
+        if gpu_instances.is_null() || count.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        for (i, h) in handles.iter().enumerate() {
+            // SAFETY: the buffer holds the profile's instance count (at least `handles.len()`),
+            // per the contract of this function.
+            unsafe { gpu_instances.add(i).write_unaligned(*h) };
+        }
+        write(count, handles.len() as c_uint)
     }
     /// The GPU instance with this id (NOT_FOUND when none exists now).
     fn nvmlDeviceGetGpuInstanceById(id: c_uint, gpu_instance: *mut nvmlGpuInstance_t) |c| {

@@ -44,7 +44,9 @@ fn v2(c: &DeviceCall, graphics: bool) -> Vec<nvmlProcessInfo_v2_t> {
             pid: p.pid,
             usedGpuMemory: p.used_memory_mib * MIB,
             gpuInstanceId: p.gpu_instance.unwrap_or(NO_INSTANCE),
-            computeInstanceId: p.gpu_instance.map_or(NO_INSTANCE, |_| p.compute_instance.unwrap_or(0)),
+            computeInstanceId: p
+                .gpu_instance
+                .map_or(NO_INSTANCE, |_| p.compute_instance.unwrap_or(0)),
         })
         .collect()
 }
