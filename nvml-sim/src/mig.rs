@@ -718,3 +718,137 @@ fn check_processes(gpu: &GpuSpec) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::scenario::Scenario;
+
+    fn parse(model: &str, mig: &str) -> Result<Scenario, String> {
+        Scenario::parse(&format!(
+            "[[gpu]]\nmodel = \"{model}\"\nuuid = \"GPU-1\"\npci_bus_id = \"01:00.0\"\n\
+             serial = \"1\"\n{mig}"
+        ))
+    }
+
+    fn instance(id: u32, profile: &str, start: u32, extra: &str) -> String {
+        format!(
+            "[[gpu.mig.instance]]\nid = {id}\nprofile = \"{profile}\"\nstart = {start}\n{extra}\n"
+        )
+    }
+
+    fn h100(instances: &[String]) -> Result<Scenario, String> {
+        parse(
+            "H100-SXM5-80GB",
+            &format!("[gpu.mig]\nenabled = true\n{}", instances.concat()),
+        )
+    }
+
+    #[test]
+    fn full_layouts_the_board_allows_are_accepted() {
+        let sevens: Vec<_> = (0..7).map(|s| instance(7 + s, "1g.10gb", s, "")).collect();
+        assert!(h100(&sevens).is_ok());
+        let mixed = [instance(1, "4g.40gb", 0, ""), instance(2, "3g.40gb", 4, "")];
+        assert!(h100(&mixed).is_ok());
+        assert!(h100(&[instance(0, "7g.80gb", 0, "")]).is_ok());
+        let a100 = parse(
+            "A100-SXM4-40GB",
+            &format!(
+                "[gpu.mig]\nenabled = true\n{}",
+                instance(1, "3g.20gb", 4, "")
+            ),
+        );
+        assert_eq!(
+            a100.unwrap().gpus[0].mig.instances[0].profile().memory_mib,
+            20096
+        );
+    }
+
+    #[test]
+    fn placements_the_board_refuses_are_errors() {
+        let err = |v: &[String]| h100(v).unwrap_err();
+        assert!(err(&[instance(1, "3g.40gb", 2, "")]).contains("cannot start at memory slice 2"));
+        assert!(err(&[instance(1, "1g.10gb", 7, "")]).contains("cannot start"));
+        assert!(err(&[instance(1, "1g.5gb", 0, "")]).contains("does not exist on this board"));
+        let overlap = [instance(3, "2g.20gb", 0, ""), instance(7, "1g.10gb", 1, "")];
+        assert!(err(&overlap).contains("overlap at memory slice 1"));
+        let same_id = [instance(3, "1g.10gb", 0, ""), instance(3, "1g.10gb", 1, "")];
+        assert!(err(&same_id).contains("two GPU instances have id 3"));
+        // 4g + 3g fill all 7 compute slices and 8 memory slices.
+        let crowded = [instance(2, "3g.40gb", 4, ""), instance(1, "4g.40gb", 0, "")];
+        assert!(h100(&crowded).is_ok());
+        let too_many = [
+            instance(3, "2g.20gb", 0, ""),
+            instance(4, "2g.20gb", 2, ""),
+            instance(5, "2g.20gb", 4, ""),
+            instance(13, "1g.20gb", 6, ""),
+        ];
+        assert!(h100(&too_many).is_ok(), "2+2+2+1 = 7 slices");
+        let bad_ci = [instance(
+            1,
+            "3g.40gb",
+            0,
+            "[[gpu.mig.instance.compute]]\nid = 0\nslices = 5",
+        )];
+        assert!(err(&bad_ci).contains("do not fit"));
+        let bad_load = [instance(1, "3g.40gb", 0, "load = { pcie_tx_mb_s = 5 }")];
+        assert!(err(&bad_load).contains("not an instance input"));
+        assert!(
+            parse("L4", "[gpu.mig]\nenabled = true\n")
+                .unwrap_err()
+                .contains("does not support MIG")
+        );
+    }
+
+    #[test]
+    fn layouts_are_checked_at_every_reconfiguration() {
+        // GI 3 leaves at 60 s and GI 7 takes its slices from 60 s: fine.
+        let ok = [
+            instance(3, "2g.20gb", 0, "to = 60"),
+            instance(7, "1g.20gb", 0, "from = 60"),
+        ];
+        assert!(h100(&ok).is_ok());
+        // Created at 50 s while GI 3 still holds the slices: refused.
+        let early = [
+            instance(3, "2g.20gb", 0, "to = 60"),
+            instance(7, "1g.20gb", 0, "from = 50"),
+        ];
+        assert!(h100(&early).unwrap_err().contains("at t=50"));
+    }
+
+    #[test]
+    fn processes_must_live_in_an_existing_instance() {
+        let gi = instance(3, "2g.20gb", 0, "to = 60");
+        let process = |extra: &str| {
+            format!("[[gpu.process]]\npid = 1\nname = \"p\"\nused_memory_mib = 1024\n{extra}\n")
+        };
+        assert!(h100(&[gi.clone(), process("gpu_instance = 3\nto = 60")]).is_ok());
+        let err = |p: &str| h100(&[gi.clone(), process(p)]).unwrap_err();
+        assert!(err("").contains("`gpu_instance` is required"));
+        assert!(err("gpu_instance = 3").contains("whole life"));
+        assert!(err("gpu_instance = 3\nto = 60\ncompute_instance = 1").contains("whole life"));
+        let big = format!(
+            "[[gpu.process]]\npid = 1\nname = \"p\"\nused_memory_mib = 30000\ngpu_instance = 3\nto = 60\n"
+        );
+        assert!(h100(&[gi, big]).unwrap_err().contains("processes hold"));
+        let off = parse("H100-SXM5-80GB", &process("gpu_instance = 3"));
+        assert!(off.unwrap_err().contains("needs MIG enabled"));
+    }
+
+    #[test]
+    fn derived_uuids_are_mig_uuids_and_differ_per_instance() {
+        let s = h100(&[
+            instance(9, "1g.10gb", 2, ""),
+            instance(10, "1g.10gb", 3, ""),
+        ])
+        .unwrap();
+        let devices = s.gpus[0].mig_devices(0.0);
+        let uuids: Vec<_> = devices.iter().map(|d| d.uuid(&s.gpus[0])).collect();
+        assert_eq!(uuids[0].len(), "MIG-".len() + 36);
+        assert!(uuids.iter().all(|u| u.starts_with("MIG-")));
+        assert_ne!(uuids[0], uuids[1]);
+        assert_eq!(
+            devices[0].name(&s.gpus[0]),
+            "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
+        );
+    }
+}
