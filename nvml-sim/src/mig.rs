@@ -826,9 +826,7 @@ mod tests {
         assert!(err("").contains("`gpu_instance` is required"));
         assert!(err("gpu_instance = 3").contains("whole life"));
         assert!(err("gpu_instance = 3\nto = 60\ncompute_instance = 1").contains("whole life"));
-        let big = format!(
-            "[[gpu.process]]\npid = 1\nname = \"p\"\nused_memory_mib = 30000\ngpu_instance = 3\nto = 60\n"
-        );
+        let big = process("gpu_instance = 3\nto = 60").replace("1024", "30000");
         assert!(h100(&[gi, big]).unwrap_err().contains("processes hold"));
         let off = parse("H100-SXM5-80GB", &process("gpu_instance = 3"));
         assert!(off.unwrap_err().contains("needs MIG enabled"));
