@@ -7,7 +7,7 @@
 
 use crate::pattern::Pattern;
 use crate::physics::{pcie_bytes_per_s, ratio};
-use crate::scenario::GpuSpec;
+use crate::scenario::{GpuSpec, Load};
 
 /// One activity gauge. The discriminant is its index in the array [`gauges`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,14 +60,19 @@ const DEFAULT_OCCUPANCY_SHARE: f64 = 0.5;
 
 /// Every activity gauge of `gpu` at `t`, indexed by [`Activity`] (ratios 0..1, PCIe bytes/s).
 pub fn gauges(gpu: &GpuSpec, t: f64) -> [f64; COUNT] {
-    let l = &gpu.load;
+    load_gauges(&gpu.load, gpu.decoder, t)
+}
+
+/// Every activity gauge of one load (a GPU's, or a MIG GPU instance's) at `t`; `decoder` says
+/// whether the board or instance has NVDEC engines at all.
+pub fn load_gauges(l: &Load, decoder: bool, t: f64) -> [f64; COUNT] {
     let at = |p: &Pattern| ratio(p.at(t));
     let or = |p: &Option<Pattern>, default: f64| p.as_ref().map_or(default, at);
     let utilization = at(&l.utilization);
     let sm = or(&l.sm_active, utilization);
     let tensor = at(&l.tensor_active);
     // Without NVDEC the decoder pattern is forced to 0, as the decoder utilization query does.
-    let nvdec = if gpu.decoder { at(&l.decoder) } else { 0.0 };
+    let nvdec = if decoder { at(&l.decoder) } else { 0.0 };
     let mut g = [0.0; COUNT];
     g[Activity::Graphics as usize] = or(&l.graphics_active, utilization);
     g[Activity::Sm as usize] = sm;

@@ -3,13 +3,18 @@
 //!
 //! Handles are addresses inside a static table, so a handle is valid exactly when it points into
 //! the first `gpu count` bytes of that table: no allocation, nothing to free, cheap to check.
+//! MIG device handles and GPU instance handles come from two more tables, one slot per (GPU,
+//! GPU instance id, compute instance id): a handle names instance ids, so once its instance is
+//! destroyed it stays invalid (INVALID_ARGUMENT) until an instance with those ids exists again,
+//! as `nvml.h` says a real driver's MIG handles may be reused.
 
 use crate::faults;
 use crate::integrals::Totals;
+use crate::mig::{MAX_CI_IDS, MAX_GI_IDS, MigDevice};
 use crate::physics::Sample;
 use crate::scenario::{GpuSpec, MAX_GPUS};
 use crate::state::{self, Sim};
-use nvml_wrapper_sys::bindings::{self as b, nvmlDevice_t, nvmlReturn_t};
+use nvml_wrapper_sys::bindings::{self as b, nvmlDevice_t, nvmlGpuInstance_t, nvmlReturn_t};
 use std::cell::OnceCell;
 use std::os::raw::{c_char, c_uint};
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -36,6 +41,42 @@ pub const UNKNOWN: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
 
 static HANDLES: [u8; MAX_GPUS] = [0; MAX_GPUS];
 
+const GI_SLOTS: usize = MAX_GI_IDS as usize;
+const MIG_SLOTS: usize = GI_SLOTS * MAX_CI_IDS as usize;
+static MIG_HANDLES: [u8; MAX_GPUS * MIG_SLOTS] = [0; MAX_GPUS * MIG_SLOTS];
+static GI_HANDLES: [u8; MAX_GPUS * GI_SLOTS] = [0; MAX_GPUS * GI_SLOTS];
+
+/// Device functions that answer on a MIG device handle; every other one answers NOT_SUPPORTED
+/// there (a MIG device has no clocks, fans, power or links of its own).
+const MIG_HANDLE_FUNCTIONS: &[&str] = &[
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetIndex",
+    "nvmlDeviceGetArchitecture",
+    "nvmlDeviceGetCudaComputeCapability",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetUtilizationRates",
+    "nvmlDeviceGetEncoderUtilization",
+    "nvmlDeviceGetDecoderUtilization",
+    "nvmlDeviceGetProcessUtilization",
+    "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetComputeRunningProcesses_v2",
+    "nvmlDeviceGetComputeRunningProcesses_v3",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses_v2",
+    "nvmlDeviceGetGraphicsRunningProcesses_v3",
+    "nvmlDeviceGetMPSComputeRunningProcesses_v3",
+    "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceGetAttributes_v2",
+    "nvmlGpmQueryDeviceSupport",
+    "nvmlGpmSampleGet",
+];
+
 /// Runs an entry point body; a panic becomes NVML_ERROR_UNKNOWN instead of unwinding into C.
 pub fn guard(body: impl FnOnce() -> NvmlResult) -> nvmlReturn_t {
     match catch_unwind(AssertUnwindSafe(body)) {
@@ -54,6 +95,38 @@ pub fn handle_of(index: usize) -> nvmlDevice_t {
 pub fn index_of(sim: &Sim, device: nvmlDevice_t) -> Option<usize> {
     let offset = (device as usize).checked_sub(HANDLES.as_ptr() as usize)?;
     (offset < sim.scenario.gpus.len()).then_some(offset)
+}
+
+/// The handle of the MIG device (GPU `index`, GPU instance `gi_id`, compute instance `ci_id`).
+pub fn mig_handle_of(index: usize, gi_id: u32, ci_id: u32) -> nvmlDevice_t {
+    let slot = index * MIG_SLOTS + gi_id as usize * MAX_CI_IDS as usize + ci_id as usize;
+    MIG_HANDLES[..].as_ptr().wrapping_add(slot) as nvmlDevice_t
+}
+
+/// The (GPU index, GPU instance id, compute instance id) a MIG device handle names.
+fn mig_of(sim: &Sim, device: nvmlDevice_t) -> Option<(usize, u32, u32)> {
+    let offset = (device as usize).checked_sub(MIG_HANDLES.as_ptr() as usize)?;
+    let index = offset / MIG_SLOTS;
+    let slot = offset % MIG_SLOTS;
+    (index < sim.scenario.gpus.len()).then_some((
+        index,
+        (slot / MAX_CI_IDS as usize) as u32,
+        (slot % MAX_CI_IDS as usize) as u32,
+    ))
+}
+
+/// The handle of GPU instance `gi_id` of GPU `index`.
+pub fn gi_handle_of(index: usize, gi_id: u32) -> nvmlGpuInstance_t {
+    GI_HANDLES[..]
+        .as_ptr()
+        .wrapping_add(index * GI_SLOTS + gi_id as usize) as nvmlGpuInstance_t
+}
+
+/// The (GPU index, GPU instance id) a GPU instance handle names.
+pub fn gi_of(sim: &Sim, gpu_instance: nvmlGpuInstance_t) -> Option<(usize, u32)> {
+    let offset = (gpu_instance as usize).checked_sub(GI_HANDLES.as_ptr() as usize)?;
+    let index = offset / GI_SLOTS;
+    (index < sim.scenario.gpus.len()).then_some((index, (offset % GI_SLOTS) as u32))
 }
 
 /// The scenario indices of the GPUs the driver lists now (a restart may have dropped some), in
@@ -154,6 +227,8 @@ pub struct DeviceCall<'a> {
     pub gpu: &'a GpuSpec,
     /// Simulated time of the call.
     pub t: f64,
+    /// The MIG device, when the handle is a MIG device handle (`gpu` is then its parent).
+    pub mig: Option<MigDevice<'a>>,
     sample: OnceCell<Sample>,
 }
 
@@ -166,6 +241,12 @@ impl DeviceCall<'_> {
     /// The GPU's accumulated counters.
     pub fn totals(&self) -> Totals {
         self.sim.integrals[self.index].at(self.gpu, self.t)
+    }
+
+    /// Fails with NOT_SUPPORTED when the GPU runs in MIG mode or the handle is a MIG device:
+    /// what `nvml.h` says "is not currently supported" on MIG-enabled GPUs.
+    pub fn require_no_mig(&self) -> NvmlResult {
+        self.require(self.mig.is_none() && !self.gpu.mig_enabled())
     }
 
     /// Fails with NOT_SUPPORTED unless `supported`.
@@ -201,17 +282,37 @@ pub fn with_device(
 ) -> nvmlReturn_t {
     guard(|| {
         let sim = state::sim()?;
-        let index = index_of(sim, device).ok_or(INVALID_ARGUMENT)?;
+        let (index, mig_ids) = match index_of(sim, device) {
+            Some(index) => (index, None),
+            None => {
+                let (index, gi, ci) = mig_of(sim, device).ok_or(INVALID_ARGUMENT)?;
+                (index, Some((gi, ci)))
+            }
+        };
         // A GPU that a driver restart dropped is gone: its old handle finds nothing there.
         if faults::absent(&sim.scenario.faults, index, sim.now()) {
             return Err(GPU_IS_LOST);
         }
         inject_faults(sim, index, function)?;
+        let gpu = &sim.scenario.gpus[index];
+        let t = sim.now();
+        let mig = match mig_ids {
+            None => None,
+            Some((gi, ci)) => {
+                // The instance was destroyed (or not created yet): the handle is invalid.
+                let device = gpu.mig_device(gi, ci, t).ok_or(INVALID_ARGUMENT)?;
+                if !MIG_HANDLE_FUNCTIONS.contains(&function) {
+                    return Err(NOT_SUPPORTED);
+                }
+                Some(device)
+            }
+        };
         let call = DeviceCall {
             sim,
             index,
-            gpu: &sim.scenario.gpus[index],
-            t: sim.now(),
+            gpu,
+            t,
+            mig,
             sample: OnceCell::new(),
         };
         body(&call)

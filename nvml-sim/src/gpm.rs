@@ -7,7 +7,7 @@
 //! gives: percent 0..100 for `*_UTIL`/occupancy, MiB/s for the PCIe and NVLink `*_PER_SEC`.
 
 use crate::activity::{Activity, COUNT};
-use crate::scenario::GpuSpec;
+use crate::scenario::{GpuSpec, MediaSpec};
 use crate::state::Sim;
 use nvml_wrapper_sys::bindings as b;
 use std::ffi::{CStr, CString};
@@ -37,6 +37,8 @@ pub fn supported(gpu: &GpuSpec) -> bool {
 pub struct Snapshot {
     /// The GPU's index.
     pub index: usize,
+    /// For a MIG sample: the GPU instance's position in the scenario's instance list.
+    pub instance: Option<usize>,
     /// Simulated time of the snapshot, s (a multiple of [`REFRESH_S`]).
     pub t: f64,
     /// ∫ of each activity gauge, indexed by [`Activity`].
@@ -56,10 +58,26 @@ impl Snapshot {
         let totals = integrals.at(gpu, t);
         Snapshot {
             index,
+            instance: None,
             t,
             activity: integrals.activity_at(gpu, t),
             nvlink_tx_bytes: totals.nvlink_tx_bytes,
             nvlink_rx_bytes: totals.nvlink_rx_bytes,
+        }
+    }
+
+    /// The counters of MIG GPU instance `gi_index` of GPU `index` at the last refresh at or
+    /// before `t`. Link counters belong to the whole board: a MIG sample has none.
+    pub fn take_instance(sim: &Sim, index: usize, gi_index: usize, t: f64) -> Snapshot {
+        let t = (t / REFRESH_S).floor() * REFRESH_S;
+        let gpu = &sim.scenario.gpus[index];
+        Snapshot {
+            index,
+            instance: Some(gi_index),
+            t,
+            activity: sim.integrals[index].instance_activity_at(gpu, gi_index, t),
+            nvlink_tx_bytes: 0.0,
+            nvlink_rx_bytes: 0.0,
         }
     }
 }
@@ -256,9 +274,29 @@ fn catalog() -> &'static [Entry] {
 
 /// The value of metric `id` over the window from `s1` to `s2` (same GPU, `s2.t > s1.t`), with
 /// its names; `Err(NOT_SUPPORTED)` for ids this GPU (or the simulator) does not provide.
+///
+/// For samples of a MIG GPU instance the activity is the instance's own, the media engines are
+/// the instance's (its profile's counts), and PCIe/NVLink (board-wide links) are NOT_SUPPORTED.
 pub fn metric(gpu: &GpuSpec, id: u32, s1: &Snapshot, s2: &Snapshot) -> Result<(f64, Info), u32> {
     let not_supported = b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
     let e = catalog().iter().find(|e| e.id == id).ok_or(not_supported)?;
+    let instance = s1.instance.map(|i| gpu.mig.instances[i].profile());
+    let media = match instance {
+        Some(p) => MediaSpec {
+            nvdec: p.decoders,
+            nvjpg: p.jpegs,
+            nvofa: p.ofas,
+        },
+        None => gpu.media,
+    };
+    if instance.is_some()
+        && matches!(
+            e.source,
+            Source::Pcie(_) | Source::NvlinkTotal { .. } | Source::NvlinkLink { .. }
+        )
+    {
+        return Err(not_supported);
+    }
     let dt = s2.t - s1.t;
     let mean = |a: Activity| (s2.activity[a as usize] - s1.activity[a as usize]) / dt;
     let nvlink = |tx: bool| {
@@ -274,9 +312,9 @@ pub fn metric(gpu: &GpuSpec, id: u32, s1: &Snapshot, s2: &Snapshot) -> Result<(f
         Source::Percent(a) => percent(mean(a)),
         Source::Engine(kind, n) => {
             let count = match kind {
-                Activity::Nvdec => gpu.media.nvdec,
-                Activity::Nvjpg => gpu.media.nvjpg,
-                _ => gpu.media.nvofa,
+                Activity::Nvdec => media.nvdec,
+                Activity::Nvjpg => media.nvjpg,
+                _ => media.nvofa,
             };
             if n >= count {
                 return Err(not_supported);
@@ -317,6 +355,7 @@ mod tests {
     fn snap(index: usize, t: f64, activity: [f64; COUNT], nvlink: f64) -> Snapshot {
         Snapshot {
             index,
+            instance: None,
             t,
             activity,
             nvlink_tx_bytes: nvlink,

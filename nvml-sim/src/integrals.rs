@@ -78,7 +78,7 @@ impl<const M: usize> Default for Cache<M> {
 
 impl<const M: usize> Cache<M> {
     /// ∫₀ᵗ `integrand`, on the fixed grid (so the result depends on t only, not on call order).
-    fn at(&self, gpu: &GpuSpec, t: f64, integrand: fn(&GpuSpec, f64) -> [f64; M]) -> [f64; M] {
+    fn at(&self, t: f64, integrand: impl Fn(f64) -> [f64; M]) -> [f64; M] {
         let t = if t.is_finite() { t.max(0.0) } else { 0.0 };
         let steps = (t / STEP).floor() as usize;
         let k = steps / CHECKPOINT_STEPS;
@@ -91,18 +91,18 @@ impl<const M: usize> Cache<M> {
                 let i = cps.len() - 1;
                 let mut next = cps[i];
                 for s in i * CHECKPOINT_STEPS..(i + 1) * CHECKPOINT_STEPS {
-                    add(&mut next, integrand(gpu, (s as f64 + 0.5) * STEP), STEP);
+                    add(&mut next, integrand((s as f64 + 0.5) * STEP), STEP);
                 }
                 cps.push(next);
             }
             cps[k]
         };
         for s in k * CHECKPOINT_STEPS..steps {
-            add(&mut acc, integrand(gpu, (s as f64 + 0.5) * STEP), STEP);
+            add(&mut acc, integrand((s as f64 + 0.5) * STEP), STEP);
         }
         add(
             &mut acc,
-            integrand(gpu, (steps as f64 + 0.5) * STEP),
+            integrand((steps as f64 + 0.5) * STEP),
             t - steps as f64 * STEP,
         );
         acc
@@ -114,12 +114,14 @@ impl<const M: usize> Cache<M> {
 pub struct Integrals {
     counters: Cache<N>,
     activity: Cache<{ activity::COUNT }>,
+    /// One activity cache per MIG GPU instance of the scenario (by position in its list).
+    instances: Vec<Cache<{ activity::COUNT }>>,
 }
 
 impl Integrals {
     /// The totals of `gpu` from 0 to `t`.
     pub fn at(&self, gpu: &GpuSpec, t: f64) -> Totals {
-        let acc = self.counters.at(gpu, t, integrand);
+        let acc = self.counters.at(t, |t| integrand(gpu, t));
         Totals {
             energy_j: acc[0],
             power_s: acc[1],
@@ -135,7 +137,28 @@ impl Integrals {
     /// The GPM activity counters of `gpu` at `t`: ∫₀ᵗ of each gauge of
     /// [`activity::gauges`], indexed by [`activity::Activity`] (ratio·s, or bytes for PCIe).
     pub fn activity_at(&self, gpu: &GpuSpec, t: f64) -> [f64; activity::COUNT] {
-        self.activity.at(gpu, t, activity::gauges)
+        self.activity.at(t, |t| activity::gauges(gpu, t))
+    }
+
+    /// The caches for `gpu`, with room for each of its MIG GPU instances.
+    pub fn for_gpu(gpu: &GpuSpec) -> Integrals {
+        Integrals {
+            instances: gpu.mig.instances.iter().map(|_| Cache::default()).collect(),
+            ..Integrals::default()
+        }
+    }
+
+    /// The GPM activity counters of MIG GPU instance `gi_index` of `gpu` at `t`: ∫₀ᵗ of the
+    /// instance's own activity inputs (only differences over its lifetime are ever read).
+    pub fn instance_activity_at(
+        &self,
+        gpu: &GpuSpec,
+        gi_index: usize,
+        t: f64,
+    ) -> [f64; activity::COUNT] {
+        let gi = &gpu.mig.instances[gi_index];
+        let decoder = gi.profile().decoders > 0;
+        self.instances[gi_index].at(t, |t| activity::load_gauges(&gi.activity, decoder, t))
     }
 }
 

@@ -14,6 +14,7 @@ pub mod faults;
 mod ffi;
 pub mod gpm;
 pub mod integrals;
+pub mod mig;
 pub mod pattern;
 pub mod physics;
 pub mod scenario;

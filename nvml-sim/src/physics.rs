@@ -158,8 +158,16 @@ impl Sample {
             .map(|pr| pr.used_memory_mib * MIB)
             .sum();
         let usable = gpu.usable_bytes();
-        let by_pattern = (ratio(load.memory_used.at(t)) * usable as f64) as u64;
-        let memory_used = by_pattern.max(held).min(usable);
+        let memory_used = if gpu.mig_enabled() {
+            // With MIG the framebuffer belongs to the instances: the device total is their sum.
+            gpu.gpu_instances(t)
+                .map(|(_, gi)| gi.memory_used(gpu, t))
+                .sum::<u64>()
+                .min(usable)
+        } else {
+            let by_pattern = (ratio(load.memory_used.at(t)) * usable as f64) as u64;
+            by_pattern.max(held).min(usable)
+        };
 
         let active_links = gpu.active_links() > 0;
         let link_rate = |x: f64| {

@@ -89,8 +89,13 @@ pub struct GpuSpec {
     pub bar1_total_mib: u64,
     /// BAR1 in use.
     pub bar1_used_mib: u64,
-    /// Whether the board supports MIG (the mode itself is always disabled).
+    /// Whether the board supports MIG (`nvmlDeviceGetMigMode` answers instead of NOT_SUPPORTED).
     pub mig_capable: bool,
+    /// The board's GPU-instance profile table (see `mig::board`), e.g. "h100-80gb".
+    pub mig_board: Option<String>,
+    /// MIG mode and instance layout.
+    #[serde(default)]
+    pub mig: crate::mig::MigSpec,
     /// Encoder utilization is answered (H100/A100 lack NVENC but still answer 0 %).
     pub encoder: bool,
     /// Decoder utilization is answered.
@@ -399,6 +404,10 @@ pub struct ProcessSpec {
     pub from: Option<f64>,
     /// Gone from this time (default: never).
     pub to: Option<f64>,
+    /// GPU instance id the process runs in (required when MIG is enabled, refused otherwise).
+    pub gpu_instance: Option<u32>,
+    /// Compute instance id within that GPU instance (default 0).
+    pub compute_instance: Option<u32>,
 }
 
 fn compute() -> String {
@@ -538,6 +547,7 @@ impl Scenario {
             return Err(format!("at most {MAX_GPUS} GPUs, got {}", raw.gpu.len()));
         }
         let mut gpus = Vec::with_capacity(raw.gpu.len());
+        let mut mig_uuids = HashSet::new();
         for (i, table) in raw.gpu.into_iter().enumerate() {
             let model = table
                 .get("model")
@@ -555,10 +565,15 @@ impl Scenario {
                 }
             };
             merge(&mut merged, table);
-            let spec: GpuSpec = merged
+            let mut spec: GpuSpec = merged
                 .try_into()
                 .map_err(|e: toml::de::Error| format!("gpu {i}: {}", e.message()))?;
             spec.validate().map_err(|e| format!("gpu {i}: {e}"))?;
+            for uuid in crate::mig::validate(&mut spec).map_err(|e| format!("gpu {i}: {e}"))? {
+                if !mig_uuids.insert(uuid.to_ascii_lowercase()) {
+                    return Err(format!("gpu {i}: duplicate MIG uuid {uuid}"));
+                }
+            }
             gpus.push(spec);
         }
         let mut scenario = Scenario {

@@ -75,7 +75,7 @@ fn load() -> Result<Arc<Sim>, String> {
         start: env_seconds(ENV_START)?.unwrap_or(0.0),
     };
     Ok(Arc::new(Sim {
-        integrals: scenario.gpus.iter().map(|_| Integrals::default()).collect(),
+        integrals: scenario.gpus.iter().map(Integrals::for_gpu).collect(),
         events: EventSets::default(),
         scenario,
         clock,

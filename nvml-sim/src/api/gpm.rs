@@ -92,18 +92,27 @@ device_fns! {
         let supported = gpm::supported(c.gpu);
         write(gpm_support, nvmlGpmSupport_t { version, isSupportedDevice: c_uint::from(supported) })
     }
-    /// Records the GPU's GPM counters into a sample buffer.
+    /// Records the GPU's GPM counters into a sample buffer; on a MIG device handle, its GPU
+    /// instance's (`nvml.h`: "This API supports the device handle and MIG device handle").
     fn nvmlGpmSampleGet(gpm_sample: nvmlGpmSample_t) |c| {
         c.require(gpm::supported(c.gpu))?;
-        fill(gpm_sample, Snapshot::take(c.sim, c.index, c.t))
+        let snapshot = match c.mig {
+            Some(d) => Snapshot::take_instance(c.sim, c.index, d.gi_index, c.t),
+            None => Snapshot::take(c.sim, c.index, c.t),
+        };
+        fill(gpm_sample, snapshot)
     }
-    /// Records the counters of a MIG GPU instance. MIG mode is never enabled in the simulator, so
-    /// no GPU instance has `gpu_instance_id`: INVALID_ARGUMENT on MIG-capable boards (as for any
-    /// unknown instance id), NOT_SUPPORTED on boards without GPM or MIG.
+    /// Records the counters of the MIG GPU instance `gpu_instance_id` of this GPU:
+    /// NOT_SUPPORTED on boards without GPM or MIG, INVALID_ARGUMENT when no instance has that
+    /// id now (MIG disabled, or the instance destroyed).
     fn nvmlGpmMigSampleGet(gpu_instance_id: c_uint, gpm_sample: nvmlGpmSample_t) |c| {
         c.require(gpm::supported(c.gpu) && c.gpu.mig_capable)?;
-        let _ = (gpu_instance_id, gpm_sample);
-        Err(INVALID_ARGUMENT)
+        let (gi_index, _) = c
+            .gpu
+            .gpu_instances(c.t)
+            .find(|(_, gi)| gi.id == gpu_instance_id)
+            .ok_or(INVALID_ARGUMENT)?;
+        fill(gpm_sample, Snapshot::take_instance(c.sim, c.index, gi_index, c.t))
     }
     /// Whether GPM streaming is enabled (NOT_SUPPORTED without GPM).
     fn nvmlGpmQueryIfStreamingEnabled(state: *mut c_uint) |c| {
@@ -147,7 +156,9 @@ fn metrics_get_body(m: *mut nvmlGpmMetricsGet_t) -> NvmlResult {
     }
     let s1 = snapshot_of(sample1)?;
     let s2 = snapshot_of(sample2)?;
-    if s1.index != s2.index {
+    // Both samples must come from the same GPU, and from the same GPU instance (or both from the
+    // whole GPU): a window across a MIG reconfiguration has nothing to average.
+    if s1.index != s2.index || s1.instance != s2.instance {
         return Err(INVALID_ARGUMENT);
     }
     inject_faults(sim, s1.index, "nvmlGpmMetricsGet")?;

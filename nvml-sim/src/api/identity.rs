@@ -1,4 +1,4 @@
-//! Static device identity: names, ids, PCI info, architecture, MIG/persistence modes.
+//! Static device identity: names, ids, PCI info, architecture, persistence and compute modes.
 
 use crate::device::{arch_code, brand_code};
 use crate::ffi::{self, device_fns, write, write_str};
@@ -50,13 +50,34 @@ fn pci_info(gpu: &GpuSpec) -> nvmlPciInfo_t {
 device_fns! {
     /// NVML index of the device.
     fn nvmlDeviceGetIndex(index: *mut c_uint) |c| {
+        if let Some(d) = c.mig {
+            // A MIG device's index is its position under the parent (the index
+            // nvmlDeviceGetMigDeviceHandleByIndex takes).
+            let devices = c.gpu.mig_devices(c.t);
+            let position = devices
+                .iter()
+                .position(|m| m.gi.id == d.gi.id && m.ci.id == d.ci.id)
+                .ok_or(ffi::INVALID_ARGUMENT)?;
+            return write(index, position as c_uint);
+        }
         let nvml_index = ffi::nvml_index(c.sim, c.index).ok_or(ffi::GPU_IS_LOST)?;
         write(index, nvml_index as c_uint)
     }
-    /// Product name.
-    fn nvmlDeviceGetName(name: *mut c_char, length: c_uint) |c| { write_str(name, length, &c.gpu.name) }
-    /// "GPU-…" UUID.
-    fn nvmlDeviceGetUUID(uuid: *mut c_char, length: c_uint) |c| { write_str(uuid, length, &c.gpu.uuid) }
+    /// Product name; for a MIG device the parent's name and the profile, e.g.
+    /// "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
+    fn nvmlDeviceGetName(name: *mut c_char, length: c_uint) |c| {
+        match c.mig {
+            Some(d) => write_str(name, length, &d.name(c.gpu)),
+            None => write_str(name, length, &c.gpu.name),
+        }
+    }
+    /// "GPU-…" UUID; "MIG-…" for a MIG device.
+    fn nvmlDeviceGetUUID(uuid: *mut c_char, length: c_uint) |c| {
+        match c.mig {
+            Some(d) => write_str(uuid, length, &d.uuid(c.gpu)),
+            None => write_str(uuid, length, &c.gpu.uuid),
+        }
+    }
     /// Board serial number.
     fn nvmlDeviceGetSerial(serial: *mut c_char, length: c_uint) |c| {
         write_str(serial, length, &c.gpu.serial)
@@ -105,17 +126,6 @@ device_fns! {
     fn nvmlDeviceGetPciInfo_v2(pci: *mut nvmlPciInfo_t) |c| { write(pci, pci_info(c.gpu)) }
     /// PCI info.
     fn nvmlDeviceGetPciInfo_v3(pci: *mut nvmlPciInfo_t) |c| { write(pci, pci_info(c.gpu)) }
-    /// MIG mode (current, pending): supported on A100/H100-class boards, always disabled here.
-    fn nvmlDeviceGetMigMode(current_mode: *mut c_uint, pending_mode: *mut c_uint) |c| {
-        c.require(c.gpu.mig_capable)?;
-        if current_mode.is_null() || pending_mode.is_null() {
-            return Err(crate::ffi::INVALID_ARGUMENT);
-        }
-        write(current_mode, 0)?;
-        write(pending_mode, 0)
-    }
-    /// Whether this handle is a MIG device handle (never, MIG is disabled).
-    fn nvmlDeviceIsMigDeviceHandle(is_mig: *mut c_uint) |_c| { write(is_mig, 0) }
     /// Persistence mode (enabled, as on a typical server).
     fn nvmlDeviceGetPersistenceMode(mode: *mut c_uint) |_c| { write(mode, 1) }
     /// Compute mode (default).

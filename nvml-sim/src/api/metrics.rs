@@ -44,26 +44,45 @@ fn max_clock_of(c: &crate::ffi::DeviceCall, clock_type: c_uint) -> Result<f64, u
     })
 }
 
+/// (total, used) bytes of the GPU instance behind a MIG device handle.
+fn instance_memory(c: &crate::ffi::DeviceCall) -> Option<(u64, u64)> {
+    let d = c.mig?;
+    Some((
+        d.gi.profile().memory_mib * MIB,
+        d.gi.memory_used(c.gpu, c.t),
+    ))
+}
+
 device_fns! {
-    /// GPU and memory utilization, percent.
+    /// GPU and memory utilization, percent. NOT_SUPPORTED in MIG mode, on the GPU and on its MIG
+    /// devices (`nvml.h`: "On MIG-enabled GPUs, querying device utilization rates is not
+    /// currently supported").
     fn nvmlDeviceGetUtilizationRates(utilization: *mut nvmlUtilization_t) |c| {
+        c.require_no_mig()?;
         let s = c.sample();
         write(utilization, nvmlUtilization_t { gpu: percent(s.utilization), memory: percent(s.memory_utilization) })
     }
-    /// Encoder utilization, percent (NOT_SUPPORTED when the scenario says `encoder = false`).
+    /// Encoder utilization, percent (NOT_SUPPORTED when the scenario says `encoder = false`, and
+    /// in MIG mode).
     fn nvmlDeviceGetEncoderUtilization(utilization: *mut c_uint, sampling_period_us: *mut c_uint) |c| {
+        c.require_no_mig()?;
         c.require(c.gpu.encoder)?;
         write(utilization, percent(c.sample().encoder))?;
         write(sampling_period_us, CODEC_SAMPLING_US)
     }
-    /// Decoder utilization, percent.
+    /// Decoder utilization, percent (NOT_SUPPORTED in MIG mode).
     fn nvmlDeviceGetDecoderUtilization(utilization: *mut c_uint, sampling_period_us: *mut c_uint) |c| {
+        c.require_no_mig()?;
         c.require(c.gpu.decoder)?;
         write(utilization, percent(c.sample().decoder))?;
         write(sampling_period_us, CODEC_SAMPLING_US)
     }
-    /// Framebuffer memory; v1 counts the reserved memory as used.
+    /// Framebuffer memory; v1 counts the reserved memory as used. A MIG device answers its GPU
+    /// instance's memory; a GPU in MIG mode the sum over its instances.
     fn nvmlDeviceGetMemoryInfo(memory: *mut nvmlMemory_t) |c| {
+        if let Some((total, used)) = instance_memory(c) {
+            return write(memory, nvmlMemory_t { total, free: total - used, used });
+        }
         let total = c.gpu.memory_total_mib * MIB;
         let used = c.sample().memory_used + c.gpu.memory_reserved_mib * MIB;
         write(memory, nvmlMemory_t { total, free: total - used, used })
@@ -72,6 +91,10 @@ device_fns! {
     fn nvmlDeviceGetMemoryInfo_v2(memory: *mut nvmlMemory_v2_t) |c| {
         let version = read(memory)?.version;
         check_version::<nvmlMemory_v2_t>(version, 2)?;
+        if let Some((total, used)) = instance_memory(c) {
+            // An instance's size is what it can use: nothing of it is reserved.
+            return write(memory, nvmlMemory_v2_t { version, total, reserved: 0, free: total - used, used });
+        }
         let total = c.gpu.memory_total_mib * MIB;
         let reserved = c.gpu.memory_reserved_mib * MIB;
         let used = c.sample().memory_used;

@@ -5,6 +5,7 @@ pub mod fields;
 pub mod gpm;
 pub mod identity;
 pub mod metrics;
+pub mod mig;
 pub mod processes;
 pub mod reliability;
 pub mod system;

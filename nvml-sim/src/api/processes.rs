@@ -9,11 +9,18 @@ use nvml_wrapper_sys::bindings::{
 use std::os::raw::{c_uint, c_ulonglong};
 
 /// Without MIG a process belongs to no GPU/compute instance: NVML says 0xFFFFFFFF.
+/// With MIG each process names its instances (on the GPU handle and on its MIG device's).
 const NO_INSTANCE: c_uint = u32::MAX;
 
+/// The processes of the GPU (or, on a MIG device handle, of that compute instance only).
 fn alive<'a>(c: &'a DeviceCall, graphics: bool) -> impl Iterator<Item = &'a ProcessSpec> {
+    let on_device = move |p: &ProcessSpec| match c.mig {
+        Some(d) => p.gpu_instance == Some(d.gi.id) && p.compute_instance.unwrap_or(0) == d.ci.id,
+        None => true,
+    };
     c.gpu.processes.iter().filter(move |p| {
         p.alive(c.t)
+            && on_device(p)
             && if graphics {
                 p.is_graphics()
             } else {
@@ -36,8 +43,10 @@ fn v2(c: &DeviceCall, graphics: bool) -> Vec<nvmlProcessInfo_v2_t> {
         .map(|p| nvmlProcessInfo_v2_t {
             pid: p.pid,
             usedGpuMemory: p.used_memory_mib * MIB,
-            gpuInstanceId: NO_INSTANCE,
-            computeInstanceId: NO_INSTANCE,
+            gpuInstanceId: p.gpu_instance.unwrap_or(NO_INSTANCE),
+            computeInstanceId: p
+                .gpu_instance
+                .map_or(NO_INSTANCE, |_| p.compute_instance.unwrap_or(0)),
         })
         .collect()
 }
@@ -72,12 +81,14 @@ device_fns! {
         write_array::<nvmlProcessInfo_v2_t>(info_count, infos, &[])
     }
     /// Per-process utilization: the device's utilization split by the processes' memory share.
-    /// NOT_FOUND when no process ran.
+    /// NOT_FOUND when no process ran; NOT_SUPPORTED in MIG mode (`nvml.h`: "On MIG-enabled GPUs,
+    /// querying process utilization is not currently supported").
     fn nvmlDeviceGetProcessUtilization(
         utilization: *mut nvmlProcessUtilizationSample_t,
         process_samples_count: *mut c_uint,
         _last_seen_time_stamp: c_ulonglong,
     ) |c| {
+        c.require_no_mig()?;
         read(process_samples_count)?;
         let procs: Vec<_> = alive(c, false).collect();
         let held: u64 = procs.iter().map(|p| p.used_memory_mib).sum();
