@@ -4,6 +4,7 @@
 //! reason with a message that says what to fix; and through the watcher, `KubernetesState::pods`
 //! is filled, refreshed and kept while `/pods` fails, without touching `kubernetes_up`.
 
+mod common;
 mod kubelet;
 
 use std::path::PathBuf;
@@ -419,4 +420,35 @@ fn pods_reasons_are_only_served_when_the_pod_list_is_fetched() {
     let reasons: Vec<&str> = state.errors.keys().map(|r| r.label()).collect();
     assert_eq!(reasons, ["unavailable", "timeout", "rpc"]);
     assert!(state.pods.is_empty());
+}
+
+#[test]
+fn check_config_rejects_a_bad_kubelet_url_from_the_environment() {
+    let out = common::exporter_command(
+        &[("NVML_EXPORTER_KUBELET_URL", "http://10.0.0.1:10255")],
+        &["check-config"],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--kubelet-url") && stderr.contains("NVML_EXPORTER_KUBELET_URL"),
+        "names the option and where it came from: {stderr}"
+    );
+
+    let out = common::exporter_command(
+        &[
+            ("NVML_EXPORTER_KUBELET_URL", "https://10.0.0.1:10250"),
+            ("NVML_EXPORTER_KUBELET_INSECURE_TLS", "true"),
+        ],
+        &["check-config"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
