@@ -270,6 +270,19 @@ fn a_slow_kubelet_times_out_and_the_next_call_starts_afresh() {
 }
 
 #[test]
+fn a_kubelet_that_closes_connections_after_each_answer_costs_no_errors() {
+    let api = FakeKubeletApi::start("t", Reply::Body(POD_LIST.into()));
+    api.set_close_after_answer(true);
+    let files = Files::new("t", api.ca_pem());
+    let rt = runtime();
+    let mut client = PodsClient::new(&config(&api.url(), &files));
+    for _ in 0..20 {
+        assert_eq!(fetch(&rt, &mut client).unwrap(), expected_pods());
+    }
+    assert_eq!(api.authorizations().len(), 20, "one request per call");
+}
+
+#[test]
 fn garbage_and_oversized_answers_are_parse_errors() {
     let api = FakeKubeletApi::start("t", Reply::Body(b"<html>oops</html>".to_vec()));
     let files = Files::new("t", api.ca_pem());

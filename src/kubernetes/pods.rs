@@ -137,24 +137,19 @@ impl PodsClient {
     async fn call(&mut self) -> Result<Vec<PodIdentity>, PodsError> {
         // Read before connecting: a missing token is a configuration error, not a kubelet one.
         let token = read_token(&self.token_file)?;
-        let mut sender = match self.connection.take() {
-            Some(sender) if !sender.is_closed() => sender,
-            _ => self.connect().await?,
+        let (mut sender, reused) = match self.connection.take() {
+            Some(sender) if !sender.is_closed() => (sender, true),
+            _ => (self.connect().await?, false),
         };
-        sender.ready().await.map_err(|e| self.unavailable(&e))?;
-        let authority = self.url.authority().map(|a| a.as_str()).unwrap_or_default();
-        let request = Request::get(self.url.path())
-            .header(HOST, authority)
-            .header(ACCEPT, "application/json")
-            .header(AUTHORIZATION, token)
-            .body(String::new())
-            .map_err(|e| {
-                PodsError::new(KubeletError::PodsHttp, format!("GET {}: {e}", self.url))
-            })?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| self.unavailable(&e))?;
+        let response = match self.send(&mut sender, &token).await {
+            // The kubelet may close an idle keep-alive connection just as it is reused; that is
+            // no kubelet failure, so the request is sent once more on a new connection.
+            Err(_) if reused => {
+                sender = self.connect().await?;
+                self.send(&mut sender, &token).await?
+            }
+            result => result?,
+        };
         let status = response.status();
         let declared_length = response
             .headers()
@@ -175,6 +170,27 @@ impl PodsClient {
                 format!("GET {}: the answer is not a pod list: {e}", self.url),
             )
         })
+    }
+
+    async fn send(
+        &self,
+        sender: &mut SendRequest<String>,
+        token: &HeaderValue,
+    ) -> Result<http::Response<hyper::body::Incoming>, PodsError> {
+        sender.ready().await.map_err(|e| self.unavailable(&e))?;
+        let authority = self.url.authority().map(|a| a.as_str()).unwrap_or_default();
+        let request = Request::get(self.url.path())
+            .header(HOST, authority)
+            .header(ACCEPT, "application/json")
+            .header(AUTHORIZATION, token.clone())
+            .body(String::new())
+            .map_err(|e| {
+                PodsError::new(KubeletError::PodsHttp, format!("GET {}: {e}", self.url))
+            })?;
+        sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.unavailable(&e))
     }
 
     /// Reads the whole body, at most [`MAX_BODY_BYTES`].

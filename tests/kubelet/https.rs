@@ -65,6 +65,8 @@ struct State {
     /// The token accepted; any other answers 401 "Unauthorized", as a kubelet does.
     token: String,
     delay: Duration,
+    /// Close each connection after one answer instead of keeping it alive.
+    close_after_answer: bool,
     /// The `Authorization` header of each request, in order ("" when absent).
     authorizations: Vec<String>,
 }
@@ -99,6 +101,7 @@ impl FakeKubeletApi {
             reply,
             token: token.to_owned(),
             delay: Duration::ZERO,
+            close_after_answer: false,
             authorizations: Vec::new(),
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -122,11 +125,13 @@ impl FakeKubeletApi {
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
+                    let keep_alive = !state.lock().unwrap().close_after_answer;
                     let service = hyper::service::service_fn(move |req| {
                         let state = state.clone();
                         async move { Ok::<_, Infallible>(answer(req, state).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
+                        .keep_alive(keep_alive)
                         .serve_connection(TokioIo::new(tls), service)
                         .await;
                 });
@@ -161,6 +166,11 @@ impl FakeKubeletApi {
     /// Makes later requests wait `delay` before answering.
     pub fn set_delay(&self, delay: Duration) {
         self.state.lock().unwrap().delay = delay;
+    }
+
+    /// Makes later connections close after one answer, as a server with a short idle timeout.
+    pub fn set_close_after_answer(&self, close: bool) {
+        self.state.lock().unwrap().close_after_answer = close;
     }
 
     /// The `Authorization` headers received so far.
