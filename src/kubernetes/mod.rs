@@ -25,7 +25,7 @@ pub mod proto;
 use std::sync::{Arc, Mutex};
 
 use crate::config::KubernetesConfig;
-use crate::sample::KubernetesState;
+use crate::sample::{KubeletError, KubernetesState, PodIdentity};
 
 use client::PodResourcesClient;
 use mapping::ResourceFilter;
@@ -122,8 +122,8 @@ struct Refresher {
     on_change: Option<OnChange>,
     /// The `/pods` client, with `KubernetesConfig::pods`.
     pods: Option<PodsClient>,
-    /// The last `/pods` call succeeded; `None` before the first. Only for logging transitions.
-    pods_ok: Option<bool>,
+    /// How the last `/pods` call ended; `None` before the first. Only for logging changes.
+    pods_last: Option<Result<(), KubeletError>>,
 }
 
 type OnChange = Box<dyn Fn(KubernetesState) + Send + Sync>;
@@ -147,7 +147,7 @@ impl Refresher {
                 }
                 PodsClient::new(config)
             }),
-            pods_ok: None,
+            pods_last: None,
         }
     }
 
@@ -170,10 +170,7 @@ impl Refresher {
     }
 
     /// Records the result of one `/pods` call; true when the pod list changed.
-    fn apply_pods(
-        &mut self,
-        result: Result<Vec<crate::sample::PodIdentity>, pods::PodsError>,
-    ) -> bool {
+    fn apply_pods(&mut self, result: Result<Vec<PodIdentity>, pods::PodsError>) -> bool {
         let url = self
             .pods
             .as_ref()
@@ -182,10 +179,10 @@ impl Refresher {
         let mut state = self.state.lock();
         match result {
             Ok(list) => {
-                if self.pods_ok != Some(true) {
+                if self.pods_last != Some(Ok(())) {
                     tracing::info!(url, pods = list.len(), "kubelet pod list answering");
                 }
-                self.pods_ok = Some(true);
+                self.pods_last = Some(Ok(()));
                 if *state.pods != *list {
                     tracing::debug!(pods = list.len(), "kubelet pod list changed");
                     state.pods = Arc::from(list);
@@ -193,8 +190,9 @@ impl Refresher {
                 }
             }
             Err(e) => {
-                // Logged when the pod list stops answering, not on every failed refresh.
-                if self.pods_ok != Some(false) {
+                // Logged when the pod list stops answering or fails differently (a fix of one
+                // problem revealing the next), not on every failed refresh.
+                if self.pods_last != Some(Err(e.reason)) {
                     tracing::warn!(
                         url,
                         reason = e.reason.label(),
@@ -202,7 +200,7 @@ impl Refresher {
                         "kubelet pod list not answering; keeping the last list and retrying every refresh"
                     );
                 }
-                self.pods_ok = Some(false);
+                self.pods_last = Some(Err(e.reason));
                 *state.errors.entry(e.reason).or_default() += 1;
             }
         }
