@@ -3,9 +3,11 @@
 #   1. deploy/kubernetes/prometheusrule.yaml is what scripts/gen-prometheusrule.py makes of
 #      deploy/prometheus/alerts.yaml (regenerated into a temporary file and diffed);
 #   2. yamllint on the hand-written manifests;
-#   3. `kubectl kustomize` renders deploy/kubernetes and deploy/kubernetes/core;
-#   4. `kubernetes-validate --strict` validates the built-in kinds against the schemas of the
-#      oldest and the newest Kubernetes versions named in K8S_VERSIONS;
+#   3. `kubectl kustomize` renders deploy/kubernetes, deploy/kubernetes/core and the
+#      deploy/kubernetes/processes overlay;
+#   4. `kubernetes-validate --strict` validates the built-in kinds (and the whole processes
+#      overlay) against the schemas of the oldest and the newest Kubernetes versions named in
+#      K8S_VERSIONS, and the overlay is checked to carry what --processes needs;
 #   5. scripts/check-manifests.py checks the Prometheus operator's kinds structurally and that
 #      the objects fit together (selectors, ports, security context, the pod-resources mount);
 #   6. `promtool check rules` on the PrometheusRule's spec as a plain rules file;
@@ -85,6 +87,62 @@ validate() {
   return $ok
 }
 step "kubernetes-validate --strict (Kubernetes $k8s_versions)" validate
+
+# The processes overlay: core/ plus hostPID, the host's /proc and the kubelet RBAC; built-in kinds
+# only, so the whole rendering is validated.
+validate_processes() {
+  local version ok=0
+  render deploy/kubernetes/processes "$work/processes.yaml" || return 1
+  for version in $k8s_versions; do
+    kubernetes-validate --strict --quiet -k "$version" "$work/processes.yaml" || ok=1
+  done
+  return $ok
+}
+step "kubectl kustomize + kubernetes-validate --strict deploy/kubernetes/processes" \
+  validate_processes
+
+# What the exporter's --processes and /pods client read from the pod, and the binding that lets
+# its ServiceAccount call /pods.
+processes_overlay_fits() {
+  python3 - "$work/processes.yaml" <<'PY'
+import sys, yaml
+objs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(open(sys.argv[1])) if o}
+pod = objs[("DaemonSet", "nvml-exporter")]["spec"]["template"]["spec"]
+c = pod["containers"][0]
+env = {e["name"]: e for e in c.get("env", [])}
+names = [e["name"] for e in c.get("env", [])]
+mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+vols = {v["name"]: v for v in pod.get("volumes", [])}
+rules = objs[("ClusterRole", "nvml-exporter-kubelet-pods")]["rules"]
+binding = objs[("ClusterRoleBinding", "nvml-exporter-kubelet-pods")]
+problems = [m for ok, m in [
+    (pod.get("hostPID") is True, "hostPID is not true"),
+    (pod.get("automountServiceAccountToken") is True, "no service account token mounted"),
+    (env.get("NVML_EXPORTER_PROCESSES", {}).get("value") == "true", "NVML_EXPORTER_PROCESSES"),
+    (env.get("NVML_EXPORTER_HOST_PROC", {}).get("value") == "/host/proc", "NVML_EXPORTER_HOST_PROC"),
+    (env.get("NODE_IP", {}).get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+     == "status.hostIP", "NODE_IP from status.hostIP"),
+    (env.get("NVML_EXPORTER_KUBELET_URL", {}).get("value") == "https://$(NODE_IP):10250",
+     "NVML_EXPORTER_KUBELET_URL"),
+    ("NODE_IP" in names and "NVML_EXPORTER_KUBELET_URL" in names
+     and names.index("NODE_IP") < names.index("NVML_EXPORTER_KUBELET_URL"),
+     "NODE_IP must come before the URL that refers to it"),
+    (mounts.get("host-proc", {}).get("mountPath") == "/host/proc"
+     and mounts["host-proc"].get("readOnly") is True, "/host/proc mounted read-only"),
+    (vols.get("host-proc", {}).get("hostPath", {}).get("path") == "/proc", "host-proc is the host's /proc"),
+    (any("nodes/proxy" in r.get("resources", []) and "get" in r.get("verbs", []) for r in rules),
+     "ClusterRole grants get on nodes/proxy"),
+    (binding["roleRef"]["name"] == "nvml-exporter-kubelet-pods"
+     and {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "nvml-exporter"}
+     in binding["subjects"], "ClusterRoleBinding binds the exporter's ServiceAccount"),
+] if not ok]
+for p in problems:
+    print("processes overlay:", p)
+sys.exit(1 if problems else 0)
+PY
+}
+step "processes overlay: hostPID, /host/proc, kubelet URL, nodes/proxy binding" \
+  processes_overlay_fits
 
 check_rules() {
   [ -s "$work/rules.yaml" ] || { echo "no rules extracted from the PrometheusRule"; return 1; }

@@ -29,6 +29,17 @@ pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 /// Where the kubelet serves the pod-resources API on every standard node.
 pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
+/// Where the kubelet serves its HTTPS API (`/pods`) when the DaemonSet does not say: a kubelet
+/// reachable on the loopback interface, as with `hostNetwork`.
+pub const DEFAULT_KUBELET_URL: &str = "https://127.0.0.1:10250";
+
+/// The service account token Kubernetes projects into every pod that mounts one.
+pub const DEFAULT_KUBELET_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+
+/// The cluster CA projected next to the token; it signs the kubelet's serving certificate when the
+/// cluster approves kubelet serving certificates (`serverTLSBootstrap`).
+pub const DEFAULT_KUBELET_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
 /// File name of the simulated driver library that `--demo` loads from next to the executable.
 pub const DEMO_NVML_LIB: &str = "libnvml_sim.so";
 
@@ -111,8 +122,19 @@ pub struct KubernetesConfig {
     pub resource_names: Vec<String>,
     /// How often `List` is called.
     pub refresh: Duration,
-    /// Deadline of one `List` call.
+    /// Deadline of one `List` call (and of one `/pods` call).
     pub timeout: Duration,
+    /// Fetch the kubelet's pod list (`/pods`) to name the pods and containers of processes. Not
+    /// an option of its own: set by `--processes`.
+    pub pods: bool,
+    /// Base URL of the kubelet's HTTPS API; `/pods` is appended to its path.
+    pub kubelet_url: http::Uri,
+    /// Bearer token sent to the kubelet, re-read on every call (projected tokens rotate).
+    pub kubelet_token_file: PathBuf,
+    /// CA bundle that verifies the kubelet's serving certificate.
+    pub kubelet_ca_file: PathBuf,
+    /// Do not verify the kubelet's serving certificate (`--kubelet-insecure-tls`).
+    pub kubelet_insecure_tls: bool,
 }
 
 impl Default for KubernetesConfig {
@@ -124,6 +146,11 @@ impl Default for KubernetesConfig {
             resource_names: Vec::new(),
             refresh: Duration::from_secs(1),
             timeout: Duration::from_secs(1),
+            pods: false,
+            kubelet_url: http::Uri::from_static(DEFAULT_KUBELET_URL),
+            kubelet_token_file: PathBuf::from(DEFAULT_KUBELET_TOKEN_FILE),
+            kubelet_ca_file: PathBuf::from(DEFAULT_KUBELET_CA_FILE),
+            kubelet_insecure_tls: false,
         }
     }
 }
@@ -326,6 +353,42 @@ struct Cli {
     #[arg(long, env = "NVML_EXPORTER_DCGM_COMPAT", value_name = "MODE", num_args = 0..=1,
           default_missing_value = "dcgm", require_equals = true)]
     dcgm_compat: Option<DcgmCompat>,
+
+    /// The kubelet's HTTPS API, asked for its pod list (/pods) to name the pod and container of
+    /// each GPU process (with --processes) [default: https://127.0.0.1:10250]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBELET_URL",
+        value_name = "URL",
+        help_heading = "Kubernetes"
+    )]
+    kubelet_url: Option<String>,
+
+    /// Bearer token for the kubelet, re-read on every call
+    /// [default: /var/run/secrets/kubernetes.io/serviceaccount/token]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBELET_TOKEN_FILE",
+        value_name = "PATH",
+        help_heading = "Kubernetes"
+    )]
+    kubelet_token_file: Option<PathBuf>,
+
+    /// CA bundle verifying the kubelet's serving certificate
+    /// [default: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBELET_CA_FILE",
+        value_name = "PATH",
+        help_heading = "Kubernetes"
+    )]
+    kubelet_ca_file: Option<PathBuf>,
+
+    /// Do not verify the kubelet's serving certificate (kubelets often serve a self-signed one)
+    /// [default: false]
+    #[arg(long, env = "NVML_EXPORTER_KUBELET_INSECURE_TLS", value_name = "BOOL", num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    kubelet_insecure_tls: Option<bool>,
 }
 
 /// Subcommands; without one the exporter serves.
@@ -364,6 +427,10 @@ struct FileConfig {
     max_processes_per_gpu: Option<Spanned<usize>>,
     host_proc: Option<Spanned<PathBuf>>,
     dcgm_compat: Option<Spanned<DcgmCompat>>,
+    kubelet_url: Option<Spanned<String>>,
+    kubelet_token_file: Option<Spanned<PathBuf>>,
+    kubelet_ca_file: Option<Spanned<PathBuf>>,
+    kubelet_insecure_tls: Option<Spanned<bool>>,
 }
 
 /// A duration written as text ("1s", "250ms") in the file.
@@ -626,8 +693,10 @@ fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, C
         d.interval,
     );
     // Before the other options take their values out of `file`.
-    let kubernetes = merge_kubernetes(cli, &mut file, src, interval)?;
+    let mut kubernetes = merge_kubernetes(cli, &mut file, src, interval)?;
     let processes = merge_processes(cli, &mut file, src)?;
+    // Naming a process's pod needs the kubelet's pod list; nothing else does.
+    kubernetes.pods = processes.enabled;
     let (listen, _) = src.pick(
         "listen",
         "NVML_EXPORTER_LISTEN",
@@ -910,6 +979,46 @@ fn merge_kubernetes(
             "must be above 0",
         ));
     }
+    let (kubelet_url, url_origin) = src.pick(
+        "kubelet_url",
+        "NVML_EXPORTER_KUBELET_URL",
+        cli.kubelet_url.clone(),
+        file.kubelet_url.take(),
+        DEFAULT_KUBELET_URL.to_owned(),
+    );
+    let kubelet_url =
+        parse_kubelet_url(&kubelet_url).map_err(|e| invalid("kubelet-url", &url_origin, e))?;
+    let (kubelet_token_file, token_origin) = src.pick(
+        "kubelet_token_file",
+        "NVML_EXPORTER_KUBELET_TOKEN_FILE",
+        cli.kubelet_token_file.clone(),
+        file.kubelet_token_file.take(),
+        d.kubelet_token_file,
+    );
+    if kubelet_token_file.as_os_str().is_empty() {
+        return Err(invalid(
+            "kubelet-token-file",
+            &token_origin,
+            "the path is empty",
+        ));
+    }
+    let (kubelet_ca_file, ca_origin) = src.pick(
+        "kubelet_ca_file",
+        "NVML_EXPORTER_KUBELET_CA_FILE",
+        cli.kubelet_ca_file.clone(),
+        file.kubelet_ca_file.take(),
+        d.kubelet_ca_file,
+    );
+    if kubelet_ca_file.as_os_str().is_empty() {
+        return Err(invalid("kubelet-ca-file", &ca_origin, "the path is empty"));
+    }
+    let (kubelet_insecure_tls, _) = src.pick(
+        "kubelet_insecure_tls",
+        "NVML_EXPORTER_KUBELET_INSECURE_TLS",
+        cli.kubelet_insecure_tls,
+        file.kubelet_insecure_tls.take(),
+        d.kubelet_insecure_tls,
+    );
     Ok(KubernetesConfig {
         enabled,
         labels,
@@ -917,7 +1026,34 @@ fn merge_kubernetes(
         resource_names,
         refresh,
         timeout,
+        pods: d.pods,
+        kubelet_url,
+        kubelet_token_file,
+        kubelet_ca_file,
+        kubelet_insecure_tls,
     })
+}
+
+/// An `https://host[:port][/prefix]` URL. Only HTTPS: the request carries a bearer token, and the
+/// kubelet's plain-HTTP read-only port is off by default and deprecated.
+fn parse_kubelet_url(s: &str) -> Result<http::Uri, String> {
+    let uri: http::Uri = s
+        .trim()
+        .parse()
+        .map_err(|e| format!("{} is not a URL ({e})", quote(s)))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(format!(
+            "{} must start with https:// (e.g. https://10.0.0.1:10250)",
+            quote(s)
+        ));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{} has no host", quote(s)));
+    }
+    if uri.query().is_some() {
+        return Err(format!("{} must not have a query", quote(s)));
+    }
+    Ok(uri)
 }
 
 fn map_spanned<T, U>(s: Spanned<T>, f: impl FnOnce(T) -> U) -> Spanned<U> {
@@ -1215,6 +1351,58 @@ mod tests {
         let f = file("interval = \"1s\"\ndcgm_compat = \"yes\"\n");
         let e = err(&["--config", f.path().to_str().unwrap()]);
         assert!(e.contains("dcgm_compat") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn kubelet_options_defaults_and_overrides() {
+        let k = load_args(&[]).unwrap().kubernetes;
+        assert!(!k.pods, "the pod list is only fetched for --processes");
+        assert!(load_args(&["--processes"]).unwrap().kubernetes.pods);
+        assert_eq!(k.kubelet_url, DEFAULT_KUBELET_URL);
+        assert_eq!(
+            k.kubelet_token_file,
+            PathBuf::from(DEFAULT_KUBELET_TOKEN_FILE)
+        );
+        assert_eq!(k.kubelet_ca_file, PathBuf::from(DEFAULT_KUBELET_CA_FILE));
+        assert!(!k.kubelet_insecure_tls);
+
+        let k = load_args(&[
+            "--kubelet-url",
+            "https://10.1.2.3:10250",
+            "--kubelet-token-file",
+            "/t",
+            "--kubelet-ca-file",
+            "/ca.pem",
+            "--kubelet-insecure-tls",
+        ])
+        .unwrap()
+        .kubernetes;
+        assert_eq!(k.kubelet_url, "https://10.1.2.3:10250");
+        assert_eq!(k.kubelet_token_file, PathBuf::from("/t"));
+        assert_eq!(k.kubelet_ca_file, PathBuf::from("/ca.pem"));
+        assert!(k.kubelet_insecure_tls);
+
+        let f = file("kubelet_url = \"https://node:10250/x\"\nkubelet_insecure_tls = true\n");
+        let k = load_args(&["--config", f.path().to_str().unwrap()])
+            .unwrap()
+            .kubernetes;
+        assert_eq!(k.kubelet_url, "https://node:10250/x");
+        assert!(k.kubelet_insecure_tls);
+
+        for bad in [
+            "http://10.0.0.1:10255",
+            "10.0.0.1:10250",
+            "https://",
+            "https://h/?a=b",
+        ] {
+            let e = err(&["--kubelet-url", bad]);
+            assert!(e.contains("--kubelet-url"), "{bad}: {e}");
+        }
+        let f = file("kubelet_url = \"http://x\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(e.contains("--kubelet-url") && e.contains("line 1"), "{e}");
+        assert!(err(&["--kubelet-token-file", ""]).contains("--kubelet-token-file"));
+        assert!(err(&["--kubelet-ca-file", ""]).contains("--kubelet-ca-file"));
     }
 
     #[test]

@@ -443,11 +443,18 @@ label_enum!(
 );
 
 label_enum!(
-    /// `reason` label of `nvml_exporter_kubernetes_errors_total`: why a `List` call failed.
+    /// `reason` label of `nvml_exporter_kubernetes_errors_total`: why a `List` call failed, or
+    /// (`pods_*`, only with the pod list) why a `/pods` call did.
     KubeletError {
         Unavailable => "unavailable",
         Timeout => "timeout",
         Rpc => "rpc",
+        PodsUnavailable => "pods_unavailable",
+        PodsTimeout => "pods_timeout",
+        PodsTls => "pods_tls",
+        PodsAuth => "pods_auth",
+        PodsHttp => "pods_http",
+        PodsParse => "pods_parse",
     }
 );
 

@@ -11,18 +11,25 @@
 //! An assignment disappears with the first successful `List` that no longer has it. While calls
 //! fail the last successful list is kept: containers keep their GPUs across a kubelet restart,
 //! and dropping the labels for its duration would split every series twice.
+//!
+//! With [`KubernetesConfig::pods`] (per-process attribution) each refresh also fetches the
+//! kubelet's pod list ([`pods`]), at the same time as `List` and with the same deadline, into
+//! [`KubernetesState::pods`]. Its failures are counted under their own `pods_*` reasons and kept
+//! apart from `up`, which stays about the pod-resources API; a failed call keeps the last list.
 
 pub mod client;
 pub mod mapping;
+pub mod pods;
 pub mod proto;
 
 use std::sync::{Arc, Mutex};
 
 use crate::config::KubernetesConfig;
-use crate::sample::KubernetesState;
+use crate::sample::{KubeletError, KubernetesState, PodIdentity};
 
 use client::PodResourcesClient;
 use mapping::ResourceFilter;
+use pods::PodsClient;
 
 /// The latest kubelet state, shared between the refresh task and the publisher.
 #[derive(Debug, Clone)]
@@ -52,12 +59,12 @@ impl Watcher {
     /// failed call, retried at the next refresh.
     ///
     /// `on_change` is called (on the runtime) with the new state whenever a refresh changes the
-    /// GPU assignments, so the publisher can serve them before the next tick.
+    /// GPU assignments or the pod list, so the publisher can serve them before the next tick.
     pub fn spawn(
         config: &KubernetesConfig,
         on_change: impl Fn(KubernetesState) + Send + Sync + 'static,
     ) -> Watcher {
-        let state = StateHandle(Arc::new(Mutex::new(KubernetesState::new())));
+        let state = StateHandle(Arc::new(Mutex::new(initial_state(config))));
         let mut refresher = Refresher::new(config, state.clone());
         refresher.on_change = Some(Box::new(on_change));
         let refresh = config.refresh;
@@ -86,21 +93,37 @@ impl Drop for Watcher {
     }
 }
 
-/// Calls `List` once and returns the resulting state, for `--once`.
+/// Calls `List` (and `/pods` when asked to) once and returns the resulting state, for `--once`.
 pub async fn list_once(config: &KubernetesConfig) -> KubernetesState {
-    let state = StateHandle(Arc::new(Mutex::new(KubernetesState::new())));
+    let state = StateHandle(Arc::new(Mutex::new(initial_state(config))));
     Refresher::new(config, state.clone()).refresh().await;
     state.current()
 }
 
-/// One `List` call and what it changes.
+/// Nothing asked yet. The `pods_*` error reasons exist only where the pod list is fetched, so
+/// that a node without `--processes` does not serve counters for calls it never makes.
+fn initial_state(config: &KubernetesConfig) -> KubernetesState {
+    let mut state = KubernetesState::new();
+    if !config.pods {
+        state
+            .errors
+            .retain(|reason, _| !pods::REASONS.contains(reason));
+    }
+    state
+}
+
+/// One `List` call (and `/pods` call) and what it changes.
 struct Refresher {
     client: PodResourcesClient,
     filter: ResourceFilter,
     timeout: std::time::Duration,
     state: StateHandle,
-    /// Told the new state when the assignments change.
+    /// Told the new state when the assignments or the pod list change.
     on_change: Option<OnChange>,
+    /// The `/pods` client, with `KubernetesConfig::pods`.
+    pods: Option<PodsClient>,
+    /// How the last `/pods` call ended; `None` before the first. Only for logging changes.
+    pods_last: Option<Result<(), KubeletError>>,
 }
 
 type OnChange = Box<dyn Fn(KubernetesState) + Send + Sync>;
@@ -113,22 +136,82 @@ impl Refresher {
             timeout: config.timeout,
             state,
             on_change: None,
+            pods: config.pods.then(|| {
+                if config.kubelet_insecure_tls {
+                    tracing::warn!(
+                        url = %config.kubelet_url,
+                        "--kubelet-insecure-tls: the kubelet's serving certificate is not verified; \
+                         anyone who can intercept node traffic can answer /pods and receives the \
+                         service account token"
+                    );
+                }
+                PodsClient::new(config)
+            }),
+            pods_last: None,
         }
     }
 
     async fn refresh(&mut self) {
-        let result = self.client.list(self.timeout).await;
-        let changed = self.apply(result);
-        if let (Some(state), Some(on_change)) = (changed, &self.on_change) {
-            on_change(state);
+        // Both calls at once, so a slow kubelet costs one deadline per refresh, not two.
+        let (list, pods) = match &mut self.pods {
+            Some(pods) => {
+                let (list, pods) = tokio::join!(self.client.list(self.timeout), pods.fetch());
+                (list, Some(pods))
+            }
+            None => (self.client.list(self.timeout).await, None),
+        };
+        let mut changed = self.apply(list);
+        if let Some(pods) = pods {
+            changed |= self.apply_pods(pods);
+        }
+        if let (true, Some(on_change)) = (changed, &self.on_change) {
+            on_change(self.state.current());
         }
     }
 
-    /// Records the result of one `List`; returns the new state when the assignments changed.
+    /// Records the result of one `/pods` call; true when the pod list changed.
+    fn apply_pods(&mut self, result: Result<Vec<PodIdentity>, pods::PodsError>) -> bool {
+        let url = self
+            .pods
+            .as_ref()
+            .map(|p| p.url().to_string())
+            .unwrap_or_default();
+        let mut state = self.state.lock();
+        match result {
+            Ok(list) => {
+                if self.pods_last != Some(Ok(())) {
+                    tracing::info!(url, pods = list.len(), "kubelet pod list answering");
+                }
+                self.pods_last = Some(Ok(()));
+                if *state.pods != *list {
+                    tracing::debug!(pods = list.len(), "kubelet pod list changed");
+                    state.pods = Arc::from(list);
+                    return true;
+                }
+            }
+            Err(e) => {
+                // Logged when the pod list stops answering or fails differently (a fix of one
+                // problem revealing the next), not on every failed refresh.
+                if self.pods_last != Some(Err(e.reason)) {
+                    tracing::warn!(
+                        url,
+                        reason = e.reason.label(),
+                        error = %e,
+                        "kubelet pod list not answering; keeping the last list and retrying every refresh"
+                    );
+                }
+                self.pods_last = Some(Err(e.reason));
+                *state.errors.entry(e.reason).or_default() += 1;
+            }
+        }
+        false
+    }
+
+    /// Records the result of one `List`; true when the assignments changed.
     fn apply(
         &mut self,
         result: Result<proto::ListPodResourcesResponse, client::ListError>,
-    ) -> Option<KubernetesState> {
+    ) -> bool {
         let mut changed = false;
         let mut state = self.state.lock();
         match result {
@@ -150,7 +233,12 @@ impl Refresher {
             }
             Err(e) => {
                 // Logged when the kubelet stops answering, not on every failed refresh.
-                if state.up || state.errors.values().all(|n| *n == 0) {
+                let list_errors = state
+                    .errors
+                    .iter()
+                    .filter(|(reason, _)| !pods::REASONS.contains(reason))
+                    .map(|(_, n)| *n);
+                if state.up || list_errors.sum::<u64>() == 0 {
                     tracing::warn!(
                         socket = %self.client.socket().display(),
                         reason = e.reason.label(),
@@ -162,6 +250,6 @@ impl Refresher {
                 *state.errors.entry(e.reason).or_default() += 1;
             }
         }
-        changed.then(|| state.clone())
+        changed
     }
 }

@@ -981,7 +981,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvml_exporter_kubernetes_errors_total",
-        help: "Failed calls to the kubelet pod-resources API, by reason (with --kubernetes).",
+        help: "Failed calls to the kubelet, by reason (with --kubernetes): its pod-resources API, and its pod list (pods_* reasons, with --processes).",
         kind: MetricKind::Counter,
         unit: "",
         labels: &["reason"],
