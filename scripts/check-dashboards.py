@@ -19,7 +19,7 @@
 variable's query over the range, "All" where the variable offers it, else the first value, in
 order so chained variables see the earlier ones) and runs every target: a range query over the
 last --range seconds at 1 s steps, or an instant query for `instant: true` targets. Each must
-return at least one series. FILE is a dashboard JSON or a query file: one PromQL expression a line,
+return at least one series; --expect pins the value of an instant (stat) target. FILE is a dashboard JSON or a query file: one PromQL expression a line,
 `#` comments; a `label_values(METRIC, LABEL)` line defines the variable `$LABEL` (multi, All), as
 in dcgm-exporter's dashboard, where each variable is named after its label.
 """
@@ -415,8 +415,27 @@ def resolve(prom, source, start, end, values):
         print(f"      ${v['name']} = {shown} ({len(options)} values: {', '.join(options[:10])})")
 
 
+def wait_for_data(prom, targets, seconds):
+    """Waits until `targets` exporters have each been scraped `seconds` times (at 1 s)."""
+    query = f"count(count_over_time(nvml_exporter_gpus[10m]) >= {seconds})"
+    deadline = time.monotonic() + seconds + 60
+    while True:
+        try:
+            result = prom.api("query", query=query)["result"]
+            if result and float(result[0]["value"][1]) >= targets:
+                return True
+        except (OSError, RuntimeError):
+            pass  # not up yet
+        if time.monotonic() > deadline:
+            print(f"FAIL  timed out waiting for {seconds} s of data from {targets} exporters")
+            return False
+        time.sleep(1)
+
+
 def run_live(args):
     prom = Prometheus(args.prometheus)
+    if args.wait_for and not wait_for_data(prom, args.wait_for, args.range):
+        return 1
     end = time.time()
     start = end - args.range
     failed = total = 0
@@ -443,6 +462,11 @@ def run_live(args):
                 problem = None if series else "no data"
             except RuntimeError as e:
                 problem = str(e)
+            want = args.expect.pop((source.name, t["title"]), None)
+            if not problem and want is not None:
+                got = [float(r["value"][1]) for r in series] if t["instant"] else None
+                if got != [want]:
+                    problem = f"{got}, expected [{want:g}] (an instant query with one series)"
             if problem:
                 failed += 1
                 print(f"FAIL  {t['title']} / {t['ref']}: {problem}\n      {expr}")
@@ -450,6 +474,10 @@ def run_live(args):
                 ok += 1
         print(f"{'PASS' if ok == len(source.targets) else 'FAIL'}  {source.name}: "
               f"{ok}/{len(source.targets)} queries return data")
+    for (name, title), want in args.expect.items():
+        print(f"FAIL  {name}: no target titled {title!r} to expect {want:g} of")
+        failed += 1
+        total += 1
     print(f"live: {total - failed}/{total} queries return data" if total else "live: no queries")
     return 1 if failed else 0
 
@@ -463,8 +491,21 @@ def main():
     live = sub.add_parser("live", help="every query returns data from a running Prometheus")
     live.add_argument("--prometheus", required=True, help="base URL, e.g. http://127.0.0.1:9090")
     live.add_argument("--range", type=int, default=60, help="seconds of data to query (default 60)")
+    live.add_argument("--wait-for", type=int, metavar="N", default=0,
+                      help="first wait until N exporters have been scraped for --range seconds")
+    live.add_argument("--expect", action="append", default=[], metavar="FILE:TITLE=VALUE",
+                      help="the instant target of panel TITLE in FILE (a base name) must return"
+                           " exactly one series of VALUE")
     live.add_argument("files", nargs="+")
     args = parser.parse_args()
+    if args.command == "live":
+        expect = {}
+        for e in args.expect:
+            m = re.fullmatch(r"([^:]+):(.+)=([-+.\deE]+)", e)
+            if not m:
+                parser.error(f"--expect {e!r}: expected FILE:TITLE=VALUE")
+            expect[(m.group(1), m.group(2))] = float(m.group(3))
+        args.expect = expect
     return run_static(args) if args.command == "static" else run_live(args)
 
 
