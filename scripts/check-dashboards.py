@@ -439,6 +439,7 @@ def run_live(args):
     end = time.time()
     start = end - args.range
     failed = total = 0
+    expected, expected_ok = len(args.expect), 0
     for path in args.files:
         source = load(path)
         print(f"--- {source.name}")
@@ -467,6 +468,8 @@ def run_live(args):
                 got = [float(r["value"][1]) for r in series] if t["instant"] else None
                 if got != [want]:
                     problem = f"{got}, expected [{want:g}] (an instant query with one series)"
+                else:
+                    expected_ok += 1
             if problem:
                 failed += 1
                 print(f"FAIL  {t['title']} / {t['ref']}: {problem}\n      {expr}")
@@ -478,6 +481,9 @@ def run_live(args):
         print(f"FAIL  {name}: no target titled {title!r} to expect {want:g} of")
         failed += 1
         total += 1
+    if expected:
+        print(f"{'PASS' if expected_ok == expected else 'FAIL'}  {expected_ok}/{expected} stat values"
+              " as expected")
     print(f"live: {total - failed}/{total} queries return data" if total else "live: no queries")
     return 1 if failed else 0
 
