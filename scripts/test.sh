@@ -6,6 +6,8 @@
 #   4. every NVML symbol the simulator exports is one the real driver library exports;
 #   5. the alert rules: promtool's unit tests, and a real Prometheus scraping the demo exporter;
 #   6. the Kubernetes manifests: rendered with kubectl kustomize and validated.
+#   7. the Grafana dashboards: structure, PromQL and metric names, then every panel query against a
+#      live Prometheus scraping the demo with pods from the fake kubelet.
 # Installs what is missing (Debian's prometheus for promtool, gpustat and nvidia-ml-py from PyPI, the
 # real driver library from Debian non-free, unpacked under target/) when run as root.
 set -euo pipefail
@@ -93,6 +95,7 @@ check "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py
 check "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 check "alert rules: promtool unit tests and a live Prometheus against the demo" scripts/e2e-prometheus.sh "$bin"
 check "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
+check "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
 
 echo "checks: $passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""Checks Grafana dashboards (and plain query files) against nvml-exporter.
+
+    check-dashboards.py static [--promtool PROMTOOL] DASHBOARD.json...
+    check-dashboards.py live --prometheus URL [--range SECONDS] FILE...
+
+`static` (fast, no server), one PASS/FAIL line per check:
+  1. structure: the JSON parses; schemaVersion >= 39, uid, title; the `datasource` (type datasource,
+     query prometheus), `node`, `instance`, `gpu` and `namespace` variables; every panel has a type of
+     timeseries/stat/table/heatmap, a unit, a description, the datasource and targets with an expr;
+  2. PromQL: every expr and variable query, Grafana variables given concrete values, passes
+     `promtool check rules`;
+  3. names: every metric name used is one the exporter serves (tests/golden/h100x8.prom plus the
+     families docs/metrics.md lists);
+  and first, a self-test: a broken dashboard (typo in a metric name, unparsable expr, panel
+  without a unit) must fail each of the three, so the checks themselves cannot silently pass.
+
+`live` resolves each file's variables against a running Prometheus the way Grafana does (each
+variable's query over the range, "All" where the variable offers it, else the first value, in
+order so chained variables see the earlier ones) and runs every target: a range query over the
+last --range seconds at 1 s steps, or an instant query for `instant: true` targets. Each must
+return at least one series; --expect pins the value of an instant (stat) target. FILE is a dashboard JSON or a query file: one PromQL expression a line,
+`#` comments; a `label_values(METRIC, LABEL)` line defines the variable `$LABEL` (multi, All), as
+in dcgm-exporter's dashboard, where each variable is named after its label.
+"""
+
+import argparse
+import copy
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PANEL_TYPES = {"timeseries", "stat", "table", "heatmap"}
+REQUIRED_VARIABLES = ["datasource", "node", "instance", "gpu", "namespace"]
+
+# Grafana's built-in variables, as Grafana sets them for a 1-minute range on a Prometheus data
+# source whose scrape interval is 1 s: $__interval is the step (range / max data points, at
+# least the scrape interval), $__rate_interval max(4 x scrape interval, $__interval + scrape).
+def builtins(range_s, step_s=1):
+    rate_s = max(4 * step_s, step_s + step_s)
+    return {
+        "__interval": f"{step_s}s",
+        "__interval_ms": str(step_s * 1000),
+        "__rate_interval": f"{rate_s}s",
+        "__rate_interval_ms": str(rate_s * 1000),
+        "__range": f"{range_s}s",
+        "__range_s": str(range_s),
+        "__range_ms": str(range_s * 1000),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading dashboards and query files
+
+
+class Source:
+    """A dashboard or query file: its variables (in order) and its targets."""
+
+    def __init__(self, path, variables, targets):
+        self.path = path
+        self.name = Path(path).name
+        self.variables = variables  # [{"name", "query", "all", "all_value"}]
+        self.targets = targets  # [{"title", "ref", "expr", "instant"}]
+
+
+def variable_query(var):
+    q = var.get("query")
+    if isinstance(q, dict):
+        q = q.get("query", "")
+    return q or var.get("definition", "")
+
+
+def load(path):
+    """A Source from a dashboard JSON (.json) or a query file (anything else)."""
+    text = Path(path).read_text()
+    if str(path).endswith(".json"):
+        d = json.loads(text)
+        variables = [
+            {
+                "name": v["name"],
+                "query": variable_query(v),
+                "all": bool(v.get("includeAll")),
+                "multi": bool(v.get("multi")) or bool(v.get("includeAll")),
+                "all_value": v.get("allValue") or None,
+            }
+            for v in d.get("templating", {}).get("list", [])
+            if v.get("type") == "query"
+        ]
+        targets = [
+            {
+                "title": p.get("title", f"panel {p.get('id')}"),
+                "ref": t.get("refId", "?"),
+                "expr": t.get("expr", ""),
+                "instant": bool(t.get("instant")) and not t.get("range"),
+            }
+            for p in panels(d)
+            for t in p.get("targets", [])
+            if not t.get("hide")
+        ]
+        return Source(path, variables, targets)
+    variables, targets = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"label_values\((.*),\s*(\w+)\s*\)", line)
+        if m:
+            variables.append({"name": m.group(2), "query": line, "all": True, "multi": True,
+                              "all_value": None})
+        else:
+            targets.append({"title": f"line {n}", "ref": "A", "expr": line, "instant": False})
+    return Source(path, variables, targets)
+
+
+def panels(d):
+    """Every panel, those inside collapsed rows included."""
+    for p in d.get("panels", []):
+        yield p
+        yield from p.get("panels", [])
+
+
+# ---------------------------------------------------------------------------------------------
+# Grafana variable interpolation (Prometheus data source rules)
+
+VAR_RE = re.compile(r"\$\{(\w+)(?::[^}]*)?\}|\[\[(\w+)\]\]|\$(\w+)")
+
+
+def regex_escape(value):
+    return re.sub(r"([\\^$*+?.()|{}\[\]])", r"\\\\\1", value)
+
+
+def format_value(var, value):
+    """How Grafana writes a variable's value into a Prometheus query."""
+    if value == "$__all":
+        if var.get("all_value"):
+            return var["all_value"]
+        value = var["options"]
+    if isinstance(value, list):
+        if len(value) == 1:
+            return regex_escape(value[0])
+        return "(" + "|".join(regex_escape(v) for v in value) + ")"
+    if var.get("multi"):
+        return regex_escape(value)
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def interpolate(expr, values, variables):
+    """Replaces $name, ${name}, ${name:fmt} and [[name]]; unknown names are left alone."""
+    by_name = {v["name"]: v for v in variables}
+
+    def sub(m):
+        name = m.group(1) or m.group(2) or m.group(3)
+        if name in values and name in by_name:
+            return format_value(by_name[name], values[name])
+        if name in values:
+            return values[name]
+        return m.group(0)
+
+    return VAR_RE.sub(sub, expr)
+
+
+def static_values(source, range_s):
+    """Values for parsing without a server: every variable "All" (`.*` where none is declared)."""
+    values = builtins(range_s)
+    for v in source.variables:
+        values[v["name"]] = v["all_value"] or ".*"
+    return values
+
+
+def variable_promql(query):
+    """The PromQL inside a variable query (label_values(expr, label), query_result(expr)), or None."""
+    m = re.fullmatch(r"\s*label_values\((.*),\s*\w+\s*\)\s*", query, re.S)
+    if m:
+        return m.group(1)
+    m = re.fullmatch(r"\s*query_result\((.*)\)\s*", query, re.S)
+    if m:
+        return m.group(1)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Static checks
+
+
+def structure_errors(path):
+    """Check 1 for one dashboard: a list of problems (empty when fine)."""
+    try:
+        d = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        return [f"does not parse: {e}"]
+    errors = []
+    if not isinstance(d.get("schemaVersion"), int) or d["schemaVersion"] < 39:
+        errors.append(f"schemaVersion {d.get('schemaVersion')!r}, need >= 39")
+    for key in ("uid", "title"):
+        if not d.get(key):
+            errors.append(f"no {key}")
+    variables = {v.get("name"): v for v in d.get("templating", {}).get("list", [])}
+    for name in REQUIRED_VARIABLES:
+        v = variables.get(name)
+        if v is None:
+            errors.append(f"no ${name} variable")
+        elif name == "datasource":
+            if v.get("type") != "datasource" or v.get("query") != "prometheus":
+                errors.append("$datasource is not a prometheus datasource variable")
+        elif v.get("type") != "query" or not variable_query(v).startswith("label_values("):
+            errors.append(f"${name} is not a label_values query variable")
+    ids = set()
+    for p in panels(d):
+        title = p.get("title") or f"panel {p.get('id')}"
+        if p.get("type") == "row":
+            continue
+        if p.get("id") in ids:
+            errors.append(f"{title}: duplicate panel id {p.get('id')}")
+        ids.add(p.get("id"))
+        if p.get("type") not in PANEL_TYPES:
+            errors.append(f"{title}: type {p.get('type')!r} not one of {sorted(PANEL_TYPES)}")
+        if not p.get("fieldConfig", {}).get("defaults", {}).get("unit"):
+            errors.append(f"{title}: no unit")
+        if not (p.get("description") or "").strip():
+            errors.append(f"{title}: no description")
+        if (p.get("datasource") or {}).get("uid") != "${datasource}":
+            errors.append(f"{title}: datasource is not ${{datasource}}")
+        if not p.get("targets"):
+            errors.append(f"{title}: no targets")
+        for t in p.get("targets", []):
+            if not (t.get("expr") or "").strip():
+                errors.append(f"{title} {t.get('refId')}: empty expr")
+            if (t.get("datasource") or {}).get("uid") not in (None, "${datasource}"):
+                errors.append(f"{title} {t.get('refId')}: target datasource is not ${{datasource}}")
+    return errors
+
+
+def all_exprs(source, range_s=60):
+    """(where, PromQL) for every target and variable query, variables substituted."""
+    values = static_values(source, range_s)
+    out = []
+    for v in source.variables:
+        promql = variable_promql(v["query"])
+        if promql is None:
+            out.append((f"{source.name} / variable ${v['name']}", None))
+        else:
+            out.append((f"{source.name} / variable ${v['name']}",
+                        interpolate(promql, values, source.variables)))
+    for t in source.targets:
+        out.append((f"{source.name} / {t['title']} / {t['ref']}",
+                    interpolate(t["expr"], values, source.variables)))
+    return out
+
+
+def promql_errors(promtool, exprs):
+    """Check 2: a list of problems from `promtool check rules` over one group per expression."""
+    errors = [f"{where}: not a label_values()/query_result() query" for where, e in exprs if e is None]
+    exprs = [(where, e) for where, e in exprs if e is not None]
+    if not exprs:
+        return errors
+    rules = {"groups": [
+        {"name": f"{i}: {where}", "rules": [{"record": "dashboard_expr", "expr": e}]}
+        for i, (where, e) in enumerate(exprs)
+    ]}
+    with tempfile.NamedTemporaryFile("w", suffix=".yml") as f:
+        json.dump(rules, f)  # JSON is YAML
+        f.flush()
+        run = subprocess.run([promtool, "check", "rules", f.name], capture_output=True, text=True)
+    if run.returncode != 0:
+        lines = [ln.strip() for ln in (run.stdout + run.stderr).splitlines()]
+        errors += [ln for ln in lines if "could not parse" in ln or "parse error" in ln] or lines
+    return errors
+
+
+def served_names():
+    """Metric names the exporter serves: the golden file's plus docs/metrics.md's families."""
+    names = set(re.findall(r"^# TYPE (\S+)", (ROOT / "tests/golden/h100x8.prom").read_text(), re.M))
+    for name, kind in re.findall(r"^\| `(\w+)` \| (\w+) \|", (ROOT / "docs/metrics.md").read_text(), re.M):
+        names.add(name)
+        if kind == "histogram":
+            names.update(f"{name}_{suffix}" for suffix in ("bucket", "sum", "count"))
+    return names
+
+
+PROMQL_WORDS = {
+    "by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless",
+    "offset", "inf", "nan", "atan2",
+}
+
+
+def metric_names(expr):
+    """Metric names in a PromQL expression: identifiers that are not functions, keywords, label
+    names (in {...} and in by/on/... lists), durations or numbers."""
+    s = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)  # strings
+    s = re.sub(r"\{[^}]*\}", " ", s)  # label matchers
+    s = re.sub(r"\[[^\]]*\]", " ", s)  # range and subquery durations
+    s = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    s = re.sub(r"\b\d+(\.\d+)?(e[+-]?\d+)?(ms|s|m|h|d|w|y)?\b", " ", s)  # numbers, durations
+    names = set()
+    for m in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", s):
+        word, rest = m.group(0), s[m.end():]
+        if word.lower() in PROMQL_WORDS or re.match(r"\s*\(", rest):
+            continue  # keyword, function or aggregation
+        names.add(word)
+    return names
+
+
+def unknown_names(exprs, known):
+    errors = []
+    for where, e in exprs:
+        for name in sorted(metric_names(e or "") - known):
+            errors.append(f"{where}: {name} is not a metric the exporter serves")
+    return errors
+
+
+def self_test(promtool, known):
+    """Each check must reject a dashboard broken in the way it looks for."""
+    good = json.loads((ROOT / "dashboards/gpu-node.json").read_text())
+    problems = []
+    with tempfile.TemporaryDirectory() as tmp:
+        def variant(name, mutate):
+            d = copy.deepcopy(good)
+            mutate(d)
+            path = Path(tmp) / name
+            path.write_text(json.dumps(d))
+            return path
+
+        def first_target(d):
+            return next(p for p in d["panels"] if p["targets"])["targets"][0]
+
+        typo = variant("typo.json", lambda d: first_target(d).update(
+            expr=first_target(d)["expr"].replace("nvidia_gpu_", "nvidia_gpuu_", 1)))
+        if not unknown_names(all_exprs(load(typo)), known):
+            problems.append("a misspelt metric name passed the names check")
+        broken = variant("broken.json", lambda d: first_target(d).update(
+            expr="sum(" + first_target(d)["expr"]))
+        if not promql_errors(promtool, all_exprs(load(broken))):
+            problems.append("an unparsable expr passed the PromQL check")
+        no_unit = variant("no-unit.json", lambda d: d["panels"][0]["fieldConfig"]["defaults"].pop("unit"))
+        if not structure_errors(no_unit):
+            problems.append("a panel without a unit passed the structure check")
+    sample = 'sum by (gpu) (rate(nvidia_gpu_x_total{a="b"}[5m])) * on (gpu) group_left () y offset 1h > 1e9'
+    if metric_names(sample) != {"nvidia_gpu_x_total", "y"}:
+        problems.append("metric_names() does not find exactly the metric names")
+    return problems
+
+
+def run_static(args):
+    failed = 0
+
+    def report(name, errors):
+        nonlocal failed
+        print(f"{'FAIL' if errors else 'PASS'}  {name}")
+        for e in errors:
+            print(f"      {e}")
+        failed += bool(errors)
+
+    known = served_names()
+    report("self-test: each check rejects a broken dashboard", self_test(args.promtool, known))
+    sources = []
+    for path in args.files:
+        errors = structure_errors(path)
+        report(f"{Path(path).name}: structure", errors)
+        if not errors:
+            sources.append(load(path))
+    uids = [json.loads(Path(s.path).read_text())["uid"] for s in sources]
+    report("dashboard uids are unique", [f"uid {u} repeated" for u in set(uids) if uids.count(u) > 1])
+    for s in sources:
+        exprs = all_exprs(s)
+        report(f"{s.name}: {len(exprs)} queries parse as PromQL (promtool)", promql_errors(args.promtool, exprs))
+        report(f"{s.name}: every metric name is served by the exporter", unknown_names(exprs, known))
+    return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Live check
+
+
+class Prometheus:
+    def __init__(self, base):
+        self.base = base.rstrip("/")
+
+    def api(self, path, **params):
+        url = f"{self.base}/api/v1/{path}?" + urllib.parse.urlencode(params, doseq=True)
+        try:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                answer = json.load(r)
+        except urllib.error.HTTPError as e:
+            answer = json.load(e)
+        if answer.get("status") != "success":
+            raise RuntimeError(f"{answer.get('errorType')}: {answer.get('error')}")
+        return answer["data"]
+
+
+def resolve(prom, source, start, end, values):
+    """Sets values[name] for each variable in order, as Grafana does on dashboard load."""
+    for v in source.variables:
+        query = interpolate(v["query"], values, source.variables)
+        m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", query, re.S)
+        if m:
+            series = prom.api("series", **{"match[]": m.group(1), "start": start, "end": end})
+            options = sorted({s[m.group(2)] for s in series if m.group(2) in s})
+        else:
+            promql = variable_promql(query)
+            result = prom.api("query", query=promql, time=end)["result"]
+            options = sorted({json.dumps(r["metric"], sort_keys=True) for r in result})
+        v["options"] = options
+        if v["all"]:
+            values[v["name"]] = "$__all"
+        else:
+            values[v["name"]] = options[0] if options else ""
+        shown = "All" if v["all"] else values[v["name"]]
+        print(f"      ${v['name']} = {shown} ({len(options)} values: {', '.join(options[:10])})")
+
+
+def wait_for_data(prom, targets, seconds):
+    """Waits until `targets` exporters have each been scraped `seconds` times (at 1 s)."""
+    query = f"count(count_over_time(nvml_exporter_gpus[10m]) >= {seconds})"
+    deadline = time.monotonic() + seconds + 60
+    while True:
+        try:
+            result = prom.api("query", query=query)["result"]
+            if result and float(result[0]["value"][1]) >= targets:
+                return True
+        except (OSError, RuntimeError):
+            pass  # not up yet
+        if time.monotonic() > deadline:
+            print(f"FAIL  timed out waiting for {seconds} s of data from {targets} exporters")
+            return False
+        time.sleep(1)
+
+
+def run_live(args):
+    prom = Prometheus(args.prometheus)
+    if args.wait_for and not wait_for_data(prom, args.wait_for, args.range):
+        return 1
+    end = time.time()
+    start = end - args.range
+    failed = total = 0
+    expected, expected_ok = len(args.expect), 0
+    for path in args.files:
+        source = load(path)
+        print(f"--- {source.name}")
+        values = builtins(args.range)
+        try:
+            resolve(prom, source, start, end, values)
+        except RuntimeError as e:
+            print(f"FAIL  {source.name}: variables: {e}")
+            failed += 1
+            total += 1
+            continue
+        ok = 0
+        for t in source.targets:
+            total += 1
+            expr = interpolate(t["expr"], values, source.variables)
+            try:
+                if t["instant"]:
+                    series = prom.api("query", query=expr, time=end)["result"]
+                else:
+                    series = prom.api("query_range", query=expr, start=start, end=end, step=1)["result"]
+                problem = None if series else "no data"
+            except RuntimeError as e:
+                problem = str(e)
+            want = args.expect.pop((source.name, t["title"]), None)
+            if not problem and want is not None:
+                got = [float(r["value"][1]) for r in series] if t["instant"] else None
+                if got != [want]:
+                    problem = f"{got}, expected [{want:g}] (an instant query with one series)"
+                else:
+                    expected_ok += 1
+            if problem:
+                failed += 1
+                print(f"FAIL  {t['title']} / {t['ref']}: {problem}\n      {expr}")
+            else:
+                ok += 1
+        print(f"{'PASS' if ok == len(source.targets) else 'FAIL'}  {source.name}: "
+              f"{ok}/{len(source.targets)} queries return data")
+    for (name, title), want in args.expect.items():
+        print(f"FAIL  {name}: no target titled {title!r} to expect {want:g} of")
+        failed += 1
+        total += 1
+    if expected:
+        print(f"{'PASS' if expected_ok == expected else 'FAIL'}  {expected_ok}/{expected} stat values"
+              " as expected")
+    print(f"live: {total - failed}/{total} queries return data" if total else "live: no queries")
+    return 1 if failed else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    static = sub.add_parser("static", help="structure, PromQL and metric names")
+    static.add_argument("--promtool", default="promtool")
+    static.add_argument("files", nargs="+")
+    live = sub.add_parser("live", help="every query returns data from a running Prometheus")
+    live.add_argument("--prometheus", required=True, help="base URL, e.g. http://127.0.0.1:9090")
+    live.add_argument("--range", type=int, default=60, help="seconds of data to query (default 60)")
+    live.add_argument("--wait-for", type=int, metavar="N", default=0,
+                      help="first wait until N exporters have been scraped for --range seconds")
+    live.add_argument("--expect", action="append", default=[], metavar="FILE:TITLE=VALUE",
+                      help="the instant target of panel TITLE in FILE (a base name) must return"
+                           " exactly one series of VALUE")
+    live.add_argument("files", nargs="+")
+    args = parser.parse_args()
+    if args.command == "live":
+        expect = {}
+        for e in args.expect:
+            m = re.fullmatch(r"([^:]+):(.+)=([-+.\deE]+)", e)
+            if not m:
+                parser.error(f"--expect {e!r}: expected FILE:TITLE=VALUE")
+            expect[(m.group(1), m.group(2))] = float(m.group(3))
+        args.expect = expect
+    return run_static(args) if args.command == "static" else run_live(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,648 @@
+#!/usr/bin/env python3
+"""Writes the Grafana dashboards in dashboards/ (gpu-fleet.json, gpu-node.json, workloads.json).
+
+    scripts/gen-dashboards.py           # rewrite dashboards/*.json
+    scripts/gen-dashboards.py --check   # exit 1 if a committed dashboard differs from this script
+
+The dashboards are written from here so that every panel gets the same datasource reference,
+variables and selectors, and the queries that must agree with deploy/prometheus/alerts.yaml (what
+"allocated" and "idle" mean) are spelled once. Edit this file, not the JSON; scripts/check-dashboards.py
+checks the JSON (and, with --check here, that it is up to date).
+"""
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "dashboards"
+
+DS = {"type": "prometheus", "uid": "${datasource}"}
+
+# Series selectors. `node` exists where Kubernetes service discovery adds it (the ServiceMonitor
+# in deploy/kubernetes does); every variable's "All" is `.*`, which also matches a missing label.
+DEV = 'node=~"$node", instance=~"$instance", gpu=~"$gpu"'
+POD = DEV + ', namespace=~"$namespace"'
+GPU_KEY = "job, instance, gpu, uuid"
+
+
+def sm_or_util(sel):
+    """gpu:nvidia_gpu_sm_active_ratio:or_utilization of alerts.yaml: SM activity, or utilization
+    where the GPU has no GPM. Pod labels dropped, one series per GPU."""
+    return (
+        f"(max without (namespace, pod, container) (nvidia_gpu_sm_active_ratio{{{sel}}})"
+        f" or on (job, instance, gpu, uuid, gpu_instance)"
+        f" max without (namespace, pod, container) (nvidia_gpu_utilization_ratio{{{sel}}}))"
+    )
+
+
+def allocated(sel):
+    """gpu:nvidia_gpu_allocated:pod_info_or_memory_used of alerts.yaml: a pod assignment where the
+    node's exporter attributes pods, else more than 1 GiB of device memory held."""
+    return (
+        f"(nvidia_gpu_pod_info{{{sel}}} == 1"
+        f" or on (job, instance, gpu, uuid, gpu_instance)"
+        f" ((nvidia_gpu_memory_used_bytes{{{sel}}} > bool 1073741824) == 1"
+        f" unless on (job, instance) nvidia_gpu_pod_info))"
+    )
+
+
+def idle_allocated(sel):
+    """The NvidiaGpuIdleWhileAllocated condition without its `for: 30m`, one series per GPU."""
+    return f"({sm_or_util(sel)} < 0.05 and on ({GPU_KEY}) {allocated(sel)})"
+
+
+def pod_gpus(sel, by="namespace, pod"):
+    """One series per (pod, GPU) assignment: containers of one pod sharing a GPU count once."""
+    return f"group by ({by}, {GPU_KEY}) (nvidia_gpu_pod_info{{{sel}}})"
+
+
+def per_pod(metric, sel, by="namespace, pod", agg="avg"):
+    """A per-GPU metric attributed to the pods holding the GPU (a shared GPU's whole value to each)."""
+    return (
+        f"{agg} by ({by}) (max without (namespace, pod, container) ({metric}{{{DEV}}})"
+        f" * on ({GPU_KEY}) group_right () {pod_gpus(sel, by)})"
+    )
+
+
+# Grafana gives $__interval_ms for the subquery step below; the sum of a 0/1-per-step series
+# times the step in hours is the GPU-hours over the dashboard range, exact whatever the range,
+# including GPUs and pods that exist for only part of it.
+HOURS_PER_STEP = "$__interval_ms / 3600000"
+
+
+def gpu_hours(expr):
+    """GPU-hours of a series that counts GPUs, over the dashboard range."""
+    return f"sum_over_time(({expr})[$__range:$__interval]) * {HOURS_PER_STEP}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Panel builders
+
+
+class Layout:
+    """Places panels left to right in Grafana's 24-column grid, wrapping to a new row."""
+
+    def __init__(self):
+        self.x = self.y = self.row_h = 0
+        self.next_id = 1
+
+    def place(self, w, h):
+        if self.x + w > 24:
+            self.x, self.y, self.row_h = 0, self.y + self.row_h, 0
+        pos = {"h": h, "w": w, "x": self.x, "y": self.y}
+        self.x += w
+        self.row_h = max(self.row_h, h)
+        return pos
+
+    def id(self):
+        self.next_id += 1
+        return self.next_id - 1
+
+
+def target(expr, legend="", instant=False, ref="A", fmt=None):
+    t = {"datasource": DS, "editorMode": "code", "expr": expr, "refId": ref}
+    if legend:
+        t["legendFormat"] = legend
+    t["instant"] = instant
+    t["range"] = not instant
+    if fmt:
+        t["format"] = fmt
+    return t
+
+
+def targets(*specs, instant=False, fmt=None):
+    """targets(("expr", "legend"), ...) with refIds A, B, ..."""
+    return [
+        target(expr, legend, instant=instant, ref=chr(ord("A") + i), fmt=fmt)
+        for i, (expr, legend) in enumerate(specs)
+    ]
+
+
+def panel(layout, kind, title, description, unit, tgts, w, h, **extra):
+    p = {
+        "id": layout.id(),
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DS,
+        "gridPos": layout.place(w, h),
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "targets": tgts,
+    }
+    defaults = p["fieldConfig"]["defaults"]
+    if kind == "timeseries":
+        defaults["custom"] = {
+            "drawStyle": "line",
+            "lineWidth": 1,
+            "fillOpacity": 10,
+            "showPoints": "never",
+            "spanNulls": False,
+        }
+        p["options"] = {
+            "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        }
+    elif kind == "stat":
+        defaults["color"] = {"mode": "thresholds"}
+        defaults["thresholds"] = extra.pop(
+            "thresholds", {"mode": "absolute", "steps": [{"color": "green", "value": None}]}
+        )
+        p["options"] = {
+            "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
+            "colorMode": "value",
+            "graphMode": "none",
+            "justifyMode": "auto",
+            "orientation": "auto",
+            "textMode": "auto",
+        }
+    elif kind == "table":
+        p["options"] = {"showHeader": True, "cellHeight": "sm"}
+        p["transformations"] = extra.pop("transformations", [
+            {"id": "merge", "options": {}},
+            {"id": "organize", "options": {"excludeByName": {"Time": True}}},
+        ])
+    elif kind == "heatmap":
+        p["options"] = {
+            "calculate": True,
+            "calculation": {"yBuckets": {"mode": "count", "value": "10"}},
+            "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
+            "cellGap": 1,
+            "yAxis": {"unit": unit, "axisPlacement": "left"},
+            "tooltip": {"show": True, "yHistogram": True},
+            "legend": {"show": True},
+        }
+    p.update(extra)
+    return p
+
+
+def stat(layout, title, description, unit, expr, w=4, h=4, **extra):
+    return panel(layout, "stat", title, description, unit, [target(expr, instant=True)], w, h, **extra)
+
+
+def warn_if_above(value):
+    return {"mode": "absolute", "steps": [
+        {"color": "green", "value": None}, {"color": "orange", "value": value}]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Variables
+
+
+def datasource_var():
+    return {
+        "name": "datasource", "label": "Data source", "type": "datasource", "query": "prometheus",
+        "current": {}, "hide": 0, "includeAll": False, "multi": False, "options": [],
+        "refresh": 1, "regex": "",
+    }
+
+
+def query_var(name, label, query):
+    return {
+        "name": name, "label": label, "type": "query", "datasource": DS,
+        "definition": query,
+        "query": {"qryType": 1, "query": query, "refId": "PrometheusVariableQueryEditor-VariableQuery"},
+        "current": {}, "hide": 0, "includeAll": True, "multi": True, "allValue": ".*",
+        "options": [], "refresh": 2, "regex": "", "sort": 3,
+    }
+
+
+def variables():
+    """Chained in order: node, then the instances on it, their GPUs, the namespaces holding them."""
+    return {"list": [
+        datasource_var(),
+        query_var("node", "Node", "label_values(nvidia_gpu_info, node)"),
+        query_var("instance", "Instance", 'label_values(nvidia_gpu_info{node=~"$node"}, instance)'),
+        query_var("gpu", "GPU", 'label_values(nvidia_gpu_info{node=~"$node", instance=~"$instance"}, gpu)'),
+        query_var("namespace", "Namespace",
+                  'label_values(nvidia_gpu_pod_info{node=~"$node", instance=~"$instance"}, namespace)'),
+    ]}
+
+
+def dashboard(uid, title, description, panels):
+    return {
+        "annotations": {"list": [{
+            "builtIn": 1, "datasource": {"type": "grafana", "uid": "-- Grafana --"},
+            "enable": True, "hide": True, "iconColor": "rgba(0, 211, 255, 1)",
+            "name": "Annotations & Alerts", "type": "dashboard",
+        }]},
+        "description": description,
+        "editable": True,
+        "fiscalYearStartMonth": 0,
+        "graphTooltip": 1,
+        "id": None,
+        "links": [{
+            "asDropdown": True, "includeVars": True, "keepTime": True, "tags": ["nvml-exporter"],
+            "title": "GPU dashboards", "type": "dashboards",
+        }],
+        "panels": panels,
+        "refresh": "1m",
+        "schemaVersion": 39,
+        "tags": ["nvml-exporter", "gpu", "nvidia"],
+        "templating": variables(),
+        "time": {"from": "now-6h", "to": "now"},
+        "timepicker": {},
+        "timezone": "",
+        "title": title,
+        "uid": uid,
+        "version": 1,
+        "weekStart": "",
+    }
+
+
+UTIL_VS_SAT = (
+    " Utilization says a kernel ran, not how much of the GPU it used; SM activity, occupancy,"
+    " tensor and DRAM activity (NVML GPM, Hopper and newer) say how saturated it is."
+)
+ALLOC_DEF = (
+    " Allocated means what the NvidiaGpuIdleWhileAllocated alert means (deploy/prometheus/alerts.yaml):"
+    " assigned to a pod where the exporter runs with --kubernetes, else its processes hold more than"
+    " 1 GiB of device memory. Idle: SM activity (utilization where the GPU has no GPM) under 5 %."
+)
+HOURS_DEF = (
+    " GPU-hours over the dashboard range: the count is sampled every $__interval over $__range"
+    " (a subquery) and each sample weighs the step in hours: sum_over_time(count[$__range:$__interval])"
+    " * $__interval_ms / 3600000."
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. GPU fleet
+
+
+def fleet():
+    l = Layout()
+    alloc_count = f"count(group by ({GPU_KEY}) {allocated(POD)})"
+    xid = f"nvidia_gpu_xid_errors_total{{{DEV}}}"
+    idle_count = f"count({idle_allocated(POD)})"
+    panels = [
+        stat(l, "GPUs", "GPUs the selected exporters report (nvidia_gpu_info), lost ones included.",
+             "none", f"count(nvidia_gpu_info{{{DEV}}}) or vector(0)"),
+        stat(l, "GPUs up", "GPUs whose last sampling tick read them (nvidia_gpu_up 1).",
+             "none", f"count(nvidia_gpu_up{{{DEV}}} == 1) or vector(0)"),
+        stat(l, "GPUs lost",
+             "GPUs the exporter can no longer read (nvidia_gpu_up 0: fell off the bus, needs a reset);"
+             " the NvidiaGpuLost alert fires for them. 0 is healthy.",
+             "none", f"count(nvidia_gpu_up{{{DEV}}} == 0) or vector(0)", thresholds=warn_if_above(1)),
+        stat(l, "GPUs allocated", "GPUs allocated now." + ALLOC_DEF, "none", f"{alloc_count} or vector(0)"),
+        stat(l, "Allocated but idle now",
+             "Allocated GPUs that are idle now (the NvidiaGpuIdleWhileAllocated condition, without"
+             " its 30 minutes)." + ALLOC_DEF,
+             "none", f"{idle_count} or vector(0)", thresholds=warn_if_above(1)),
+        stat(l, "GPU-hours allocated but idle",
+             "GPU-hours wasted over the dashboard range: allocated GPUs that were idle." + ALLOC_DEF + HOURS_DEF,
+             "suffix: GPU-h", gpu_hours(f"{idle_count} or vector(0)"), thresholds=warn_if_above(1)),
+
+        panel(l, "timeseries", "Fleet utilization vs SM activity",
+              "Average over the selected GPUs. Utilization: share of time at least one kernel ran."
+              " SM activity: share of SMs with work; occupancy: resident warps of the maximum; tensor:"
+              " tensor-core pipes busy. A wide gap between utilization and SM activity means busy but"
+              " far from saturated GPUs." + UTIL_VS_SAT,
+              "percentunit", targets(
+                  (f"avg(nvidia_gpu_utilization_ratio{{{DEV}}})", "utilization (a kernel ran)"),
+                  (f"avg(nvidia_gpu_sm_active_ratio{{{DEV}}})", "SM activity"),
+                  (f"avg(nvidia_gpu_sm_occupancy_ratio{{{DEV}}})", "SM occupancy"),
+                  (f"avg(nvidia_gpu_tensor_active_ratio{{{DEV}}})", "tensor activity"),
+              ), 12, 8),
+        panel(l, "heatmap", "SM activity across GPUs",
+              "How the selected GPUs' SM activity (share of SMs with work, GPM) is distributed over"
+              " time: a band near 0 is GPUs doing nothing, one near 1 is saturated GPUs. Utilization"
+              " would put a busy-but-unsaturated GPU near 1; SM activity does not.",
+              "percentunit", [target(f"nvidia_gpu_sm_active_ratio{{{DEV}}}", "{{instance}} GPU {{gpu}}")],
+              12, 8),
+
+        panel(l, "timeseries", "Allocated and idle GPUs",
+              "GPUs allocated, and those of them idle, over time." + ALLOC_DEF,
+              "none", targets(
+                  (f"{alloc_count} or vector(0)", "allocated"),
+                  (f"{idle_count} or vector(0)", "allocated but idle"),
+              ), 12, 8),
+        panel(l, "timeseries", "Power draw and limit",
+              "Board power drawn by the selected GPUs per instance, next to the sum of their enforced"
+              " power limits.",
+              "watt", targets(
+                  (f"sum by (instance) (nvidia_gpu_power_watts{{{DEV}}})", "{{instance}} draw"),
+                  (f"sum by (instance) (nvidia_gpu_power_limit_watts{{{DEV}}})", "{{instance}} limit"),
+              ), 12, 8),
+
+        stat(l, "Energy over the range",
+             "Energy the selected GPUs consumed over the dashboard range: increase of the energy"
+             " counter (nvidia_gpu_energy_joules_total), in kWh.",
+             "kwatth", f"sum(increase(nvidia_gpu_energy_joules_total{{{DEV}}}[$__range])) / 3600000 or vector(0)",
+             h=8),
+        stat(l, "XID events over the range",
+             "XID error events (driver-reported GPU faults) during the dashboard range. A code's counter"
+             " (nvidia_gpu_xid_errors_total) appears with its first event, at 1: a series that already"
+             " existed before the range counts its growth (max - min), a new one its value. The XID"
+             " table in docs/alerts.md says what each code means.",
+             "none",
+             f"sum((max_over_time({xid}[$__range]) - min_over_time({xid}[$__range])"
+             f" and {xid} offset $__range) or max_over_time({xid}[$__range])) or vector(0)",
+             h=8, thresholds=warn_if_above(1)),
+        panel(l, "table", "Top namespaces by GPU-hours",
+              "GPU-hours each namespace held over the dashboard range (nvidia_gpu_pod_info, with"
+              " --kubernetes). A GPU shared by containers of two namespaces counts in full for each."
+              + HOURS_DEF,
+              "suffix: GPU-h", [target(
+                  "topk(10, " + gpu_hours(f"count by (namespace) ({pod_gpus(POD, 'namespace')})") + ")",
+                  instant=True, fmt="table")], 8, 8),
+        panel(l, "table", "Top namespaces by idle GPU-hours",
+              "GPU-hours each namespace held GPUs that were idle, over the dashboard range."
+              + ALLOC_DEF + HOURS_DEF,
+              "suffix: GPU-h", [target(
+                  "topk(10, " + gpu_hours(
+                      f"count by (namespace) ({pod_gpus(POD, 'namespace')}"
+                      f" and on ({GPU_KEY}) {sm_or_util(DEV)} < 0.05)") + ")",
+                  instant=True, fmt="table")], 8, 8),
+
+        panel(l, "table", "XID events by GPU",
+              "XID codes each GPU reported, with the count since the exporter started"
+              " (nvidia_gpu_xid_errors_total at its highest in the range). 48, 64, 74, 79, 95, 119 and"
+              " 120 mean the GPU needs a reset or service.",
+              "none", [target(
+                  f"sum by (instance, gpu, xid) (max_over_time(nvidia_gpu_xid_errors_total{{{DEV}}}[$__range]))",
+                  instant=True, fmt="table")], 12, 8),
+        panel(l, "timeseries", "ECC errors",
+              "Corrected and uncorrected ECC errors per second, by instance. Corrected errors are"
+              " fixed by the hardware; uncorrected ones may have corrupted data (NvidiaGpuUncorrectableEccErrors).",
+              "short", targets(
+                  (f"sum by (instance, error_type) (rate(nvidia_gpu_ecc_errors_total{{{DEV}}}[$__rate_interval]))",
+                   "{{instance}} {{error_type}}"),
+              ), 12, 8),
+    ]
+    return dashboard(
+        "nvml-gpu-fleet", "GPU fleet",
+        "Every GPU nvml-exporter reports: how many are up, how busy versus how saturated, which are"
+        " allocated but idle and the GPU-hours that wastes, power and energy, namespaces, XID and ECC.",
+        panels)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. GPU node / device
+
+
+def per_gpu_ts(l, title, description, unit, *specs, w=12, h=8):
+    return panel(l, "timeseries", title, description, unit, targets(*specs), w, h)
+
+
+def node():
+    l = Layout()
+    g = "{{instance}} GPU {{gpu}}"
+    panels = [
+        panel(l, "table", "GPUs",
+              "Identity of each selected GPU (nvidia_gpu_info) and whether the exporter reads it"
+              " now (nvidia_gpu_up: 1 up, 0 lost).",
+              "none", targets(
+                  (f"max by (instance, gpu, uuid, name, pci_bus_id, driver_version, vbios_version)"
+                   f" (nvidia_gpu_info{{{DEV}}})", ""),
+                  (f"max by (instance, gpu, uuid) (nvidia_gpu_up{{{DEV}}})", ""),
+                  instant=True, fmt="table",
+              ), 24, 6, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True, "Value #A": True},
+                      "renameByName": {"Value #B": "up"},
+                  }},
+              ]),
+
+        per_gpu_ts(l, "Utilization (a kernel ran)",
+                   "Share of the sample period during which at least one kernel ran, per GPU. 100 % can"
+                   " be one small kernel on a few SMs: compare SM activity." + UTIL_VS_SAT,
+                   "percentunit", (f"nvidia_gpu_utilization_ratio{{{DEV}}}", g)),
+        per_gpu_ts(l, "SM activity (saturation)",
+                   "Share of SMs with at least one warp resident, per GPU (GPM): how much of the GPU the"
+                   " work spreads over. High utilization with low SM activity is busy but unsaturated.",
+                   "percentunit", (f"nvidia_gpu_sm_active_ratio{{{DEV}}}", g)),
+        per_gpu_ts(l, "SM occupancy",
+                   "Resident warps as a share of what the SMs can hold, per GPU (GPM): how fully loaded"
+                   " the active SMs are.",
+                   "percentunit", (f"nvidia_gpu_sm_occupancy_ratio{{{DEV}}}", g), w=8),
+        per_gpu_ts(l, "Tensor-core activity",
+                   "Share of time any tensor-core pipe was active, per GPU (GPM): high for dense matrix"
+                   " math, low when the GPU is busy with little math.",
+                   "percentunit", (f"nvidia_gpu_tensor_active_ratio{{{DEV}}}", g), w=8),
+        per_gpu_ts(l, "DRAM activity",
+                   "Share of time the device memory interface was busy, per GPU (GPM); near 100 % means"
+                   " memory-bandwidth bound.",
+                   "percentunit", (f"nvidia_gpu_dram_active_ratio{{{DEV}}}", g), w=8),
+
+        per_gpu_ts(l, "Device memory used",
+                   "Device memory allocated by processes, per GPU, with each GPU's total as a dashed line.",
+                   "bytes",
+                   (f"nvidia_gpu_memory_used_bytes{{{DEV}}}", g + " used"),
+                   (f"nvidia_gpu_memory_total_bytes{{{DEV}}}", g + " total")),
+        per_gpu_ts(l, "Power vs limit",
+                   "Board power per GPU, and the power limit the driver enforces (dashed). Sitting at the"
+                   " limit means the GPU is power-capped (see the sw_power_cap clock-event reason).",
+                   "watt",
+                   (f"nvidia_gpu_power_watts{{{DEV}}}", g + " draw"),
+                   (f"nvidia_gpu_power_limit_watts{{{DEV}}}", g + " limit")),
+        per_gpu_ts(l, "Temperature vs thresholds",
+                   "GPU core and memory (HBM) temperature per GPU, with the slowdown threshold (dashed)"
+                   " above which the driver slows the GPU down.",
+                   "celsius",
+                   (f"nvidia_gpu_temperature_celsius{{{DEV}}}", g + " core"),
+                   (f"nvidia_gpu_memory_temperature_celsius{{{DEV}}}", g + " memory"),
+                   (f'nvidia_gpu_temperature_threshold_celsius{{{DEV}, threshold="slowdown"}}', g + " slowdown")),
+        per_gpu_ts(l, "Clocks",
+                   "Current SM and memory clock per GPU. A SM clock below its maximum under load means a"
+                   " clock-event reason holds it down.",
+                   "hertz",
+                   (f'nvidia_gpu_clock_hertz{{{DEV}, clock=~"sm|memory"}}', g + " {{clock}}")),
+        panel(l, "table", "Active clock-event reasons",
+              "Reasons holding each GPU's clocks down now (nvidia_gpu_clock_event_active 1). gpu_idle is"
+              " normal on an idle GPU; thermal or power reasons under load cost performance.",
+              "none", [target(f"nvidia_gpu_clock_event_active{{{DEV}}} == 1", instant=True, fmt="table")],
+              12, 8),
+        per_gpu_ts(l, "Time throttled",
+                   "Share of time clocks were held down, by violation policy (rate of"
+                   " nvidia_gpu_throttle_seconds_total).",
+                   "percentunit",
+                   (f"sum by (instance, gpu, reason) (rate(nvidia_gpu_throttle_seconds_total{{{DEV}}}[$__rate_interval]))",
+                    g + " {{reason}}")),
+
+        per_gpu_ts(l, "PCIe throughput",
+                   "PCIe bytes per second per GPU: transmit (GPU to host) and receive (host to GPU), over"
+                   " the driver's sampling window.",
+                   "Bps",
+                   (f"nvidia_gpu_pcie_transmit_bytes_per_second{{{DEV}}}", g + " tx"),
+                   (f"nvidia_gpu_pcie_receive_bytes_per_second{{{DEV}}}", g + " rx")),
+        per_gpu_ts(l, "NVLink throughput",
+                   "NVLink bytes per second per GPU over all its links (rate of the per-link counters).",
+                   "Bps",
+                   (f"sum by (instance, gpu) (rate(nvidia_gpu_nvlink_transmit_bytes_total{{{DEV}}}[$__rate_interval]))",
+                    g + " tx"),
+                   (f"sum by (instance, gpu) (rate(nvidia_gpu_nvlink_receive_bytes_total{{{DEV}}}[$__rate_interval]))",
+                    g + " rx")),
+
+        panel(l, "table", "ECC and remapped rows",
+              "Per GPU: ECC errors since the driver loaded (volatile) and over the GPU's life (InfoROM),"
+              " memory rows remapped, and whether a remap is pending (needs a reset) or failed (needs"
+              " service). Uncorrected errors, pending or failed remaps need attention.",
+              "none", targets(
+                  (f"sum by (instance, gpu, error_type) (nvidia_gpu_ecc_errors_total{{{DEV}}})", ""),
+                  (f"sum by (instance, gpu, error_type) (nvidia_gpu_ecc_lifetime_errors{{{DEV}}})", ""),
+                  (f"sum by (instance, gpu, error_type) (nvidia_gpu_remapped_rows{{{DEV}}})", ""),
+                  (f"max by (instance, gpu) (nvidia_gpu_row_remap_pending{{{DEV}}})", ""),
+                  (f"max by (instance, gpu) (nvidia_gpu_row_remap_failed{{{DEV}}})", ""),
+                  instant=True, fmt="table"),
+              12, 8, transformations=[
+                  {"id": "organize", "options": {"excludeByName": {"Time": True}}},
+              ]),
+        panel(l, "table", "XID events",
+              "XID codes each GPU reported and how many times since the exporter started; a GPU that"
+              " reported none shows 0. 48, 64, 74, 79, 95, 119 and 120 mean the GPU needs a reset or"
+              " service.",
+              "none", [target(
+                  f"sum by (instance, gpu, xid) (max_over_time(nvidia_gpu_xid_errors_total{{{DEV}}}[$__range]))"
+                  f" or on (instance, gpu) sum by (instance, gpu) (nvidia_gpu_up{{{DEV}}} * 0)",
+                  instant=True, fmt="table")], 12, 8),
+        panel(l, "table", "Workloads on the GPUs",
+              "The containers the kubelet assigned each GPU to (nvidia_gpu_pod_info, with --kubernetes),"
+              " with the device memory used on that GPU (by all its processes: the exporter does not"
+              " break memory down per process). A GPU listed twice is shared.",
+              "bytes", [target(
+                  f"max without (namespace, pod, container) (nvidia_gpu_memory_used_bytes{{{DEV}}})"
+                  f" * on ({GPU_KEY}) group_right () nvidia_gpu_pod_info{{{POD}}}",
+                  instant=True, fmt="table")], 12, 8),
+    ]
+    # Limits and thresholds are drawn dashed.
+    for p in panels:
+        for t in p["targets"]:
+            legend = t.get("legendFormat", "")
+            if legend.endswith((" limit", " total", " slowdown")):
+                p["fieldConfig"]["overrides"].append({
+                    "matcher": {"id": "byRegexp", "options": ".* (limit|total|slowdown)$"},
+                    "properties": [{"id": "custom.lineStyle", "value": {"dash": [10, 10], "fill": "dash"}}],
+                })
+                break
+    return dashboard(
+        "nvml-gpu-node", "GPU node / device",
+        "Per GPU on the selected nodes: utilization next to saturation (SM activity, occupancy, tensor,"
+        " DRAM), memory, power, temperature, clocks and their throttling reasons, PCIe and NVLink,"
+        " ECC and row remapping, XIDs and the workloads on each GPU.",
+        panels)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Workloads
+
+
+def workloads():
+    l = Layout()
+    np = "{{namespace}}/{{pod}}"
+    idle_pods = f"({pod_gpus(POD)} and on ({GPU_KEY}) {sm_or_util(DEV)} < 0.05)"
+    seam = (
+        " A GPU shared by several pods shows the whole GPU's value for each of them: the exporter"
+        " reads the device, not the share of each container."
+    )
+    panels = [
+        stat(l, "Pods holding GPUs", "Pods the kubelet assigned at least one GPU to (nvidia_gpu_pod_info).",
+             "none", f"count(count by (namespace, pod) (nvidia_gpu_pod_info{{{POD}}})) or vector(0)", w=6),
+        stat(l, "GPUs held", "GPUs assigned to at least one of the selected pods.",
+             "none", f"count(group by ({GPU_KEY}) (nvidia_gpu_pod_info{{{POD}}})) or vector(0)", w=6),
+        stat(l, "Shared GPUs", "GPUs assigned to more than one container (time-slicing or MPS sharing).",
+             "none", f"count(count by ({GPU_KEY}) (nvidia_gpu_pod_info{{{POD}}}) > 1) or vector(0)", w=6),
+        stat(l, "Held GPUs idle now",
+             "GPUs held by the selected pods whose SM activity (utilization without GPM) is under 5 %:"
+             " the NvidiaGpuIdleWhileAllocated condition without its 30 minutes.",
+             "none", f"count(group by ({GPU_KEY}) {idle_pods}) or vector(0)", w=6,
+             thresholds=warn_if_above(1)),
+
+        panel(l, "table", "Pods: GPUs, GPU-hours and idle GPU-hours",
+              "Per pod: GPUs held now, GPU-hours held over the dashboard range, the GPU-hours of those"
+              " that were idle (SM activity, or utilization without GPM, under 5 %; 0 for a pod that"
+              " never idled) and its GPUs' average SM activity over the range." + HOURS_DEF,
+              "none", targets(
+                  (f"count by (namespace, pod) ({pod_gpus(POD)})", ""),
+                  (gpu_hours(f"count by (namespace, pod) ({pod_gpus(POD)})"), ""),
+                  (gpu_hours(f"count by (namespace, pod) {idle_pods}")
+                   + f" or on (namespace, pod) (count by (namespace, pod) ({pod_gpus(POD)}) * 0)", ""),
+                  (f"avg_over_time(({per_pod('nvidia_gpu_sm_active_ratio', POD)})[$__range:$__interval])", ""),
+                  instant=True, fmt="table"),
+              24, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {
+                          "Value #A": "GPUs now", "Value #B": "GPU-hours",
+                          "Value #C": "idle GPU-hours", "Value #D": "avg SM activity",
+                      },
+                  }},
+              ]),
+
+        panel(l, "timeseries", "GPUs held per namespace",
+              "GPUs assigned to each namespace's pods over time (a GPU shared across namespaces counts"
+              " for each).",
+              "none", targets((f"count by (namespace) ({pod_gpus(POD, 'namespace')})", "{{namespace}}")),
+              12, 8),
+        panel(l, "timeseries", "Idle GPUs per pod",
+              "GPUs each pod holds that are idle (SM activity, or utilization without GPM, under 5 %);"
+              " 0 while they work.",
+              "none", targets((f"count by (namespace, pod) {idle_pods}"
+                               f" or on (namespace, pod) (count by (namespace, pod) ({pod_gpus(POD)}) * 0)", np)),
+              12, 8),
+
+        panel(l, "timeseries", "Utilization vs SM activity per pod",
+              "Average over each pod's GPUs. Utilization: share of time a kernel ran; SM activity: share"
+              " of SMs with work (GPM)." + UTIL_VS_SAT + seam,
+              "percentunit", targets(
+                  (per_pod("nvidia_gpu_utilization_ratio", POD), np + " utilization"),
+                  (per_pod("nvidia_gpu_sm_active_ratio", POD), np + " SM activity"),
+              ), 12, 8),
+        panel(l, "timeseries", "Tensor and DRAM activity per pod",
+              "Average over each pod's GPUs: tensor-core pipes busy (dense math) and device memory"
+              " interface busy (bandwidth bound), GPM." + seam,
+              "percentunit", targets(
+                  (per_pod("nvidia_gpu_tensor_active_ratio", POD), np + " tensor"),
+                  (per_pod("nvidia_gpu_dram_active_ratio", POD), np + " DRAM"),
+              ), 12, 8),
+        panel(l, "timeseries", "Device memory per pod",
+              "Device memory used on the GPUs each pod holds, summed over them." + seam,
+              "bytes", targets((per_pod("nvidia_gpu_memory_used_bytes", POD, agg="sum"), np)), 12, 8),
+        panel(l, "timeseries", "Power per namespace",
+              "Board power of the GPUs each namespace's pods hold." + seam,
+              "watt", targets((per_pod("nvidia_gpu_power_watts", POD, by="namespace", agg="sum"),
+                               "{{namespace}}")), 12, 8),
+    ]
+    # The pods table mixes counts, GPU-hours and a ratio: a unit per column.
+    panels[4]["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byRegexp", "options": "GPU-hours|idle GPU-hours"},
+         "properties": [{"id": "unit", "value": "suffix: GPU-h"}, {"id": "decimals", "value": 2}]},
+        {"matcher": {"id": "byName", "options": "avg SM activity"},
+         "properties": [{"id": "unit", "value": "percentunit"}]},
+    ]
+    return dashboard(
+        "nvml-workloads", "GPU workloads",
+        "Per namespace and pod (nvml-exporter with --kubernetes): GPUs held, how saturated they are,"
+        " device memory, power and idle GPU-hours.",
+        panels)
+
+
+DASHBOARDS = {"gpu-fleet.json": fleet, "gpu-node.json": node, "workloads.json": workloads}
+
+
+def render(build):
+    return json.dumps(build(), indent=2) + "\n"
+
+
+def main():
+    check = sys.argv[1:] == ["--check"]
+    if sys.argv[1:] not in ([], ["--check"]):
+        sys.exit(__doc__)
+    stale = []
+    for name, build in DASHBOARDS.items():
+        path, text = OUT / name, render(build)
+        if check:
+            if not path.exists() or path.read_text() != text:
+                stale.append(name)
+        else:
+            path.write_text(text)
+    if stale:
+        print(f"out of date (run scripts/gen-dashboards.py): {', '.join(stale)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
