@@ -26,8 +26,10 @@ cd "$(dirname "$0")/.."
 # What the live check runs: one line per exporter, "its extra arguments | the dashboards or query
 # files checked against it". Every exporter is the demo with --kubernetes against the same fake
 # kubelet ($socket is substituted), scraped by the same Prometheus under its own job and node.
+# The one exporter serves both namings, so the same run checks dcgm-exporter's own dashboard
+# (Grafana 12239, its queries in tests/fixtures/dcgm/) against --dcgm-compat.
 checks=(
-  "| dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json"
+  "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json tests/fixtures/dcgm/dashboard-12239.promql"
 )
 checks+=("${extra[@]}")
 
