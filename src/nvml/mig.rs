@@ -11,8 +11,10 @@
 //!
 //! The profile table is read once per session (it is the board's); the instance → profile id
 //! lookup is two calls per instance per tick, since an instance id can be reused by another
-//! profile after a reconfiguration. Calls per tick on a GPU with G instances and D MIG devices:
-//! 1 + 7 + 3·D + 4·G, plus 2·G for GPM (sample and metrics) on Hopper.
+//! profile after a reconfiguration. NVML calls per tick on a GPU with G instances and D MIG
+//! devices: 1 + 7 (max count, every index) + 3·D (GI id, CI id, UUID) + 3·G (memory, instance by
+//! id, instance info), plus 2·G for GPM (sample, metrics) on Hopper: 40 for h100-mig's GPU0
+//! (4 instances of one compute instance each).
 //!
 //! nvml-wrapper 0.13 wraps the MIG handle calls but not the instance id, instance info and
 //! versioned profile info calls; those are made through `nvml.lib()` as in [`super::raw`].
