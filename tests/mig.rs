@@ -411,10 +411,9 @@ fn kubelet_mig_devices_attribute_their_instance() {
     );
     // GI 3 and GI 10 are held by nobody.
     assert!(
-        m.find("nvidia_gpu_memory_total_bytes", &[("gpu_instance", "3")])[0]
+        !m.find("nvidia_gpu_memory_total_bytes", &[("gpu_instance", "3")])[0]
             .labels
-            .get("pod")
-            .is_none()
+            .contains_key("pod")
     );
 }
 
