@@ -107,8 +107,12 @@ pub enum DeviceRef {
     GpuUuid(String),
     /// A device minor number: "nvidia3" is /dev/nvidia3 (GKE's device plugin).
     Minor(u32),
-    /// A MIG instance UUID, "MIG-…". Not resolved to a device yet: MIG instances are not sampled.
+    /// A MIG device UUID, "MIG-…" (the NVIDIA device plugin's MIG strategies): the GPU instance
+    /// holding the compute instance with that UUID.
     MigUuid(String),
+    /// A GPU instance named by the GPU's device minor number and the instance's GI id:
+    /// "nvidia0/gi3" (GKE's device plugin with MIG partitions).
+    MinorGpuInstance { minor: u32, gpu_instance: u32 },
     /// An ID of a known resource in no format above; never matches a GPU.
     Other(String),
 }
@@ -197,6 +201,37 @@ pub struct DeviceSample {
 
     /// Compute and graphics processes on the device (read only with `--processes`).
     pub processes: Vec<ProcessSample>,
+
+    /// The GPU instances of a GPU in MIG mode, by GI id; empty when MIG is off or unsupported.
+    /// Enumerated every tick, so a reconfiguration shows at the next tick.
+    pub mig_instances: Vec<MigInstanceSample>,
+}
+
+/// One MIG GPU instance (GI) of a GPU, read through its MIG device handles. Memory and GPM belong
+/// to the GI, so they are read once per GI however many compute instances it has.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigInstanceSample {
+    /// GPU instance id (`gpu_instance` label).
+    pub gpu_instance: u32,
+    /// Profile name without the "MIG " prefix, e.g. "1g.10gb" (`mig_profile` label); empty when
+    /// NVML could not say.
+    pub profile: String,
+    /// The instance's own memory (total = the profile's size).
+    pub memory: Option<MemoryInfo>,
+    /// GPM averages of this GPU instance over the last interval (`nvmlGpmMigSampleGet`); `None`
+    /// on the first tick of the instance, and on GPUs without GPM.
+    pub gpm: Option<GpmMetrics>,
+    /// Its compute instances (the MIG devices CUDA sees), by CI id.
+    pub compute_instances: Vec<ComputeInstanceSample>,
+}
+
+/// One MIG device: a compute instance of a GPU instance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ComputeInstanceSample {
+    /// Compute instance id within its GPU instance (`compute_instance` label).
+    pub compute_instance: u32,
+    /// "MIG-…": what `nvidia-smi -L` and `CUDA_VISIBLE_DEVICES` name it by (`mig_uuid` label).
+    pub uuid: String,
 }
 
 /// Static identity of a device (`nvidia_gpu_info` labels). Empty strings when a value is unknown.

@@ -46,7 +46,15 @@ fn scenario_gpus(scenario: &str) -> Vec<toml::Table> {
 
 #[test]
 fn every_scenario_gpu_is_served_with_its_identity() {
-    for scenario in ["h100x8", "a100x4", "l4x2", "rtx6000ada", "v100x2"] {
+    for scenario in [
+        "h100x8",
+        "a100x4",
+        "l4x2",
+        "rtx6000ada",
+        "v100x2",
+        "h100-mig",
+        "a100-mig",
+    ] {
         let m = once(scenario);
         let gpus = scenario_gpus(scenario);
         // The simulator's default driver unless the scenario names one.
@@ -93,7 +101,15 @@ fn every_scenario_gpu_is_served_with_its_identity() {
 #[test]
 fn the_scenarios_cover_every_device_metric_of_the_catalog() {
     let mut served = BTreeSet::new();
-    for scenario in ["h100x8", "a100x4", "l4x2", "rtx6000ada", "v100x2"] {
+    for scenario in [
+        "h100x8",
+        "a100x4",
+        "l4x2",
+        "rtx6000ada",
+        "v100x2",
+        "h100-mig",
+        "a100-mig",
+    ] {
         for name in once(scenario).names() {
             served.insert(name.to_string());
         }

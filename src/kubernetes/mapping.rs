@@ -10,8 +10,13 @@
 //!   appends a replica number, `GPU-<uuid>::3`; it is dropped.
 //! - `nvidia<N>` (GKE's device plugin): the GPU whose minor number is N (`/dev/nvidiaN`), which
 //!   need not be the NVML index. GKE time-sharing appends `/vgpu<K>`; it is dropped.
-//! - `MIG-<uuid>`: a MIG instance. Kept as [`DeviceRef::MigUuid`] and not matched to any GPU yet;
-//!   MIG instances get their own series (and their attribution) with MIG support.
+//! - `MIG-<uuid>` (NVIDIA device plugin, MIG strategies): the MIG device with that UUID, which is
+//!   one compute instance of a GPU instance; it resolves to that GPU instance ([`attribute_instances`]).
+//! - `nvidia<N>/gi<M>` (GKE's device plugin on a MIG partition): GPU instance M of the GPU whose
+//!   minor number is N. A further `/vgpu<K>` (time-sharing) is dropped.
+//!
+//! A MIG assignment never resolves to the whole GPU: the GPU's own series describe every instance
+//! together, so they belong to no single container.
 
 use std::collections::BTreeSet;
 
@@ -58,16 +63,28 @@ impl DeviceRef {
             let uuid = id.split_once("::").map_or(id, |(uuid, _replica)| uuid);
             return DeviceRef::MigUuid(uuid.to_owned());
         }
-        let device = id.split_once('/').map_or(id, |(device, _vgpu)| device);
-        if let Some(minor) = device
-            .strip_prefix("nvidia")
-            .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|n| n.parse().ok())
-        {
-            return DeviceRef::Minor(minor);
+        let mut parts = id.split('/');
+        let device = parts.next().unwrap_or_default();
+        if let Some(minor) = number_after(device, "nvidia") {
+            // "nvidia0/gi3" names a GPU instance; "nvidia0/vgpu1" a time-sharing replica.
+            return match parts.next().and_then(|p| number_after(p, "gi")) {
+                Some(gpu_instance) => DeviceRef::MinorGpuInstance {
+                    minor,
+                    gpu_instance,
+                },
+                None => DeviceRef::Minor(minor),
+            };
         }
         DeviceRef::Other(id.to_owned())
     }
+}
+
+/// The decimal number after `prefix` in `s` ("nvidia12" → 12); `None` unless all of the rest are
+/// digits.
+fn number_after(s: &str, prefix: &str) -> Option<u32> {
+    s.strip_prefix(prefix)
+        .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse().ok())
 }
 
 /// The NVIDIA device assignments of a `List` response: one per (container, device), sorted, and
@@ -103,9 +120,65 @@ pub fn resolves_to(device: &DeviceRef, sample: &DeviceSample) -> bool {
     match device {
         DeviceRef::GpuUuid(uuid) => *uuid == sample.uuid,
         DeviceRef::Minor(minor) => sample.info.minor_number.parse::<u32>() == Ok(*minor),
-        // MIG instances are not devices of the snapshot yet; they resolve with MIG support.
-        DeviceRef::MigUuid(_) | DeviceRef::Other(_) => false,
+        // A MIG device is one instance of the GPU, never the whole of it.
+        DeviceRef::MigUuid(_) | DeviceRef::MinorGpuInstance { .. } | DeviceRef::Other(_) => false,
     }
+}
+
+/// The GPU instance id of `sample` that `device` names, if it names one of its instances.
+pub fn resolves_to_instance(device: &DeviceRef, sample: &DeviceSample) -> Option<u32> {
+    match device {
+        DeviceRef::MigUuid(uuid) => sample
+            .mig_instances
+            .iter()
+            .find(|i| i.compute_instances.iter().any(|c| c.uuid == *uuid))
+            .map(|i| i.gpu_instance),
+        DeviceRef::MinorGpuInstance {
+            minor,
+            gpu_instance,
+        } => (sample.info.minor_number.parse::<u32>() == Ok(*minor)
+            && sample
+                .mig_instances
+                .iter()
+                .any(|i| i.gpu_instance == *gpu_instance))
+        .then_some(*gpu_instance),
+        DeviceRef::GpuUuid(_) | DeviceRef::Minor(_) | DeviceRef::Other(_) => None,
+    }
+}
+
+/// For each of `devices` (same order), and each of its GPU instances (same order as
+/// `mig_instances`), the containers the instance is assigned to, sorted and distinct. Several
+/// MIG devices (compute instances) of one GPU instance given to one container are one assignment.
+pub fn attribute_instances<'a>(
+    assignments: &'a [PodAssignment],
+    devices: &[&DeviceSample],
+) -> Vec<Vec<Vec<&'a ContainerRef>>> {
+    devices
+        .iter()
+        .map(|sample| {
+            let mut per_instance = vec![Vec::new(); sample.mig_instances.len()];
+            if sample.mig_instances.is_empty() {
+                return per_instance;
+            }
+            for a in assignments {
+                let Some(gi) = resolves_to_instance(&a.device, sample) else {
+                    continue;
+                };
+                if let Some(i) = sample
+                    .mig_instances
+                    .iter()
+                    .position(|m| m.gpu_instance == gi)
+                {
+                    per_instance[i].push(&a.container);
+                }
+            }
+            for containers in &mut per_instance {
+                containers.sort();
+                containers.dedup();
+            }
+            per_instance
+        })
+        .collect()
 }
 
 /// For each of `devices` (same order), the containers it is assigned to, sorted and distinct.
@@ -179,6 +252,21 @@ mod tests {
         assert_eq!(DeviceRef::parse("nvidia0"), DeviceRef::Minor(0));
         assert_eq!(DeviceRef::parse("nvidia12"), DeviceRef::Minor(12));
         assert_eq!(DeviceRef::parse("nvidia3/vgpu1"), DeviceRef::Minor(3));
+        assert_eq!(
+            DeviceRef::parse("nvidia0/gi3"),
+            DeviceRef::MinorGpuInstance {
+                minor: 0,
+                gpu_instance: 3
+            }
+        );
+        assert_eq!(
+            DeviceRef::parse("nvidia1/gi12/vgpu0"),
+            DeviceRef::MinorGpuInstance {
+                minor: 1,
+                gpu_instance: 12
+            }
+        );
+        assert_eq!(DeviceRef::parse("nvidia1/gix"), DeviceRef::Minor(1));
         assert_eq!(
             DeviceRef::parse("MIG-9f8e"),
             DeviceRef::MigUuid("MIG-9f8e".into())
@@ -274,5 +362,74 @@ mod tests {
             .collect();
         // GPU-a is minor 1 too, so both pods hold it: a shared GPU lists both.
         assert_eq!(pods, [vec!["by-minor", "by-uuid"], vec![], vec![]]);
+    }
+
+    fn mig_gpu(index: u32, minor: &str, instances: &[(u32, &[&str])]) -> DeviceSample {
+        let mut d = gpu(index, &format!("GPU-{index}"), minor);
+        d.mig_mode = Some(true);
+        d.mig_instances = instances
+            .iter()
+            .map(|(gi, uuids)| crate::sample::MigInstanceSample {
+                gpu_instance: *gi,
+                profile: "1g.10gb".into(),
+                compute_instances: uuids
+                    .iter()
+                    .enumerate()
+                    .map(|(ci, u)| crate::sample::ComputeInstanceSample {
+                        compute_instance: ci as u32,
+                        uuid: (*u).into(),
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        d
+    }
+
+    #[test]
+    fn mig_uuids_and_gke_instances_resolve_to_their_instance_not_the_gpu() {
+        let devices = [
+            mig_gpu(0, "4", &[(2, &["MIG-a", "MIG-b"]), (9, &["MIG-c"])]),
+            mig_gpu(1, "5", &[(2, &["MIG-d"])]),
+        ];
+        let refs: Vec<&DeviceSample> = devices.iter().collect();
+        let response = ListPodResourcesResponse {
+            pod_resources: vec![
+                // Both compute instances of GI 2 in one container: one assignment.
+                pod(
+                    "ns",
+                    "two-ci",
+                    &[("c", "nvidia.com/mig-3g.40gb", &["MIG-a", "MIG-b"])],
+                ),
+                pod("ns", "gke", &[("c", "nvidia.com/gpu", &["nvidia5/gi2"])]),
+                pod(
+                    "ns",
+                    "other",
+                    &[("c", "nvidia.com/mig-1g.10gb", &["MIG-c"])],
+                ),
+                pod(
+                    "ns",
+                    "gone",
+                    &[("c", "nvidia.com/gpu", &["MIG-zzz", "nvidia4/gi7"])],
+                ),
+            ],
+        };
+        let list = assignments(&response, &ResourceFilter::default());
+        assert!(
+            attribute(&list, &refs).iter().all(Vec::is_empty),
+            "a MIG device is not the whole GPU"
+        );
+        let pods: Vec<Vec<Vec<&str>>> = attribute_instances(&list, &refs)
+            .iter()
+            .map(|gpu| {
+                gpu.iter()
+                    .map(|cs| cs.iter().map(|c| c.pod.as_str()).collect())
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            pods,
+            [vec![vec!["two-ci"], vec!["other"]], vec![vec!["gke"]]]
+        );
     }
 }

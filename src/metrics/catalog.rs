@@ -162,6 +162,10 @@ pub const IDENTITY_LABELS: &[&str] = &["gpu", "uuid"];
 /// others to every per-GPU series of a GPU assigned to exactly one container.
 pub const POD_LABELS: &[&str] = &["namespace", "pod", "container"];
 
+/// Labels a MIG GPU instance's series add after the family's own: the GPU instance id and its
+/// profile ("1g.10gb"). The parent GPU's series of the same family have neither.
+pub const MIG_LABELS: &[&str] = &["gpu_instance", "mig_profile"];
+
 /// Labels of a per-process series, before [`POD_LABELS`] (present when its container is known,
 /// absent otherwise — the rule per-GPU series follow for their owner).
 pub const PROCESS_LABELS: &[&str] = &["pid", "process_name"];
@@ -859,6 +863,29 @@ pub static CATALOG: &[MetricDef] = &[
         [],
         |_, d, out| out.opt_flag(d.mig_mode)
     ),
+    MetricDef {
+        name: "nvidia_gpu_mig_instance_info",
+        help: "One MIG device (compute instance) of a GPU instance; always 1. mig_uuid is what nvidia-smi -L and CUDA_VISIBLE_DEVICES name it by. On a GPU in MIG mode the memory and GPM saturation families have, next to the GPU's own series, one series per GPU instance with the labels gpu_instance and mig_profile: aggregations over such a GPU must pick either the GPU's series (gpu_instance=\"\") or the instances' (gpu_instance!=\"\"), never both.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[
+            "gpu_instance",
+            "mig_profile",
+            "mig_uuid",
+            "compute_instance",
+        ],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for i in &d.mig_instances {
+                let gi = i.gpu_instance.to_string();
+                for c in &i.compute_instances {
+                    let ci = c.compute_instance.to_string();
+                    out.labelled(&[&gi, &i.profile, &c.uuid, &ci], 1.0);
+                }
+            }
+        }),
+    },
     // --- Processes (--processes) ----------------------------------------------------------
     MetricDef {
         name: "nvidia_gpu_process_memory_used_bytes",

@@ -12,10 +12,11 @@
 //! with Kubernetes attribution `container`, `namespace`, `pod` (dcgm-exporter renders these from a
 //! map, so alphabetically; a GPU no container holds has none of them, as in dcgm-exporter).
 //!
-//! MIG seam: dcgm-exporter puts `GPU_I_PROFILE` and `GPU_I_ID` between `modelName` and `Hostname`
-//! on a GPU instance's series. Per-instance series will come from per-instance readings of the
-//! snapshot; they go through [`identity_labels`] with the instance's two labels inserted at
-//! [`MIG_LABELS_AT`], and nothing else here changes.
+//! MIG: dcgm-exporter puts `GPU_I_PROFILE` and `GPU_I_ID` between `modelName` and `Hostname`
+//! on a GPU instance's series. Each GPU instance of a GPU in MIG mode gets its series right after
+//! the GPU's, from the instance's own readings (memory, profiling fields), with the parent's
+//! labels and those two inserted at [`MIG_LABELS_AT`]; the GPU's own series have neither, as in
+//! dcgm-exporter. An instance assigned to one container carries that container's labels.
 //!
 //! Like dcgm-exporter, a GPU that is lost (`up == false`) has no series at all, and a reading the
 //! GPU does not support is absent.
@@ -463,19 +464,33 @@ pub(crate) struct Device<'a> {
     /// `gpu` label value.
     pub index: &'a str,
     pub owner: Option<&'a ContainerRef>,
+    /// Its MIG GPU instances, by GI id (empty unless MIG is on).
+    pub instances: Vec<Instance<'a>>,
+}
+
+/// A MIG GPU instance whose DCGM series are written after its GPU's.
+pub(crate) struct Instance<'a> {
+    /// The instance's readings as a device sample (`super::instance_view`).
+    pub view: &'a DeviceSample,
+    /// `GPU_I_ID` label value.
+    pub gpu_instance: &'a str,
+    /// `GPU_I_PROFILE` label value.
+    pub profile: &'a str,
+    pub owner: Option<&'a ContainerRef>,
 }
 
 /// The labels of a whole GPU's series, in dcgm-exporter's order (see the module docs; a GPU
 /// instance inserts its two labels at [`MIG_LABELS_AT`]).
 fn identity_labels<'a>(
-    d: &Device<'a>,
+    s: &'a DeviceSample,
+    index: &'a str,
+    owner: Option<&'a ContainerRef>,
     device: &'a str,
     driver_version: &'a str,
     hostname: &'a str,
 ) -> Vec<(&'static str, &'a str)> {
-    let s = d.sample;
     let mut labels = vec![
-        ("gpu", d.index),
+        ("gpu", index),
         ("UUID", s.uuid.as_str()),
         ("pci_bus_id", s.info.pci_bus_id.as_str()),
         ("device", device),
@@ -488,7 +503,7 @@ fn identity_labels<'a>(
     if !driver_version.is_empty() {
         labels.push(("DCGM_FI_DRIVER_VERSION", driver_version));
     }
-    if let Some(c) = d.owner {
+    if let Some(c) = owner {
         labels.push(("container", c.container.as_str()));
         labels.push(("namespace", c.namespace.as_str()));
         labels.push(("pod", c.pod.as_str()));
@@ -537,16 +552,39 @@ pub(crate) fn write(
         .iter()
         .map(|d| format!("nvidia{}", d.index))
         .collect();
+    let driver = snap.system.driver_version.as_str();
     let labels: Vec<_> = devices
         .iter()
         .zip(&names)
-        .map(|(d, device)| identity_labels(d, device, &snap.system.driver_version, hostname))
+        .map(|(d, device)| identity_labels(d.sample, d.index, d.owner, device, driver, hostname))
+        .collect();
+    // Per instance: the parent's labels with its owner, and GPU_I_PROFILE, GPU_I_ID inserted.
+    let instance_labels: Vec<Vec<_>> = devices
+        .iter()
+        .zip(&names)
+        .map(|(d, device)| {
+            d.instances
+                .iter()
+                .map(|inst| {
+                    let mut l =
+                        identity_labels(d.sample, d.index, inst.owner, device, driver, hostname);
+                    l.splice(
+                        MIG_LABELS_AT..MIG_LABELS_AT,
+                        [
+                            ("GPU_I_PROFILE", inst.profile),
+                            ("GPU_I_ID", inst.gpu_instance),
+                        ],
+                    );
+                    l
+                })
+                .collect()
+        })
         .collect();
     for (i, f) in FIELDS.iter().enumerate() {
         let family_start = out.len();
         text::header(out, f.name, f.help, f.kind.as_str());
         let series_start = out.len();
-        for (d, labels) in devices.iter().zip(&labels) {
+        for ((d, labels), instance_labels) in devices.iter().zip(&labels).zip(&instance_labels) {
             if !d.sample.up {
                 continue;
             }
@@ -558,6 +596,17 @@ pub(crate) fn write(
                     labels.iter().map(|(_, v)| *v),
                     v,
                 );
+            }
+            for (inst, labels) in d.instances.iter().zip(instance_labels) {
+                if let Some(v) = value_of(i, snap, inst.view, samples) {
+                    text::sample(
+                        out,
+                        f.name,
+                        labels.iter().map(|(n, _)| *n),
+                        labels.iter().map(|(_, v)| *v),
+                        v,
+                    );
+                }
             }
         }
         if out.len() == series_start {

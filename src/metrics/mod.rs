@@ -18,6 +18,13 @@
 //! on a GPU ([`crate::processes::attribution`]). Families come in catalog order, series by GPU
 //! index and then in label order (processes by pid), and the `process_*` families last.
 //!
+//! MIG: a GPU in MIG mode also serves one series per GPU instance in every device family whose
+//! reading the instance has (memory, GPM saturation), right after the GPU's own, with the extra
+//! labels [`MIG_LABELS`](catalog::MIG_LABELS); the family's reader is applied to a view of the
+//! instance ([`instance_view`]), so the values go through the very code of the GPU's. An instance
+//! the kubelet assigned to exactly one container carries that container's labels, and
+//! `nvidia_gpu_pod_info` lists instance assignments with `gpu_instance` and `mig_profile`.
+//!
 //! With [`MetricsOptions::dcgm_compat`] the dcgm-exporter names of the same snapshot follow
 //! ([`dcgm`]), written by the same text writer in the same pass; in `dcgm` mode the native per-GPU
 //! families are left out (the exporter's self-metrics stay).
@@ -41,10 +48,10 @@ use crate::config::DcgmCompat;
 use crate::kubernetes::mapping;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::processes::attribution::{GpuProcesses, summarize};
-use crate::sample::{ContainerRef, DeviceSample, PodIdentity, Snapshot};
+use crate::sample::{ContainerRef, DeviceSample, MigInstanceSample, PodIdentity, Snapshot};
 use catalog::{
-    CATALOG, IDENTITY_LABELS, POD_LABELS, PROCESS_LABELS, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
-    Source,
+    CATALOG, IDENTITY_LABELS, MIG_LABELS, POD_LABELS, PROCESS_LABELS, SAMPLE_DURATION_SECONDS,
+    SCRAPES_TOTAL, Source,
 };
 use samples::Samples;
 
@@ -264,6 +271,38 @@ impl Encoder {
                 _ => None,
             }
         };
+        // MIG: each device's GPU instances as the family readers see them, with their containers
+        // and label values; all empty (and nothing allocated) on GPUs without MIG instances.
+        let instances: Vec<Vec<Instance>> = if devices.iter().any(|d| !d.mig_instances.is_empty()) {
+            let assigned = snap
+                .kubernetes
+                .as_ref()
+                .map(|k| mapping::attribute_instances(&k.assignments, &devices))
+                .unwrap_or_default();
+            devices
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    d.mig_instances
+                        .iter()
+                        .enumerate()
+                        .map(|(j, m)| Instance {
+                            view: instance_view(d, m),
+                            gpu_instance: m.gpu_instance.to_string(),
+                            profile: &m.profile,
+                            containers: assigned
+                                .get(i)
+                                .and_then(|g| g.get(j))
+                                .cloned()
+                                .unwrap_or_default(),
+                        })
+                        .collect()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let instances_of = |i: usize| instances.get(i).map_or(&[][..], Vec::as_slice);
 
         // In `dcgm` mode the GPUs are served under dcgm-exporter's names only.
         let native_devices = self.opts.dcgm_compat != DcgmCompat::Dcgm;
@@ -298,6 +337,29 @@ impl Encoder {
                                 .chain(owner.into_iter().flat_map(container_labels));
                             text::sample(out, def.name, names, values, value);
                         }
+                        if always || !d.up {
+                            continue;
+                        }
+                        for inst in instances_of(i) {
+                            samples.clear();
+                            read(&snap.system, &inst.view, samples);
+                            let owner = inst.owner(self.opts.pod_labels);
+                            let pod_names: &[&str] = if owner.is_some() { POD_LABELS } else { &[] };
+                            for (labels, value) in samples.iter() {
+                                let names = IDENTITY_LABELS
+                                    .iter()
+                                    .chain(def.labels)
+                                    .chain(MIG_LABELS)
+                                    .chain(pod_names)
+                                    .copied();
+                                let values = [index.as_str(), d.uuid.as_str()]
+                                    .into_iter()
+                                    .chain(labels)
+                                    .chain([inst.gpu_instance.as_str(), inst.profile])
+                                    .chain(owner.into_iter().flat_map(container_labels));
+                                text::sample(out, def.name, names, values, value);
+                            }
+                        }
                     }
                 }
                 Source::PodAssignments => {
@@ -310,6 +372,26 @@ impl Encoder {
                                 .into_iter()
                                 .chain(container_labels(c));
                             text::sample(out, def.name, names, values, 1.0);
+                        }
+                    }
+                    for (i, (d, index)) in devices.iter().zip(indices.iter()).enumerate() {
+                        for inst in instances_of(i) {
+                            for c in &inst.containers {
+                                let names = IDENTITY_LABELS
+                                    .iter()
+                                    .chain(MIG_LABELS)
+                                    .chain(POD_LABELS)
+                                    .copied();
+                                let values = [
+                                    index.as_str(),
+                                    d.uuid.as_str(),
+                                    inst.gpu_instance.as_str(),
+                                    inst.profile,
+                                ]
+                                .into_iter()
+                                .chain(container_labels(c));
+                                text::sample(out, def.name, names, values, 1.0);
+                            }
                         }
                     }
                 }
@@ -387,10 +469,56 @@ impl Encoder {
                     sample: d,
                     index,
                     owner: owner(i),
+                    instances: instances_of(i)
+                        .iter()
+                        .map(|inst| dcgm::Instance {
+                            view: &inst.view,
+                            gpu_instance: &inst.gpu_instance,
+                            profile: inst.profile,
+                            owner: inst.owner(self.opts.pod_labels),
+                        })
+                        .collect(),
                 })
                 .collect();
             dcgm::write(out, snap, &compat, &self.opts.hostname, samples);
         }
+    }
+}
+
+/// A MIG GPU instance as the encoder serves it.
+struct Instance<'a> {
+    /// What the family readers read for it ([`instance_view`]).
+    view: DeviceSample,
+    /// `gpu_instance` label value.
+    gpu_instance: String,
+    /// `mig_profile` label value.
+    profile: &'a str,
+    /// Containers the kubelet assigned it to, sorted and distinct.
+    containers: Vec<&'a ContainerRef>,
+}
+
+impl<'a> Instance<'a> {
+    /// The one container whose labels the instance's series carry (with `pod_labels`), if any.
+    fn owner(&self, pod_labels: bool) -> Option<&'a ContainerRef> {
+        match self.containers.as_slice() {
+            [only] if pod_labels => Some(*only),
+            _ => None,
+        }
+    }
+}
+
+/// A GPU instance of `parent` as a device sample that holds only the instance's own readings
+/// (memory, GPM): a family reader then yields the instance's series for exactly the families
+/// that have a per-instance reading, and nothing for the others (a unit test keeps every device
+/// family silent on an empty sample).
+pub(crate) fn instance_view(parent: &DeviceSample, instance: &MigInstanceSample) -> DeviceSample {
+    DeviceSample {
+        index: parent.index,
+        uuid: parent.uuid.clone(),
+        up: true,
+        memory: instance.memory,
+        gpm: instance.gpm.clone(),
+        ..DeviceSample::default()
     }
 }
 

@@ -124,7 +124,43 @@ fn full_device(index: u32) -> DeviceSample {
                 cgroup: None,
             },
         ],
+        // MIG off: no instances.
+        mig_instances: Vec::new(),
     }
+}
+
+/// [`full_device`] in MIG mode with two GPU instances (every per-instance reading present on
+/// GI 1, two compute instances on GI 5), so that every family has a series.
+fn full_mig_device(index: u32) -> DeviceSample {
+    let mut d = full_device(index);
+    d.mig_mode = Some(true);
+    let memory = |total: f64, used: f64| MemoryInfo {
+        total_bytes: total,
+        used_bytes: used,
+        free_bytes: total - used,
+        reserved_bytes: 0.0,
+    };
+    let ci = |compute_instance: u32, gi: u32| ComputeInstanceSample {
+        compute_instance,
+        uuid: format!("MIG-{index}-{gi}-{compute_instance}"),
+    };
+    d.mig_instances = vec![
+        MigInstanceSample {
+            gpu_instance: 1,
+            profile: "4g.40gb".into(),
+            memory: Some(memory(42_412_802_048.0, 1_073_741_824.0)),
+            gpm: Some(full_gpm()),
+            compute_instances: vec![ci(0, 1)],
+        },
+        MigInstanceSample {
+            gpu_instance: 5,
+            profile: "2g.20gb".into(),
+            memory: Some(memory(21_072_183_296.0, 0.0)),
+            gpm: None,
+            compute_instances: vec![ci(0, 5), ci(1, 5)],
+        },
+    ];
+    d
 }
 
 /// GPM averages with every metric present; pipes and engines deliberately out of order.
@@ -261,7 +297,7 @@ fn families_of_gpu(text: &str, gpu: u32) -> Vec<&str> {
 
 #[test]
 fn a_full_device_serves_every_device_family_with_identity_labels() {
-    let text = encode(&snapshot(vec![full_device(0)]));
+    let text = encode(&snapshot(vec![full_mig_device(0)]));
     let expected: Vec<&str> = CATALOG
         .iter()
         .filter(|d| d.source.is_per_device())
@@ -439,7 +475,7 @@ fn label_values_are_escaped() {
 
 #[test]
 fn types_match_the_catalog_and_counters_end_in_total() {
-    let text = encode(&snapshot(vec![full_device(0)]));
+    let text = encode(&snapshot(vec![full_mig_device(0)]));
     for def in CATALOG {
         let line = format!("# TYPE {} {}", def.name, def.kind.as_str());
         assert!(text.contains(&line), "missing {line:?}");
@@ -457,7 +493,7 @@ fn types_match_the_catalog_and_counters_end_in_total() {
 
 #[test]
 fn families_follow_the_catalog_then_process_metrics() {
-    let text = encode(&snapshot(vec![full_device(0)]));
+    let text = encode(&snapshot(vec![full_mig_device(0)]));
     let served = families(&text);
     let catalog: Vec<&str> = CATALOG.iter().map(|d| d.name).collect();
     assert_eq!(&served[..catalog.len()], &catalog[..]);
@@ -691,6 +727,16 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
         .as_ref()
         .map(|k| crate::kubernetes::mapping::attribute(&k.assignments, &devices))
         .unwrap_or_default();
+    let instance_assigned: Vec<Vec<Vec<&ContainerRef>>> = snap
+        .kubernetes
+        .as_ref()
+        .map(|k| crate::kubernetes::mapping::attribute_instances(&k.assignments, &devices))
+        .unwrap_or_else(|| {
+            devices
+                .iter()
+                .map(|d| vec![Vec::new(); d.mig_instances.len()])
+                .collect()
+        });
     let pod_values =
         |c: &ContainerRef| vec![c.namespace.clone(), c.pod.clone(), c.container.clone()];
     for def in CATALOG {
@@ -715,6 +761,29 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
                         }
                         metrics.push(metric(def, names, all, value));
                     }
+                    if always {
+                        continue;
+                    }
+                    for (j, m) in d.mig_instances.iter().enumerate() {
+                        samples.clear();
+                        read(&snap.system, &instance_view(d, m), &mut samples);
+                        let owner = match instance_assigned[i][j].as_slice() {
+                            [only] if enc.options().pod_labels => Some(*only),
+                            _ => None,
+                        };
+                        for (labels, value) in owned(&samples) {
+                            let mut all = vec![d.index.to_string(), d.uuid.clone()];
+                            all.extend(labels);
+                            all.extend([m.gpu_instance.to_string(), m.profile.clone()]);
+                            let mut names = def.all_labels();
+                            names.extend(catalog::MIG_LABELS);
+                            if let Some(c) = owner {
+                                all.extend(pod_values(c));
+                                names.extend(POD_LABELS);
+                            }
+                            metrics.push(metric(def, names, all, value));
+                        }
+                    }
                 }
             }
             Source::PodAssignments => {
@@ -723,6 +792,18 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
                         let mut all = vec![d.index.to_string(), d.uuid.clone()];
                         all.extend(pod_values(c));
                         metrics.push(metric(def, def.all_labels(), all, 1.0));
+                    }
+                }
+                for (d, instances) in devices.iter().zip(&instance_assigned) {
+                    for (m, containers) in d.mig_instances.iter().zip(instances) {
+                        for c in containers {
+                            let mut all = vec![d.index.to_string(), d.uuid.clone()];
+                            all.extend([m.gpu_instance.to_string(), m.profile.clone()]);
+                            all.extend(pod_values(c));
+                            let mut names = def.all_labels();
+                            names.splice(2..2, catalog::MIG_LABELS.iter().copied());
+                            metrics.push(metric(def, names, all, 1.0));
+                        }
                     }
                 }
             }
@@ -835,7 +916,9 @@ fn output_is_byte_identical_to_the_prometheus_text_encoder() {
     odd.gpm = Some(full_gpm());
     let mut lost = full_device(3);
     lost.up = false;
-    let mut snap = snapshot(vec![lost, full_device(1), odd, full_device(0)]);
+    let mut mig = full_mig_device(4);
+    mig.info.minor_number = "4".into();
+    let mut snap = snapshot(vec![lost, full_device(1), odd, full_device(0), mig]);
     snap.nvml_errors.insert(
         ("nvmlDeviceGetPowerUsage".into(), "Unknown \"err\"".into()),
         3,
@@ -847,6 +930,10 @@ fn output_is_byte_identical_to_the_prometheus_text_encoder() {
         ("GPU-1::1", "b", "q", "c"),
         ("nvidia2", "odd\"ns", "p\\1", "c\n"),
         ("MIG-9", "mig", "m", "c"),
+        // GPU 4's GI 1 held by one container, its GI 5 shared by two.
+        ("MIG-4-1-0", "mig", "one", "c"),
+        ("MIG-4-5-1", "mig", "shared", "a"),
+        ("nvidia4/gi5", "mig", "shared", "b"),
     ]));
     for pod_labels in [false, true] {
         let enc = Encoder::new(MetricsOptions {
@@ -1633,5 +1720,232 @@ mod dcgm_compat {
             .filter(|(a, b)| a != b)
             .collect();
         assert!(diff.is_empty() && native.len() == off.len(), "{diff:?}");
+    }
+}
+
+/// MIG: per-instance series next to the GPU's, their labels, pod attribution and compat labels.
+mod mig {
+    use super::*;
+
+    /// GPU 0 in MIG mode with GI 2 (3g.40gb, busy, two compute instances) and GI 9 (1g.10gb,
+    /// idle, no GPM window yet).
+    fn mig_device() -> DeviceSample {
+        let mut d = bare_device(0);
+        d.info.minor_number = "0".into();
+        d.mig_mode = Some(true);
+        d.memory = Some(MemoryInfo {
+            total_bytes: 85_899_345_920.0,
+            used_bytes: 3.0e9,
+            free_bytes: 82_899_345_920.0,
+            reserved_bytes: 0.0,
+        });
+        d.mig_instances = vec![
+            MigInstanceSample {
+                gpu_instance: 2,
+                profile: "3g.40gb".into(),
+                memory: Some(MemoryInfo {
+                    total_bytes: 42_412_802_048.0,
+                    used_bytes: 2.0e9,
+                    free_bytes: 40_412_802_048.0,
+                    reserved_bytes: 0.0,
+                }),
+                gpm: Some(GpmMetrics {
+                    sm_active: Some(0.85),
+                    ..GpmMetrics::default()
+                }),
+                compute_instances: vec![
+                    ComputeInstanceSample {
+                        compute_instance: 0,
+                        uuid: "MIG-a".into(),
+                    },
+                    ComputeInstanceSample {
+                        compute_instance: 1,
+                        uuid: "MIG-b".into(),
+                    },
+                ],
+            },
+            MigInstanceSample {
+                gpu_instance: 9,
+                profile: "1g.10gb".into(),
+                memory: Some(MemoryInfo {
+                    total_bytes: 10_468_982_784.0,
+                    used_bytes: 1.0e9,
+                    free_bytes: 9_468_982_784.0,
+                    reserved_bytes: 0.0,
+                }),
+                gpm: None,
+                compute_instances: vec![ComputeInstanceSample {
+                    compute_instance: 0,
+                    uuid: "MIG-c".into(),
+                }],
+            },
+        ];
+        d
+    }
+
+    fn mig_snapshot(assignments: &[(&str, &str, &str, &str)]) -> Snapshot {
+        let mut snap = snapshot(vec![mig_device(), bare_device(1)]);
+        snap.kubernetes = Some(kubelet(assignments));
+        snap
+    }
+
+    #[test]
+    fn no_device_family_reads_anything_from_an_empty_sample() {
+        // Instance series come from a sample holding only the instance's readings: a family
+        // that served something for an empty sample would invent a series for every instance.
+        let empty = bare_device(0);
+        let mut out = samples::Samples::default();
+        for def in CATALOG {
+            if let Source::Device(read) = def.source {
+                out.clear();
+                read(&SystemInfo::default(), &empty, &mut out);
+                assert_eq!(out.iter().count(), 0, "{} reads an empty sample", def.name);
+            }
+        }
+    }
+
+    #[test]
+    fn instances_serve_memory_and_gpm_next_to_the_gpu_with_their_labels() {
+        let text = encode(&mig_snapshot(&[]));
+        let gpu = r#"gpu="0",uuid="GPU-0""#;
+        assert_eq!(
+            value(&text, &format!("nvidia_gpu_memory_total_bytes{{{gpu}}}")),
+            Some(85_899_345_920.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!(
+                    r#"nvidia_gpu_memory_total_bytes{{{gpu},gpu_instance="2",mig_profile="3g.40gb"}}"#
+                )
+            ),
+            Some(42_412_802_048.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!(
+                    r#"nvidia_gpu_memory_used_bytes{{{gpu},gpu_instance="9",mig_profile="1g.10gb"}}"#
+                )
+            ),
+            Some(1.0e9)
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!(
+                    r#"nvidia_gpu_sm_active_ratio{{{gpu},gpu_instance="2",mig_profile="3g.40gb"}}"#
+                )
+            ),
+            Some(0.85)
+        );
+        // GI 9 has no GPM window: absent, not 0; and no family the instance cannot read.
+        let gi9: Vec<&str> = series(&text)
+            .into_iter()
+            .filter(|l| l.contains(r#"gpu_instance="9""#))
+            .map(|l| l.split('{').next().unwrap())
+            .collect();
+        assert_eq!(
+            gi9,
+            [
+                "nvidia_gpu_memory_total_bytes",
+                "nvidia_gpu_memory_used_bytes",
+                "nvidia_gpu_memory_free_bytes",
+                "nvidia_gpu_memory_reserved_bytes",
+                "nvidia_gpu_mig_instance_info",
+            ]
+        );
+        // One info series per compute instance.
+        for (gi, profile, mig, ci) in [
+            ("2", "3g.40gb", "MIG-a", "0"),
+            ("2", "3g.40gb", "MIG-b", "1"),
+            ("9", "1g.10gb", "MIG-c", "0"),
+        ] {
+            let id = format!(
+                r#"nvidia_gpu_mig_instance_info{{{gpu},gpu_instance="{gi}",mig_profile="{profile}",mig_uuid="{mig}",compute_instance="{ci}"}}"#
+            );
+            assert_eq!(value(&text, &id), Some(1.0), "{id}");
+        }
+        // A family's instance series follow the GPU's, before the next GPU's.
+        let lines = series(&text);
+        let pos = |needle: &str| lines.iter().position(|l| l.starts_with(needle)).unwrap();
+        assert!(
+            pos(&format!("nvidia_gpu_memory_total_bytes{{{gpu}}}"))
+                < pos(&format!(
+                    r#"nvidia_gpu_memory_total_bytes{{{gpu},gpu_instance="2""#
+                ))
+        );
+        // The GPU without MIG has no instance labels anywhere.
+        assert!(
+            lines
+                .iter()
+                .filter(|l| l.contains(r#"gpu="1""#))
+                .all(|l| !l.contains("gpu_instance"))
+        );
+    }
+
+    #[test]
+    fn an_instance_held_by_one_container_carries_its_labels_and_pod_info() {
+        let text = encode_with(
+            MetricsOptions {
+                pod_labels: true,
+                ..MetricsOptions::default()
+            },
+            &mig_snapshot(&[
+                ("MIG-b", "ml", "train", "main"),
+                ("nvidia0/gi9", "web", "notebook", "kernel"),
+            ]),
+        );
+        let gpu = r#"gpu="0",uuid="GPU-0""#;
+        assert_eq!(
+            value(
+                &text,
+                &format!(
+                    r#"nvidia_gpu_pod_info{{{gpu},gpu_instance="2",mig_profile="3g.40gb",namespace="ml",pod="train",container="main"}}"#
+                )
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!(
+                    r#"nvidia_gpu_memory_used_bytes{{{gpu},gpu_instance="9",mig_profile="1g.10gb",namespace="web",pod="notebook",container="kernel"}}"#
+                )
+            ),
+            Some(1.0e9)
+        );
+        // The GPU itself belongs to no single container.
+        assert_eq!(
+            value(&text, &format!("nvidia_gpu_memory_used_bytes{{{gpu}}}")),
+            Some(3.0e9)
+        );
+    }
+
+    #[test]
+    fn dcgm_compat_puts_the_instance_labels_after_model_name() {
+        let text = encode_with(
+            MetricsOptions {
+                dcgm_compat: DcgmCompat::Dcgm,
+                hostname: "node-1".into(),
+                ..MetricsOptions::default()
+            },
+            &mig_snapshot(&[]),
+        );
+        let fb: Vec<&str> = series(&text)
+            .into_iter()
+            .filter(|l| l.starts_with("DCGM_FI_DEV_FB_USED{") && l.contains(r#"gpu="0""#))
+            .collect();
+        assert_eq!(
+            fb,
+            [
+                r#"DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-0",pci_bus_id="",device="nvidia0",modelName="",Hostname="node-1",DCGM_FI_DRIVER_VERSION="550.54.15"} 2861"#,
+                r#"DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-0",pci_bus_id="",device="nvidia0",modelName="",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="node-1",DCGM_FI_DRIVER_VERSION="550.54.15"} 1907"#,
+                r#"DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-0",pci_bus_id="",device="nvidia0",modelName="",GPU_I_PROFILE="1g.10gb",GPU_I_ID="9",Hostname="node-1",DCGM_FI_DRIVER_VERSION="550.54.15"} 953"#,
+            ]
+        );
+        assert!(text.contains(
+            r#"DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-0",pci_bus_id="",device="nvidia0",modelName="",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="node-1",DCGM_FI_DRIVER_VERSION="550.54.15"} 0.85"#
+        ));
     }
 }

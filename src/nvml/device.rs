@@ -22,6 +22,7 @@ use nvml_wrapper_sys::bindings::field_id::{
 use super::discovery::device_identity;
 use super::error::{ErrorClass, ErrorCounter, classify};
 use super::gpm::{GpmState, read_gpm};
+use super::mig::MigReader;
 use super::processes::ProcessReader;
 use super::raw;
 use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
@@ -65,6 +66,8 @@ pub struct DeviceReader {
     nvlink_count: Option<u32>,
     /// Reads the device's processes each tick (`--processes`); `None` when off.
     processes: Option<ProcessReader>,
+    /// Reads the GPU instances while MIG mode is on.
+    mig: MigReader,
 }
 
 impl DeviceReader {
@@ -78,6 +81,7 @@ impl DeviceReader {
             unsupported: HashSet::new(),
             nvlink_count: None,
             processes: None,
+            mig: MigReader::new(),
         }
     }
 
@@ -137,6 +141,13 @@ impl DeviceReader {
             // stay close to one interval whatever the other calls cost.
             (sample.gpm_supported, sample.gpm) = read_gpm(&mut tick, nvml, &device, gpm);
             read_metrics(&mut tick, &device, &mut self.nvlink_count, &mut sample);
+            // Enumerated every tick (a reconfiguration shows at once); MIG off drops the
+            // instances' GPM windows so a later layout starts clean.
+            if sample.mig_mode == Some(true) {
+                sample.mig_instances = self.mig.read(&mut tick, nvml, &device, gpm);
+            } else {
+                gpm.retain_instances(&[]);
+            }
             if let Some(reader) = &mut self.processes {
                 sample.processes = reader.read(&mut tick, nvml, &device);
             }

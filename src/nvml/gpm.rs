@@ -11,9 +11,12 @@
 //! Units: NVML reports the `*_UTIL` metrics in percent (0–100) and the PCIe/NVLink rates in
 //! MiB/s (nvml.h); [`GpmMetrics`] holds ratios 0..1 and bytes per second.
 //!
-//! MIG: GPM also samples a single GPU instance (`nvmlGpmMigSampleGet`). Per-instance
-//! saturation needs one [`Window`] per GPU instance fed with those samples; [`decode`] and
-//! [`Window`] do not care where a sample came from, so that is where it plugs in.
+//! MIG: GPM also samples a single GPU instance (`nvmlGpmMigSampleGet`). [`GpmState`] keeps one
+//! [`Window`] per GPU instance next to the GPU's, keyed by the instance's identity (not only its
+//! id: a destroyed and re-created instance is another one and must not close a window with the
+//! old one's sample); [`read_instance_gpm`] feeds it, [`super::mig`] says which instances exist.
+
+use std::collections::HashMap;
 
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
@@ -168,6 +171,24 @@ impl<S> Window<S> {
 pub struct GpmState<'nvml> {
     supported: Option<bool>,
     window: Window<GpmSample<'nvml>>,
+    /// The tick being read, so that a window first seen mid-tick starts at it.
+    tick: Option<u64>,
+    /// One window per MIG GPU instance seen on the last tick.
+    instances: HashMap<InstanceKey, Window<GpmSample<'nvml>>>,
+}
+
+/// What makes a MIG GPU instance the same one from tick to tick: its id alone is reused when an
+/// instance is destroyed and another created.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct InstanceKey {
+    /// GPU instance id.
+    pub gpu_instance: u32,
+    /// GPU-instance profile id (`nvmlGpuInstanceInfo_t.profileId`).
+    pub profile_id: u32,
+    /// Placement start (memory slice).
+    pub placement_start: u32,
+    /// UUID of its first compute instance: NVML gives a re-created instance a new one.
+    pub uuid: String,
 }
 
 impl<'nvml> GpmState<'nvml> {
@@ -176,15 +197,77 @@ impl<'nvml> GpmState<'nvml> {
         GpmState::default()
     }
 
-    /// See [`Window::begin_tick`].
+    /// See [`Window::begin_tick`]; applies to the MIG instances' windows too.
     pub fn begin_tick(&mut self, tick: u64) {
         self.window.begin_tick(tick);
+        self.tick = Some(tick);
+        for w in self.instances.values_mut() {
+            w.begin_tick(tick);
+        }
     }
 
-    /// Forgets the previous sample (the device was lost).
+    /// Forgets the previous sample (the device was lost), the MIG instances' included.
     pub fn forget(&mut self) {
         self.window.forget();
+        self.instances.clear();
     }
+
+    /// Keeps the windows of the MIG instances in `alive` only: an instance gone for a tick
+    /// (destroyed, MIG off) starts over if it comes back.
+    pub(super) fn retain_instances(&mut self, alive: &[InstanceKey]) {
+        self.instances.retain(|k, _| alive.contains(k));
+    }
+
+    /// Whether the device supports GPM, as far as this session knows.
+    pub(super) fn supported(&self) -> bool {
+        self.supported == Some(true)
+    }
+}
+
+/// Offset added to a metric id in the "not supported" memory for a MIG instance's metrics: an
+/// instance does not support PCIe/NVLink metrics that the whole GPU does, and the two must not
+/// switch each other off.
+const INSTANCE_METRIC_ARG: u32 = 1 << 20;
+
+/// Reads one MIG GPU instance's GPM for this tick (the GPU must support GPM): its sample closes
+/// the instance's window when the previous tick sampled the same instance.
+pub(super) fn read_instance_gpm<'nvml>(
+    t: &mut Tick,
+    nvml: &'nvml Nvml,
+    device: &Device<'nvml>,
+    key: &InstanceKey,
+    state: &mut GpmState<'nvml>,
+) -> Option<GpmMetrics> {
+    if nvml.lib().nvmlGpmMigSampleGet.is_err() {
+        return None;
+    }
+    let gi = key.gpu_instance;
+    let tick = state.tick;
+    let window = state.instances.entry(key.clone()).or_insert_with(|| {
+        let mut w = Window::default();
+        if let Some(tick) = tick {
+            w.begin_tick(tick);
+        }
+        w
+    });
+    let Some(current) = t.call("nvmlGpmMigSampleGet", gi, || device.gpm_mig_sample(gi)) else {
+        window.forget();
+        return None;
+    };
+    let requested: Vec<(GpmMetricId, Target)> = METRICS
+        .iter()
+        .copied()
+        .filter(|(id, _)| !t.is_unsupported(METRICS_GET, INSTANCE_METRIC_ARG | id.as_c()))
+        .collect();
+    let ids: Vec<GpmMetricId> = requested.iter().map(|(id, _)| *id).collect();
+    let results = window.advance(current, |prev, cur| {
+        t.call(METRICS_GET, INSTANCE_METRIC_ARG, || {
+            gpm_metrics_get(nvml, prev, cur, &ids)
+        })
+    });
+    results
+        .flatten()
+        .map(|r| decode_with(t, &requested, r, INSTANCE_METRIC_ARG))
 }
 
 /// Whether the loaded library has every GPM entry point. nvml-wrapper frees a `GpmSample` on
@@ -254,9 +337,19 @@ pub(super) fn decode(
     requested: &[(GpmMetricId, Target)],
     results: Vec<Result<GpmMetricResult, NvmlError>>,
 ) -> GpmMetrics {
+    decode_with(t, requested, results, 0)
+}
+
+/// [`decode`], remembering NOT_SUPPORTED under `arg_base | metric id`.
+fn decode_with(
+    t: &mut Tick,
+    requested: &[(GpmMetricId, Target)],
+    results: Vec<Result<GpmMetricResult, NvmlError>>,
+    arg_base: u32,
+) -> GpmMetrics {
     let mut m = GpmMetrics::default();
     for ((id, target), result) in requested.iter().zip(results) {
-        let Some(r) = t.field(METRICS_GET, id.as_c(), result) else {
+        let Some(r) = t.field(METRICS_GET, arg_base | id.as_c(), result) else {
             continue;
         };
         // A NaN/inf would be a broken reading; the encoder drops those too, but keep the

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod gpm;
+pub mod mig;
 pub mod processes;
 pub mod raw;
 pub mod units;

@@ -1,0 +1,280 @@
+//! MIG (multi-instance GPU): the GPU instances of a GPU in MIG mode, read every tick.
+//!
+//! NVML names a MIG device (a compute instance) by a handle that goes invalid the moment its
+//! instance is destroyed, and the layout can change at any time, so nothing here keeps a handle
+//! across ticks: each tick enumerates the MIG devices again (`nvmlDeviceGetMaxMigDeviceCount`,
+//! then `nvmlDeviceGetMigDeviceHandleByIndex` for every index; NOT_FOUND is an empty slot).
+//! Per MIG device: GPU instance id, compute instance id, UUID. Per GPU instance (once, however
+//! many compute instances it has): memory from its first MIG device, its profile (GI id →
+//! `nvmlDeviceGetGpuInstanceById` → `nvmlGpuInstanceGetInfo` → profile id → the profile table's
+//! name, "MIG 1g.10gb" → "1g.10gb"), and GPM through [`super::gpm::read_instance_gpm`].
+//!
+//! The profile table is read once per session (it is the board's); the instance → profile id
+//! lookup is two calls per instance per tick, since an instance id can be reused by another
+//! profile after a reconfiguration. NVML calls per tick on a GPU with G instances and D MIG
+//! devices: 1 + 7 (max count, every index) + 3·D (GI id, CI id, UUID) + 3·G (memory, instance by
+//! id, instance info), plus 2·G for GPM (sample, metrics) on Hopper: 40 for h100-mig's GPU0
+//! (4 instances of one compute instance each).
+//!
+//! nvml-wrapper 0.13 wraps the MIG handle calls but not the instance id, instance info and
+//! versioned profile info calls; those are made through `nvml.lib()` as in [`super::raw`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::mem;
+
+use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
+use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper_sys::bindings::{
+    NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
+    nvmlGpuInstanceProfileInfo_v2_t,
+};
+
+use super::device::Tick;
+use super::gpm::{GpmState, InstanceKey, read_instance_gpm};
+use crate::sample::{ComputeInstanceSample, MemoryInfo, MigInstanceSample};
+
+/// Argument under which calls on MIG device handles are remembered as not supported, apart from
+/// the same function on the GPU's own handle (a MIG handle supports far less).
+const MIG_HANDLE: u32 = 1 << 20;
+
+/// Reads a GPU's MIG instances tick after tick; keeps the board's profile names.
+#[derive(Debug, Default)]
+pub struct MigReader {
+    /// Profile id → name ("1g.10gb"), from the board's profile table.
+    profile_names: HashMap<u32, String>,
+    /// The whole table has been read once (profiles the board lacks answer an error).
+    table_read: bool,
+}
+
+/// One MIG device found this tick.
+struct MigDevice<'nvml> {
+    handle: Device<'nvml>,
+    gpu_instance: u32,
+    compute: ComputeInstanceSample,
+}
+
+impl MigReader {
+    /// A reader that has not read the profile table yet.
+    pub fn new() -> MigReader {
+        MigReader::default()
+    }
+
+    /// The GPU instances of `device` now (its MIG mode is on), by GI id, with GPM when the GPU
+    /// supports it. Windows of instances that are gone are dropped from `gpm`.
+    pub(super) fn read<'nvml>(
+        &mut self,
+        t: &mut Tick,
+        nvml: &'nvml Nvml,
+        device: &Device<'nvml>,
+        gpm: &mut GpmState<'nvml>,
+    ) -> Vec<MigInstanceSample> {
+        let mut by_instance: BTreeMap<u32, Vec<MigDevice<'nvml>>> = BTreeMap::new();
+        for d in enumerate(t, device) {
+            by_instance.entry(d.gpu_instance).or_default().push(d);
+        }
+        let mut alive = Vec::with_capacity(by_instance.len());
+        let mut out = Vec::with_capacity(by_instance.len());
+        for (gi, mut devices) in by_instance {
+            devices.sort_by_key(|d| d.compute.compute_instance);
+            let first = &devices[0].handle;
+            let memory = t
+                .call("nvmlDeviceGetMemoryInfo_v2", MIG_HANDLE, || {
+                    first.memory_info()
+                })
+                .map(|m| MemoryInfo {
+                    total_bytes: m.total as f64,
+                    used_bytes: m.used as f64,
+                    free_bytes: m.free as f64,
+                    reserved_bytes: m.reserved as f64,
+                });
+            let info = t
+                .call("nvmlGpuInstanceGetInfo", 0, || instance_info(device, gi))
+                .flatten();
+            let profile = info
+                .map(|i| self.profile_name(t, device, i.profileId))
+                .unwrap_or_default();
+            let gpm_metrics = match info {
+                Some(i) if gpm.supported() => {
+                    let key = InstanceKey {
+                        gpu_instance: gi,
+                        profile_id: i.profileId,
+                        placement_start: i.placement.start,
+                        uuid: devices[0].compute.uuid.clone(),
+                    };
+                    let m = read_instance_gpm(t, nvml, device, &key, gpm);
+                    alive.push(key);
+                    m
+                }
+                _ => None,
+            };
+            out.push(MigInstanceSample {
+                gpu_instance: gi,
+                profile,
+                memory,
+                gpm: gpm_metrics,
+                compute_instances: devices.into_iter().map(|d| d.compute).collect(),
+            });
+        }
+        gpm.retain_instances(&alive);
+        out
+    }
+
+    /// The name of profile `profile_id`, reading the board's profile table the first time.
+    fn profile_name(&mut self, t: &mut Tick, device: &Device, profile_id: u32) -> String {
+        if !self.table_read && !self.profile_names.contains_key(&profile_id) {
+            let mut complete = true;
+            for profile in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
+                match t.call("nvmlDeviceGetGpuInstanceProfileInfoV", profile, || {
+                    profile_info(device, profile)
+                }) {
+                    Some(Some((id, name))) => {
+                        self.profile_names.insert(id, name);
+                    }
+                    Some(None) => {}
+                    // A failure (counted) or a library without the call: ask again next tick.
+                    None => complete = false,
+                }
+            }
+            self.table_read = complete;
+        }
+        self.profile_names
+            .get(&profile_id)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// The MIG devices of `device` now. A slot whose handle or ids cannot be read is left out.
+fn enumerate<'nvml>(t: &mut Tick, device: &Device<'nvml>) -> Vec<MigDevice<'nvml>> {
+    let count = t
+        .call("nvmlDeviceGetMaxMigDeviceCount", 0, || {
+            device.mig_device_count()
+        })
+        .unwrap_or(0);
+    let mut out = Vec::new();
+    for index in 0..count {
+        let handle = t.call("nvmlDeviceGetMigDeviceHandleByIndex", 0, || {
+            // NOT_FOUND: nothing at this index now (the indices need not be dense).
+            match device.mig_device_by_index(index) {
+                Err(NvmlError::NotFound) => Ok(None),
+                other => other.map(Some),
+            }
+        });
+        let Some(Some(handle)) = handle else {
+            continue;
+        };
+        let Some(gpu_instance) = t.call("nvmlDeviceGetGpuInstanceId", 0, || {
+            instance_id(&handle, IdKind::Gpu)
+        }) else {
+            continue;
+        };
+        let Some(compute_instance) = t.call("nvmlDeviceGetComputeInstanceId", 0, || {
+            instance_id(&handle, IdKind::Compute)
+        }) else {
+            continue;
+        };
+        let uuid = t
+            .call("nvmlDeviceGetUUID", MIG_HANDLE, || handle.uuid())
+            .unwrap_or_default();
+        out.push(MigDevice {
+            handle,
+            gpu_instance,
+            compute: ComputeInstanceSample {
+                compute_instance,
+                uuid,
+            },
+        });
+    }
+    out
+}
+
+/// Which id of a MIG device handle to read.
+#[derive(Clone, Copy)]
+enum IdKind {
+    Gpu,
+    Compute,
+}
+
+/// `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId` of a MIG device handle.
+fn instance_id(mig: &Device, kind: IdKind) -> Result<u32, NvmlError> {
+    let lib = mig.nvml().lib();
+    let sym = nvml_sym(match kind {
+        IdKind::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref(),
+        IdKind::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref(),
+    })?;
+    let mut id = 0;
+    // SAFETY: the handle comes from a live `Device` of a live `Nvml`; the out-pointer is valid.
+    unsafe { nvml_try(sym(mig.handle(), &mut id))? };
+    Ok(id)
+}
+
+/// Parent, id, profile id and placement of GPU instance `gi` of `device`; `None` when no
+/// instance has that id now (destroyed since the MIG devices were listed).
+fn instance_info(device: &Device, gi: u32) -> Result<Option<nvmlGpuInstanceInfo_t>, NvmlError> {
+    let lib = device.nvml().lib();
+    let by_id = nvml_sym(lib.nvmlDeviceGetGpuInstanceById.as_ref())?;
+    let get_info = nvml_sym(lib.nvmlGpuInstanceGetInfo.as_ref())?;
+    // SAFETY: nvmlGpuInstance_t is an opaque pointer; null is a valid "none yet".
+    let mut instance: nvmlGpuInstance_t = std::ptr::null_mut();
+    // SAFETY: valid device handle and out-pointer.
+    match unsafe { nvml_try(by_id(device.handle(), gi, &mut instance)) } {
+        Err(NvmlError::NotFound) => return Ok(None),
+        other => other?,
+    }
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut info: nvmlGpuInstanceInfo_t = unsafe { mem::zeroed() };
+    // SAFETY: the instance handle was just returned by NVML; the out-pointer is valid.
+    unsafe { nvml_try(get_info(instance, &mut info))? };
+    Ok(Some(info))
+}
+
+/// Profile id and name of the `NVML_GPU_INSTANCE_PROFILE_*` value `profile`
+/// (`nvmlDeviceGetGpuInstanceProfileInfoV`, v2 struct); `None` when the board has no such profile
+/// (NOT_SUPPORTED, INVALID_ARGUMENT).
+fn profile_info(device: &Device, profile: u32) -> Result<Option<(u32, String)>, NvmlError> {
+    let sym = nvml_sym(
+        device
+            .nvml()
+            .lib()
+            .nvmlDeviceGetGpuInstanceProfileInfoV
+            .as_ref(),
+    )?;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
+    // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2): the size, and the version in the top byte.
+    info.version = (mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() | (2 << 24)) as u32;
+    // SAFETY: valid handle, out-pointer to a struct of the size the version word says.
+    match unsafe { nvml_try(sym(device.handle(), profile, &mut info)) } {
+        Err(NvmlError::NotSupported | NvmlError::InvalidArg) => return Ok(None),
+        other => other?,
+    }
+    let name: Vec<u8> = info
+        .name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Ok(Some((
+        info.id,
+        profile_label(&String::from_utf8_lossy(&name)),
+    )))
+}
+
+/// The `mig_profile` label of a profile name: "MIG 1g.10gb" → "1g.10gb".
+pub fn profile_label(name: &str) -> String {
+    let name = name.trim();
+    name.strip_prefix("MIG ").unwrap_or(name).trim().to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn profile_names_lose_the_mig_prefix() {
+        assert_eq!(profile_label("MIG 1g.10gb"), "1g.10gb");
+        assert_eq!(profile_label("MIG 1g.10gb+me"), "1g.10gb+me");
+        assert_eq!(profile_label("3g.40gb"), "3g.40gb");
+        assert_eq!(profile_label(""), "");
+    }
+}
