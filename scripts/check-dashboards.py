@@ -12,6 +12,9 @@
      `promtool check rules`;
   3. names: every metric name used is one the exporter serves (tests/golden/h100x8.prom plus the
      families docs/metrics.md lists);
+  4. per-pod usage (workloads.json): the per-pod memory and utilization panels, run by `promtool
+     test rules` on a made-up node, give each pod of a shared GPU its own usage where per-pod
+     series exist and the GPU's value elsewhere;
   and first, a self-test: a broken dashboard (typo in a metric name, unparsable expr, panel
   without a unit) must fail each of the three, so the checks themselves cannot silently pass.
 
@@ -347,6 +350,69 @@ def self_test(promtool, known):
     return problems
 
 
+# The per-pod panels of workloads.json and what they must give on the node of POD_USAGE_SERIES.
+POD_USAGE_PANELS = {
+    "Device memory per pod": {"a": 40, "b": 5, "c": 30, "d": 7, "e": 0},
+    "Utilization vs SM activity per pod": {"a": 0.5, "b": 0.125, "c": 0.75, "d": 0.375, "e": 0},
+}
+# GPU 0 is shared by pods a and b and has per-pod series (their own usage counts, not the GPU's
+# 16 GiB, which includes a host process); GPU 1 has none (pod c, and pod a too, get its whole
+# value); GPU 2 has per-pod series for d only (e is assigned it but runs nothing there: 0). Pod a
+# sums (memory) or averages (utilization) its own share of GPU 0 and GPU 1's whole value.
+POD_USAGE_SERIES = [
+    ("nvidia_gpu_pod_info", "0", "a", "1"), ("nvidia_gpu_pod_info", "0", "b", "1"),
+    ("nvidia_gpu_pod_info", "1", "c", "1"), ("nvidia_gpu_pod_info", "1", "a", "1"),
+    ("nvidia_gpu_pod_info", "2", "d", "1"), ("nvidia_gpu_pod_info", "2", "e", "1"),
+    ("nvidia_gpu_pod_memory_used_bytes", "0", "a", "10"), ("nvidia_gpu_pod_memory_used_bytes", "0", "b", "5"),
+    ("nvidia_gpu_pod_memory_used_bytes", "2", "d", "7"),
+    ("nvidia_gpu_pod_sm_utilization_ratio", "0", "a", "0.25"),
+    ("nvidia_gpu_pod_sm_utilization_ratio", "0", "b", "0.125"),
+    ("nvidia_gpu_pod_sm_utilization_ratio", "2", "d", "0.375"),
+    ("nvidia_gpu_memory_used_bytes", "0", None, "16"), ("nvidia_gpu_memory_used_bytes", "1", None, "30"),
+    ("nvidia_gpu_memory_used_bytes", "2", None, "7"),
+    ("nvidia_gpu_utilization_ratio", "0", None, "0.6"), ("nvidia_gpu_utilization_ratio", "1", None, "0.75"),
+    ("nvidia_gpu_utilization_ratio", "2", None, "0.4"),
+]
+
+
+def pod_usage_errors(promtool, source):
+    """Check 4: the per-pod panels' first targets, as recording rules, under `promtool test rules`."""
+    # Every variable "All" (`.*`, which also matches the missing `node` label of the series below).
+    variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
+    values = builtins(60) | {v["name"]: "$__all" for v in variables}
+    exprs = {t["title"]: interpolate(t["expr"], values, variables)
+             for t in source.targets if t["title"] in POD_USAGE_PANELS and t["ref"] == "A"}
+    missing = sorted(set(POD_USAGE_PANELS) - set(exprs))
+    if missing:
+        return [f"no panel titled {t!r}" for t in missing]
+    names = {title: f"panel_{i}" for i, title in enumerate(POD_USAGE_PANELS)}
+    rules = {"groups": [{"name": "pod usage", "rules": [
+        {"record": names[t], "expr": e} for t, e in exprs.items()]}]}
+
+    def series(metric, gpu, pod, value):
+        labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
+        if pod:
+            labels += f',namespace="ml",pod="{pod}",container="main"'
+        return {"series": f"{metric}{{{labels}}}", "values": f"{value}+0x5"}
+
+    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": [series(*s) for s in POD_USAGE_SERIES],
+        "promql_expr_test": [
+            {"expr": names[t], "eval_time": "2m", "exp_samples": [
+                {"labels": f'{names[t]}{{namespace="ml",pod="{pod}"}}', "value": v}
+                for pod, v in sorted(want.items())]}
+            for t, want in POD_USAGE_PANELS.items()],
+    }]}
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "rules.yml").write_text(json.dumps(rules))  # JSON is YAML
+        (Path(tmp) / "test.yml").write_text(json.dumps(tests))
+        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True)
+    if run.returncode != 0:
+        return [ln.strip() for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
+    return []
+
+
 def run_static(args):
     failed = 0
 
@@ -371,6 +437,9 @@ def run_static(args):
         exprs = all_exprs(s)
         report(f"{s.name}: {len(exprs)} queries parse as PromQL (promtool)", promql_errors(args.promtool, exprs))
         report(f"{s.name}: every metric name is served by the exporter", unknown_names(exprs, known))
+        if s.name == "workloads.json":
+            report(f"{s.name}: per-pod panels give each pod its own usage (promtool test rules)",
+                   pod_usage_errors(args.promtool, s))
     return 1 if failed else 0
 
 

@@ -8,7 +8,9 @@
 #   scripts/e2e-dashboards.sh [PATH/TO/nvml-exporter] [--check 'EXPORTER ARGS | FILE...']...
 #
 # Each --check adds an exporter with those extra arguments whose data FILE (a dashboard JSON or a
-# query file, see check-dashboards.py) is checked against, like the lines of $checks below.
+# query file, see check-dashboards.py) is checked against, like the lines of $checks below: leading
+# NAME=VALUE words are its environment, $socket and $work are substituted, and a line that names
+# its own --pod-resources-socket does not get the shared fake kubelet's.
 # Without an argument the debug binaries are taken from cargo's target directory (built if
 # missing). Needs /usr/bin/prometheus and promtool (Debian package `prometheus`; installed when
 # missing and run as root). Set PROMETHEUS / PROMTOOL to use other binaries.
@@ -26,11 +28,15 @@ cd "$(dirname "$0")/.."
 # What the live check runs: one line per exporter, "its extra arguments | the dashboards or query
 # files checked against it". Every exporter is the demo with --kubernetes against the same fake
 # kubelet ($socket is substituted), scraped by the same Prometheus under its own job and node.
-# The one exporter serves both namings, so the same run checks dcgm-exporter's own dashboard
-# (Grafana 12239, its queries in tests/fixtures/dcgm/) against --dcgm-compat.
+# The first exporter serves both namings, so the same run checks dcgm-exporter's own dashboard
+# (Grafana 12239, its queries in tests/fixtures/dcgm/) against --dcgm-compat. The second runs the
+# shared.toml scenario with --processes and a kubelet of its own ($shared_pods), so the Workloads
+# panels' per-pod branch (nvidia_gpu_pod_*) is queried live next to the whole-GPU fallback.
 checks=(
   "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json tests/fixtures/dcgm/dashboard-12239.promql"
+  "NVML_SIM_SCENARIO=nvml-sim/scenarios/shared.toml --processes --host-proc \$work/proc --pod-resources-socket \$work/kubelet-shared.sock | dashboards/workloads.json"
 )
+builtin_checks=${#checks[@]}
 checks+=("${extra[@]}")
 
 # The pods the fake kubelet assigns, by device name nvidiaN (the GPU of minor number N). GPU 7 is
@@ -43,21 +49,30 @@ pods=(
   inference/triton-0/server=nvidia1
   inference/embed/server=nvidia4
 )
+# shared.toml's two GPUs, by UUID: GPU 0 time-sliced between two pods, GPU 1 one pod's. The
+# exporter has no /pods list here (examples/fake-kubelet serves pod-resources only), so GPU 0's
+# processes are nobody's (whole-GPU fallback) and GPU 1's are its only container's (per-pod
+# series); tests/processes.rs tells the pods of a shared GPU apart with /pods.
+shared_pods=(
+  ml/train-a/main=GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c01
+  ml/infer-b/server=GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c01
+  ml/solo-c/trainer=GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c02
+)
 seconds=60
-# What the stats of the first exporter's dashboards must say about that node: all 8 GPUs up; GPUs
-# 1, 2, 3, 4 and 7 assigned (the pods make the node a Kubernetes one, so memory held elsewhere does
-# not count); GPU 7 idle, as NvidiaGpuIdleWhileAllocated says; GPU 4 shared. Only with one exporter:
-# a --check line adds GPUs.
+# What the stats must say about both nodes: the demo's 8 GPUs and shared.toml's 2 up; the demo's
+# GPUs 1, 2, 3, 4 and 7 assigned (the pods make the node a Kubernetes one, so memory held elsewhere
+# does not count) and both of shared.toml's; the demo's GPU 7 idle, as NvidiaGpuIdleWhileAllocated
+# says; the demo's GPU 4 and shared.toml's GPU 0 shared. Only without --check lines, which add GPUs.
 expect=(
-  "gpu-fleet.json:GPUs=8"
-  "gpu-fleet.json:GPUs up=8"
+  "gpu-fleet.json:GPUs=10"
+  "gpu-fleet.json:GPUs up=10"
   "gpu-fleet.json:GPUs lost=0"
-  "gpu-fleet.json:GPUs allocated=5"
+  "gpu-fleet.json:GPUs allocated=7"
   "gpu-fleet.json:Allocated but idle now=1"
   "gpu-fleet.json:XID events over the range=1"
-  "workloads.json:Pods holding GPUs=5"
-  "workloads.json:GPUs held=5"
-  "workloads.json:Shared GPUs=1"
+  "workloads.json:Pods holding GPUs=8"
+  "workloads.json:GPUs held=7"
+  "workloads.json:Shared GPUs=2"
   "workloads.json:Held GPUs idle now=1"
 )
 
@@ -121,7 +136,12 @@ free_port() {
 socket=$work/kubelet.sock
 "$kubelet" "$socket" "${pods[@]}" >"$work/kubelet.log" 2>&1 &
 pids+=("$!")
-for _ in $(seq 100); do [ -S "$socket" ] && break; sleep 0.1; done
+mkdir "$work/proc" # the shared exporter's --host-proc: no host processes to name
+"$kubelet" "$work/kubelet-shared.sock" "${shared_pods[@]}" >"$work/kubelet-shared.log" 2>&1 &
+pids+=("$!")
+for sock in "$socket" "$work/kubelet-shared.sock"; do
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+done
 
 # One exporter per line of $checks. The simulated clock starts at 10 s so GPU 6's XID 79 (t = 30 s)
 # arrives 20 s into the run: well inside the minute the queries cover, and after its start, so the
@@ -132,11 +152,19 @@ n=0
 for line in "${checks[@]}"; do
   n=$((n + 1))
   args=${line%%|*}
+  args=${args//\$socket/$socket}
+  read -ra words <<<"${args//\$work/$work}"
+  line_env=()
+  while [ ${#words[@]} -gt 0 ] && [[ ${words[0]} =~ ^[A-Z_]+= ]]; do
+    line_env+=("${words[0]}")
+    words=("${words[@]:1}")
+  done
+  kubelet_args=(--pod-resources-socket "$socket")
+  if [[ " ${words[*]} " == *" --pod-resources-socket "* ]]; then kubelet_args=(); fi
   port=$(free_port)
-  # shellcheck disable=SC2086 # the extra arguments are words
-  env -u NVML_SIM_SCENARIO -u NVML_SIM_TIME NVML_SIM_START=10 \
+  env -u NVML_SIM_SCENARIO -u NVML_SIM_TIME NVML_SIM_START=10 "${line_env[@]}" \
     "$bin" --demo --interval 1s --listen "127.0.0.1:$port" --log-level warn \
-    --kubernetes --pod-resources-socket "$socket" ${args//\$socket/$socket} \
+    --kubernetes "${kubelet_args[@]}" "${words[@]}" \
     >"$work/exporter-$n.log" 2>&1 &
   pids+=("$!")
   scrape_configs+="
@@ -161,7 +189,7 @@ prometheus_port=$(free_port)
 pids+=("$!")
 url=http://127.0.0.1:$prometheus_port
 expect_args=()
-if [ "$n" = 1 ]; then
+if [ "$n" = "$builtin_checks" ]; then
   for e in "${expect[@]}"; do expect_args+=(--expect "$e"); done
 fi
 
@@ -169,7 +197,7 @@ if ! python3 scripts/check-dashboards.py live --prometheus "$url" --range "$seco
   --wait-for "$n" "${expect_args[@]}" "${files[@]}"; then
   failed=1
   echo "--- prometheus log"; tail -n 20 "$work/prometheus.log"
-  for log in "$work"/exporter-*.log "$work/kubelet.log"; do echo "--- $log"; tail -n 20 "$log"; done
+  for log in "$work"/exporter-*.log "$work"/kubelet*.log; do echo "--- $log"; tail -n 20 "$log"; done
 fi
 
 if [ "$failed" = 0 ]; then echo "e2e-dashboards: PASS"; else echo "e2e-dashboards: FAIL"; fi

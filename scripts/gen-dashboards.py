@@ -65,6 +65,31 @@ def per_pod(metric, sel, by="namespace, pod", agg="avg"):
     )
 
 
+def pod_usage(pod_metric, gpu_metric, sel):
+    """One series per (pod, GPU): the pod's own usage where the exporter serves per-pod series for
+    that GPU (--processes), else the GPU's value for each pod assigned it, else (a GPU with per-pod
+    series on which the pod runs nothing) 0."""
+    return (
+        f"(sum by (namespace, pod, {GPU_KEY}) ({pod_metric}{{{sel}}})"
+        f" or (max without (namespace, pod, container) ({gpu_metric}{{{DEV}}})"
+        f" * on ({GPU_KEY}) group_right () {pod_gpus(sel)}"
+        f" unless on ({GPU_KEY}) {pod_metric}{{{DEV}}})"
+        f" or {pod_gpus(sel)} * 0)"
+    )
+
+
+def pod_usage_doc(pod_metric, gpu_metric):
+    """The panel-description text of pod_usage."""
+    return (
+        f" Per pod and GPU: on a GPU where the exporter serves per-pod usage (--processes with"
+        f" --kubernetes) the pod's own, {pod_metric} summed over its containers; on other GPUs the"
+        f" GPU's {gpu_metric}, whole, for each pod assigned it (a shared GPU's value is then counted"
+        f" for each of its pods); 0 for a pod assigned a GPU with per-pod usage on which it runs"
+        f" nothing: sum by (namespace, pod, gpu) ({pod_metric}) or ({gpu_metric} * on (gpu) group_right"
+        f" () pod assignments unless on (gpu) {pod_metric}) or pod assignments * 0."
+    )
+
+
 # Grafana gives $__interval_ms for the subquery step below; the sum of a 0/1-per-step series
 # times the step in hours is the GPU-hours over the dashboard range, exact whatever the range,
 # including GPUs and pods that exist for only part of it.
@@ -499,8 +524,8 @@ def node():
                   instant=True, fmt="table")], 12, 8),
         panel(l, "table", "Workloads on the GPUs",
               "The containers the kubelet assigned each GPU to (nvidia_gpu_pod_info, with --kubernetes),"
-              " with the device memory used on that GPU (by all its processes: the exporter does not"
-              " break memory down per process). A GPU listed twice is shared.",
+              " with the device memory used on that GPU (by all its processes; each container's own"
+              " share, with --processes, is in the Workloads dashboard). A GPU listed twice is shared.",
               "bytes", [target(
                   f"max without (namespace, pod, container) (nvidia_gpu_memory_used_bytes{{{DEV}}})"
                   f" * on ({GPU_KEY}) group_right () nvidia_gpu_pod_info{{{POD}}}",
@@ -534,7 +559,8 @@ def workloads():
     idle_pods = f"({pod_gpus(POD)} and on ({GPU_KEY}) {sm_or_util(DEV)} < 0.05)"
     seam = (
         " A GPU shared by several pods shows the whole GPU's value for each of them: the exporter"
-        " reads the device, not the share of each container."
+        " reads the device, not the share of each container (the memory and SM utilization panels"
+        " use each pod's own share where --processes gives it)."
     )
     panels = [
         stat(l, "Pods holding GPUs", "Pods the kubelet assigned at least one GPU to (nvidia_gpu_pod_info).",
@@ -584,10 +610,14 @@ def workloads():
               12, 8),
 
         panel(l, "timeseries", "Utilization vs SM activity per pod",
-              "Average over each pod's GPUs. Utilization: share of time a kernel ran; SM activity: share"
-              " of SMs with work (GPM)." + UTIL_VS_SAT + seam,
+              "Average over each pod's GPUs. Utilization: share of time a kernel of the pod ran;"
+              " SM activity: share of SMs with work (GPM), the whole GPU's." + UTIL_VS_SAT
+              + pod_usage_doc("nvidia_gpu_pod_sm_utilization_ratio", "nvidia_gpu_utilization_ratio")
+              + " SM activity has no per-pod breakdown: a shared GPU's is counted for each of its pods.",
               "percentunit", targets(
-                  (per_pod("nvidia_gpu_utilization_ratio", POD), np + " utilization"),
+                  ("avg by (namespace, pod) " + pod_usage("nvidia_gpu_pod_sm_utilization_ratio",
+                                                          "nvidia_gpu_utilization_ratio", POD),
+                   np + " utilization"),
                   (per_pod("nvidia_gpu_sm_active_ratio", POD), np + " SM activity"),
               ), 12, 8),
         panel(l, "timeseries", "Tensor and DRAM activity per pod",
@@ -598,8 +628,10 @@ def workloads():
                   (per_pod("nvidia_gpu_dram_active_ratio", POD), np + " DRAM"),
               ), 12, 8),
         panel(l, "timeseries", "Device memory per pod",
-              "Device memory used on the GPUs each pod holds, summed over them." + seam,
-              "bytes", targets((per_pod("nvidia_gpu_memory_used_bytes", POD, agg="sum"), np)), 12, 8),
+              "Device memory each pod uses, summed over the GPUs it holds."
+              + pod_usage_doc("nvidia_gpu_pod_memory_used_bytes", "nvidia_gpu_memory_used_bytes"),
+              "bytes", targets(("sum by (namespace, pod) " + pod_usage(
+                  "nvidia_gpu_pod_memory_used_bytes", "nvidia_gpu_memory_used_bytes", POD), np)), 12, 8),
         panel(l, "timeseries", "Power per namespace",
               "Board power of the GPUs each namespace's pods hold." + seam,
               "watt", targets((per_pod("nvidia_gpu_power_watts", POD, by="namespace", agg="sum"),

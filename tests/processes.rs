@@ -1,6 +1,8 @@
 //! Per-process metrics end to end: the real exporter binary with `--processes` on the simulated
 //! shared GPUs (`shared.toml`), looking the processes up in a fake procfs whose pids are the
 //! scenario's and whose cgroups name pods the way containerd, CRI-O and the cgroupfs driver do.
+//! With a fake kubelet (pod-resources and the HTTPS `/pods` list) two pods time-slicing one GPU
+//! each get their own usage, and the numbers add up to the device's.
 
 mod common;
 mod kubelet;
@@ -10,6 +12,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use common::{Exporter, Exposition, run_once, scenario};
+use kubelet::https::{FakeKubeletApi, Reply};
 use kubelet::{FakeKubelet, pod};
 
 const GPU0: &str = "GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c01";
@@ -337,4 +340,244 @@ fn a_gpu_held_by_one_container_lends_it_to_its_processes_until_they_exit() {
         .is_empty()
     );
     assert_eq!(pod_memory(&m), Some(30720.0 * MIB));
+}
+
+/// A `/pods` answer (v1 `PodList`) naming `pods`: (namespace, name, UID, container, runtime ID).
+fn pod_list(pods: &[(&str, &str, &str, &str, String)]) -> Reply {
+    let items: Vec<serde_json::Value> = pods
+        .iter()
+        .map(|(namespace, name, uid, container, id)| {
+            serde_json::json!({
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "spec": {"containers": [{"name": container}]},
+                "status": {
+                    "phase": "Running",
+                    "containerStatuses": [{
+                        "name": container,
+                        "containerID": id,
+                        "ready": true,
+                        "state": {"running": {"startedAt": "2026-11-20T09:12:50Z"}}
+                    }]
+                }
+            })
+        })
+        .collect();
+    let list = serde_json::json!({"kind": "PodList", "apiVersion": "v1", "items": items});
+    Reply::Body(serde_json::to_vec(&list).unwrap())
+}
+
+/// `shared.toml` with infer-b's process (pid 610101) exiting at `to` seconds.
+fn shared_with_infer_exiting(dir: &Path, to: u32) -> String {
+    let text = fs::read_to_string(scenario("shared")).unwrap();
+    let held = "pid = 610101\nname = \"tritonserver\"\nused_memory_mib = 12288\n";
+    assert!(text.contains(held), "shared.toml changed: {text}");
+    let path = dir.join("shared-infer-exits.toml");
+    fs::write(&path, text.replace(held, &format!("{held}to = {to}\n"))).unwrap();
+    path.to_str().unwrap().to_owned()
+}
+
+/// The pod labels of a series: (namespace, pod, container), `None` when it has none.
+fn owner(s: &common::Series) -> Option<(&str, &str, &str)> {
+    let l = |k: &str| s.labels.get(k).map(String::as_str);
+    Some((l("namespace")?, l("pod")?, l("container").unwrap_or("")))
+}
+
+#[test]
+fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    fake_proc(&proc_root);
+    let id = |c: char| c.to_string().repeat(64);
+
+    // pod-resources: GPU0 time-sliced (replica IDs `<uuid>::<n>`) between train-a and infer-b,
+    // GPU1 held by solo-c alone.
+    let socket = dir.path().join("kubelet.sock");
+    let train_a = pod(
+        "ml",
+        "train-a",
+        "main",
+        "nvidia.com/gpu",
+        &[&format!("{GPU0}::0")],
+    );
+    let infer_b = pod(
+        "ml",
+        "infer-b",
+        "server",
+        "nvidia.com/gpu",
+        &[&format!("{GPU0}::1")],
+    );
+    let solo_c = pod("ml", "solo-c", "trainer", "nvidia.com/gpu", &[GPU1]);
+    let pod_resources = FakeKubelet::start(&socket, vec![train_a.clone(), infer_b, solo_c.clone()]);
+    // /pods: the same pods with the UIDs and container IDs the fake cgroups name.
+    let list_a = (
+        "ml",
+        "train-a",
+        UID_A,
+        "main",
+        format!("containerd://{}", id('a')),
+    );
+    let list_b = (
+        "ml",
+        "infer-b",
+        UID_B,
+        "server",
+        format!("cri-o://{}", id('b')),
+    );
+    let list_c = (
+        "ml",
+        "solo-c",
+        UID_C,
+        "trainer",
+        format!("containerd://{}", id('c')),
+    );
+    let api = FakeKubeletApi::start(
+        "kubelet-token",
+        pod_list(&[list_a.clone(), list_b, list_c.clone()]),
+    );
+    let (ca, token) = (dir.path().join("ca.crt"), dir.path().join("token"));
+    fs::write(&ca, api.ca_pem()).unwrap();
+    fs::write(&token, "kubelet-token\n").unwrap();
+
+    // infer-b's only process exits 15 s into the run: enough to see both pods first.
+    let env = [(
+        "NVML_SIM_SCENARIO",
+        shared_with_infer_exiting(dir.path(), 15),
+    )];
+    let e = Exporter::start(
+        &env_refs(&env),
+        &[
+            "--interval",
+            "300ms",
+            "--processes",
+            "--host-proc",
+            proc_root.to_str().unwrap(),
+            "--kubernetes",
+            "--pod-resources-socket",
+            socket.to_str().unwrap(),
+            "--kubelet-url",
+            &api.url(),
+            "--kubelet-ca-file",
+            ca.to_str().unwrap(),
+            "--kubelet-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    let pod_value = |m: &Exposition, family: &str, gpu: &str, pod: &str| {
+        m.value(family, &[("gpu", gpu), ("namespace", "ml"), ("pod", pod)])
+    };
+    let pod_memory =
+        |m: &Exposition, pod: &str| pod_value(m, "nvidia_gpu_pod_memory_used_bytes", "0", pod);
+    let pod_sm =
+        |m: &Exposition, pod: &str| pod_value(m, "nvidia_gpu_pod_sm_utilization_ratio", "0", pod);
+    let m = e.wait_metrics(Duration::from_secs(12), "both pods of GPU0", |m| {
+        pod_sm(m, "train-a").is_some() && pod_sm(m, "infer-b").is_some()
+    });
+
+    // Every process series names its own container; the host process names none.
+    let expected = [
+        (610001, Some(("ml", "train-a", "main"))),
+        (610002, Some(("ml", "train-a", "main"))),
+        (610101, Some(("ml", "infer-b", "server"))),
+        (610900, None),
+        (620001, Some(("ml", "solo-c", "trainer"))),
+        (620002, Some(("ml", "solo-c", "trainer"))),
+    ];
+    for (pid, who) in expected {
+        for family in [
+            "nvidia_gpu_process_memory_used_bytes",
+            "nvidia_gpu_process_sm_utilization_ratio",
+        ] {
+            let s = m.find(family, &[("pid", &pid.to_string())]);
+            assert_eq!(s.len(), 1, "{family} pid {pid}: {}", m.text);
+            assert_eq!(owner(s[0]), who, "{family} pid {pid}");
+        }
+    }
+
+    // Each pod's usage is its own processes', not the GPU's.
+    let mib = |x: f64| x * MIB;
+    let held0 = 20480.0 + 4096.0 + 12288.0 + 1024.0;
+    assert_eq!(pod_memory(&m, "train-a"), Some(mib(20480.0 + 4096.0)));
+    assert_eq!(pod_memory(&m, "infer-b"), Some(mib(12288.0)));
+    let gpu_sm = m.gpu_value("nvidia_gpu_utilization_ratio", 0, &[]).unwrap();
+    assert_eq!(gpu_sm, 0.6);
+    let train_sm = sim_share(0.6, 20480.0, held0) + sim_share(0.6, 4096.0, held0);
+    let infer_sm = sim_share(0.6, 12288.0, held0);
+    assert!(
+        (pod_sm(&m, "train-a").unwrap() - train_sm).abs() < 1e-9,
+        "{}",
+        m.text
+    );
+    assert!(
+        (pod_sm(&m, "infer-b").unwrap() - infer_sm).abs() < 1e-9,
+        "{}",
+        m.text
+    );
+    assert!(train_sm < gpu_sm && infer_sm < gpu_sm && train_sm != infer_sm);
+    // Both containers hold GPU0: its own series carry no pod.
+    for s in m.find("nvidia_gpu_memory_used_bytes", &[("gpu", "0")]) {
+        assert_eq!(owner(s), None, "{s:?}");
+    }
+
+    // The pod sums plus the processes without a pod add up to the device's used memory (the
+    // simulator models it as the processes' sum), on both GPUs.
+    for gpu in ["0", "1"] {
+        let pods: f64 = m
+            .find("nvidia_gpu_pod_memory_used_bytes", &[("gpu", gpu)])
+            .iter()
+            .map(|s| s.value)
+            .sum();
+        let unattributed: f64 = m
+            .find("nvidia_gpu_process_memory_used_bytes", &[("gpu", gpu)])
+            .iter()
+            .filter(|s| owner(s).is_none())
+            .map(|s| s.value)
+            .sum();
+        let device = m.value("nvidia_gpu_memory_used_bytes", &[("gpu", gpu)]);
+        assert_eq!(Some(pods + unattributed), device, "GPU {gpu}");
+    }
+    assert_eq!(
+        m.gpu_value("nvidia_gpu_memory_used_bytes", 0, &[]),
+        Some(mib(held0))
+    );
+
+    // infer-b's process exits: its usage series go at once; while the kubelet still assigns it a
+    // GPU, only that assignment (`nvidia_gpu_pod_info`) is left.
+    let infer_series = |m: &Exposition| -> Vec<String> {
+        m.find_any_labels(&[("pod", "infer-b")])
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
+    };
+    let m = e.wait_metrics(Duration::from_secs(30), "infer-b's process gone", |m| {
+        memory(m, 610101).is_none()
+    });
+    assert_eq!(infer_series(&m), ["nvidia_gpu_pod_info"], "{}", m.text);
+    // Then the kubelet forgets the pod: GPU0 now belongs to train-a alone, whose series keep
+    // their values, and the host process is still nobody's.
+    fs::remove_dir_all(proc_root.join("610101")).unwrap();
+    pod_resources.set_pods(vec![train_a, solo_c]);
+    api.set_reply(pod_list(&[list_a, list_c]));
+    let m = e.wait_metrics(Duration::from_secs(10), "GPU0 held by train-a", |m| {
+        m.find(
+            "nvidia_gpu_memory_used_bytes",
+            &[("gpu", "0"), ("pod", "train-a")],
+        )
+        .len()
+            == 1
+    });
+    assert_eq!(infer_series(&m), Vec::<String>::new(), "{}", m.text);
+    let held0 = 20480.0 + 4096.0 + 1024.0;
+    assert_eq!(pod_memory(&m, "train-a"), Some(mib(20480.0 + 4096.0)));
+    let train_sm = sim_share(0.6, 20480.0, held0) + sim_share(0.6, 4096.0, held0);
+    assert!(
+        (pod_sm(&m, "train-a").unwrap() - train_sm).abs() < 1e-9,
+        "{}",
+        m.text
+    );
+    let host = m.find("nvidia_gpu_process_memory_used_bytes", &[("pid", "610900")]);
+    assert_eq!(owner(host[0]), None, "{host:?}");
+    assert_eq!(
+        m.gpu_value("nvidia_gpu_memory_used_bytes", 0, &[]),
+        Some(mib(held0))
+    );
 }
