@@ -4,7 +4,8 @@
 //! list ([`KubernetesState::pods`](crate::sample::KubernetesState::pods)) names them. When the
 //! pod list cannot say (empty, not asked, or the pod is not in it yet), a GPU that pod-resources
 //! assigns to exactly one container lends that container to its processes — the same rule that
-//! puts pod labels on per-GPU series. A process whose cgroup was read and names no pod is a host
+//! puts pod labels on per-GPU series — unless the list knows that container's pod under another
+//! UID. A process whose cgroup was read and names no pod is a host
 //! process and never attributed.
 //!
 //! Per-pod usage is the sum over that container's processes on the GPU, so two pods sharing a
@@ -30,7 +31,14 @@ pub fn container_of(
         return None;
     };
     let Ok(i) = pods.binary_search_by(|pod| pod.uid.as_str().cmp(uid)) else {
-        return fallback();
+        // Not in the list: a pod newer than the list may well be the GPU's owner, but an owner
+        // the list does know has another UID, so this process is someone else's (a deleted
+        // pod's process still running while the GPU went to a new pod).
+        let owner_listed = gpu_owner.is_some_and(|o| {
+            pods.iter()
+                .any(|pod| pod.namespace == o.namespace && pod.pod == o.pod)
+        });
+        return if owner_listed { None } else { fallback() };
     };
     let pod = &pods[i];
     // A container the list does not know yet (just restarted) still belongs to the pod.
@@ -225,9 +233,13 @@ mod tests {
             container_of(&unknown_pod, &[], Some(&owner)),
             Some(owner.clone())
         );
+        // The list knows the owner under another UID: the process is not the owner's.
+        assert_eq!(container_of(&unknown_pod, &pods(), Some(&owner)), None);
+        // The owner is newer than the list: it lends its labels.
+        let new_owner = container("ml", "train-1", "main");
         assert_eq!(
-            container_of(&unknown_pod, &pods(), Some(&owner)),
-            Some(owner.clone())
+            container_of(&unknown_pod, &pods(), Some(&new_owner)),
+            Some(new_owner.clone())
         );
         assert_eq!(container_of(&unknown_pod, &pods(), None), None);
         let unread = process(1, None, None, None);
