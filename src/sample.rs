@@ -336,6 +336,10 @@ pub struct ProcessSample {
     pub sm_utilization: Option<f64>,
     /// The pod and container its cgroup names; `None` when `/proc/<pid>/cgroup` was unreadable.
     pub cgroup: Option<ProcessCgroup>,
+    /// The MIG GPU instance it runs in (`gpuInstanceId`); `None` on a GPU with MIG off.
+    pub gpu_instance: Option<u32>,
+    /// The compute instance within that GPU instance (`computeInstanceId`); `None` with MIG off.
+    pub compute_instance: Option<u32>,
 }
 
 /// Where a process runs, as its cgroup path says. Both `None` for a process outside containers.

@@ -47,7 +47,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 use crate::config::DcgmCompat;
 use crate::kubernetes::mapping;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
-use crate::processes::attribution::{GpuProcesses, summarize};
+use crate::processes::attribution::{GpuProcesses, Owners, summarize};
 use crate::sample::{ContainerRef, DeviceSample, MigInstanceSample, PodIdentity, Snapshot};
 use catalog::{
     CATALOG, IDENTITY_LABELS, MIG_LABELS, POD_LABELS, PROCESS_LABELS, SAMPLE_DURATION_SECONDS,
@@ -248,17 +248,28 @@ impl Encoder {
         // has processes, so the default output costs nothing here.
         let gpu_processes: Vec<GpuProcesses> = if devices.iter().any(|d| !d.processes.is_empty()) {
             let pods: &[PodIdentity] = snap.kubernetes.as_ref().map_or(&[], |k| &k.pods);
+            let instance_assigned = snap
+                .kubernetes
+                .as_ref()
+                .filter(|_| devices.iter().any(|d| !d.mig_instances.is_empty()))
+                .map(|k| mapping::attribute_instances(&k.assignments, &devices))
+                .unwrap_or_default();
             devices
                 .iter()
                 .enumerate()
                 .map(|(i, d)| {
-                    // pod-resources' single owner stands in when the pod list cannot name a
-                    // process's container, whatever `pod_labels` says.
-                    let owner = match assigned.get(i).map(Vec::as_slice) {
-                        Some([only]) => Some(*only),
-                        _ => None,
+                    // pod-resources' single owner (of the GPU, or of a process's MIG instance)
+                    // stands in when the pod list cannot name a process's container, whatever
+                    // `pod_labels` says.
+                    let owners = Owners {
+                        gpu: match assigned.get(i).map(Vec::as_slice) {
+                            Some([only]) => Some(*only),
+                            _ => None,
+                        },
+                        mig_instances: &d.mig_instances,
+                        instance_containers: instance_assigned.get(i).map_or(&[], Vec::as_slice),
                     };
-                    summarize(&d.processes, pods, owner, self.opts.max_processes_per_gpu)
+                    summarize(&d.processes, pods, owners, self.opts.max_processes_per_gpu)
                 })
                 .collect()
         } else {
@@ -409,13 +420,16 @@ impl Encoder {
                             } else {
                                 &[]
                             };
+                            let mig = MigLabels::of(d, p.process.gpu_instance);
                             let names = IDENTITY_LABELS
                                 .iter()
                                 .chain(PROCESS_LABELS)
+                                .chain(mig.names())
                                 .chain(pod_names)
                                 .copied();
                             let values = [index.as_str(), d.uuid.as_str(), &pid, &p.process.name]
                                 .into_iter()
+                                .chain(mig.values())
                                 .chain(p.container.iter().flat_map(container_labels));
                             text::sample(out, def.name, names, values, value);
                         }
@@ -428,9 +442,15 @@ impl Encoder {
                             let Some(value) = field.of_pod(u).filter(|v| v.is_finite()) else {
                                 continue;
                             };
-                            let names = IDENTITY_LABELS.iter().chain(POD_LABELS).copied();
+                            let mig = MigLabels::of(d, u.gpu_instance);
+                            let names = IDENTITY_LABELS
+                                .iter()
+                                .chain(mig.names())
+                                .chain(POD_LABELS)
+                                .copied();
                             let values = [index.as_str(), d.uuid.as_str()]
                                 .into_iter()
+                                .chain(mig.values())
                                 .chain(container_labels(&u.container));
                             text::sample(out, def.name, names, values, value);
                         }
@@ -519,6 +539,43 @@ pub(crate) fn instance_view(parent: &DeviceSample, instance: &MigInstanceSample)
         memory: instance.memory,
         gpm: instance.gpm.clone(),
         ..DeviceSample::default()
+    }
+}
+
+/// The [`MIG_LABELS`] of a process or per-pod sum in a MIG GPU instance; none outside one.
+struct MigLabels<'a> {
+    /// (`gpu_instance`, `mig_profile`) values.
+    values: Option<(String, &'a str)>,
+}
+
+impl<'a> MigLabels<'a> {
+    /// The labels of GPU instance `gpu_instance` of `d`; its profile is "" when the snapshot has
+    /// no such instance (NVML listed the process before the instance was read).
+    fn of(d: &'a DeviceSample, gpu_instance: Option<u32>) -> MigLabels<'a> {
+        MigLabels {
+            values: gpu_instance.map(|gi| {
+                let profile = d
+                    .mig_instances
+                    .iter()
+                    .find(|m| m.gpu_instance == gi)
+                    .map_or("", |m| m.profile.as_str());
+                (gi.to_string(), profile)
+            }),
+        }
+    }
+
+    fn names(&self) -> &'static [&'static str] {
+        if self.values.is_some() {
+            MIG_LABELS
+        } else {
+            &[]
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &str> {
+        self.values
+            .iter()
+            .flat_map(|(gi, profile)| [gi.as_str(), *profile])
     }
 }
 

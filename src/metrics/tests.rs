@@ -115,6 +115,7 @@ fn full_device(index: u32) -> DeviceSample {
                 used_memory_bytes: Some(8_589_934_592.0),
                 sm_utilization: Some(0.37),
                 cgroup: None,
+                ..ProcessSample::default()
             },
             ProcessSample {
                 pid: 17,
@@ -122,6 +123,7 @@ fn full_device(index: u32) -> DeviceSample {
                 used_memory_bytes: None,
                 sm_utilization: Some(0.0),
                 cgroup: None,
+                ..ProcessSample::default()
             },
         ],
         // MIG off: no instances.
@@ -739,6 +741,13 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
         });
     let pod_values =
         |c: &ContainerRef| vec![c.namespace.clone(), c.pod.clone(), c.container.clone()];
+    let mig_values = |d: &DeviceSample, gi: u32| {
+        let profile = d.mig_instances.iter().find(|m| m.gpu_instance == gi);
+        [
+            gi.to_string(),
+            profile.map(|m| m.profile.clone()).unwrap_or_default(),
+        ]
+    };
     for def in CATALOG {
         let mut metrics = Vec::new();
         match def.source {
@@ -821,6 +830,10 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
                             p.process.name.clone(),
                         ];
                         let mut names = def.all_labels();
+                        if let Some(gi) = p.process.gpu_instance {
+                            all.extend(mig_values(d, gi));
+                            names.extend(catalog::MIG_LABELS);
+                        }
                         if let Some(c) = &p.container {
                             all.extend(pod_values(c));
                             names.extend(POD_LABELS);
@@ -835,8 +848,13 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
                     for u in &g.pods {
                         if let Some(value) = field.of_pod(u) {
                             let mut all = vec![d.index.to_string(), d.uuid.clone()];
+                            let mut names = def.all_labels();
+                            if let Some(gi) = u.gpu_instance {
+                                all.extend(mig_values(d, gi));
+                                names.splice(2..2, catalog::MIG_LABELS.iter().copied());
+                            }
                             all.extend(pod_values(&u.container));
-                            metrics.push(metric(def, def.all_labels(), all, value));
+                            metrics.push(metric(def, names, all, value));
                         }
                     }
                 }
@@ -883,12 +901,23 @@ fn summarize_for<'a>(
     d: &'a DeviceSample,
     opts: &MetricsOptions,
 ) -> crate::processes::attribution::GpuProcesses<'a> {
-    let owner = match assigned.get(i).map(Vec::as_slice) {
+    let gpu = match assigned.get(i).map(Vec::as_slice) {
         Some([only]) => Some(*only),
         _ => None,
     };
+    let instance_containers = snap
+        .kubernetes
+        .as_ref()
+        .map(|k| crate::kubernetes::mapping::attribute_instances(&k.assignments, &[d]))
+        .and_then(|mut per_device| per_device.pop())
+        .unwrap_or_default();
+    let owners = crate::processes::attribution::Owners {
+        gpu,
+        mig_instances: &d.mig_instances,
+        instance_containers: &instance_containers,
+    };
     let pods = snap.kubernetes.as_ref().map_or(&[][..], |k| &k.pods[..]);
-    crate::processes::attribution::summarize(&d.processes, pods, owner, opts.max_processes_per_gpu)
+    crate::processes::attribution::summarize(&d.processes, pods, owners, opts.max_processes_per_gpu)
 }
 
 /// The text without the process collector's families, whose values move between two reads.
@@ -918,6 +947,10 @@ fn output_is_byte_identical_to_the_prometheus_text_encoder() {
     lost.up = false;
     let mut mig = full_mig_device(4);
     mig.info.minor_number = "4".into();
+    // Its processes run in GI 1 (held by one container below) and GI 5 (shared).
+    for (p, gi) in mig.processes.iter_mut().zip([1, 5]) {
+        p.gpu_instance = Some(gi);
+    }
     let mut snap = snapshot(vec![lost, full_device(1), odd, full_device(0), mig]);
     snap.nvml_errors.insert(
         ("nvmlDeviceGetPowerUsage".into(), "Unknown \"err\"".into()),
@@ -1329,6 +1362,7 @@ fn process(pid: u32, mib: u64, sm: f64, ids: Option<(&str, char)>) -> ProcessSam
             pod_uid: ids.map(|(uid, _)| uid.to_owned()),
             container_id: ids.map(|(_, c)| c.to_string().repeat(64)),
         }),
+        ..ProcessSample::default()
     }
 }
 
@@ -1947,5 +1981,88 @@ mod mig {
         assert!(text.contains(
             r#"DCGM_FI_PROF_SM_ACTIVE{gpu="0",UUID="GPU-0",pci_bus_id="",device="nvidia0",modelName="",GPU_I_PROFILE="3g.40gb",GPU_I_ID="2",Hostname="node-1",DCGM_FI_DRIVER_VERSION="550.54.15"} 0.85"#
         ));
+    }
+
+    /// A process of `pid` in GPU instance `gi` (`None`: MIG off) holding `mib` MiB, its cgroup
+    /// unread; no utilization, as on MIG.
+    fn mig_process(pid: u32, gi: Option<u32>, mib: u64) -> ProcessSample {
+        ProcessSample {
+            pid,
+            name: format!("p{pid}"),
+            used_memory_bytes: Some((mib << 20) as f64),
+            gpu_instance: gi,
+            compute_instance: gi.map(|_| 0),
+            ..ProcessSample::default()
+        }
+    }
+
+    #[test]
+    fn processes_carry_their_instance_and_its_single_owner_and_pods_sum_per_instance() {
+        // GI 2 held by train alone (by the UUID of one of its MIG devices), GI 9 time-sliced.
+        let mut snap = mig_snapshot(&[
+            ("MIG-b", "ml", "train", "main"),
+            ("MIG-c::0", "ml", "x", "c"),
+            ("MIG-c::1", "ml", "y", "c"),
+        ]);
+        snap.devices[0].processes = vec![
+            mig_process(10, Some(2), 1000),
+            mig_process(11, Some(2), 24),
+            mig_process(12, Some(9), 512),
+            // An instance the snapshot does not hold (created after it was read).
+            mig_process(13, Some(4), 1),
+        ];
+        snap.devices[1].processes = vec![mig_process(20, None, 64)];
+        let text = encode(&snap);
+        let gpu0 = r#"gpu="0",uuid="GPU-0""#;
+        let gi2 = r#"gpu_instance="2",mig_profile="3g.40gb""#;
+        let train = r#"namespace="ml",pod="train",container="main""#;
+        let memory = |labels: String| value(&text, &format!("nvidia_gpu_{labels}"));
+        assert_eq!(
+            memory(format!(
+                r#"process_memory_used_bytes{{{gpu0},pid="10",process_name="p10",{gi2},{train}}}"#
+            )),
+            Some(1000.0 * 1048576.0)
+        );
+        assert_eq!(
+            memory(format!(
+                r#"process_memory_used_bytes{{{gpu0},pid="12",process_name="p12",gpu_instance="9",mig_profile="1g.10gb"}}"#
+            )),
+            Some(512.0 * 1048576.0)
+        );
+        assert_eq!(
+            memory(format!(
+                r#"process_memory_used_bytes{{{gpu0},pid="13",process_name="p13",gpu_instance="4",mig_profile=""}}"#
+            )),
+            Some(1048576.0)
+        );
+        // MIG off: today's labels exactly.
+        assert_eq!(
+            memory(
+                r#"process_memory_used_bytes{gpu="1",uuid="GPU-1",pid="20",process_name="p20"}"#
+                    .into()
+            ),
+            Some(64.0 * 1048576.0)
+        );
+        // The pod sum is per instance and counts the instance's processes only.
+        let pods: Vec<&str> = series(&text)
+            .into_iter()
+            .filter(|l| l.starts_with("nvidia_gpu_pod_memory_used_bytes{"))
+            .collect();
+        assert_eq!(
+            pods,
+            [format!(
+                "nvidia_gpu_pod_memory_used_bytes{{{gpu0},{gi2},{train}}} {}",
+                1024.0 * 1048576.0
+            )]
+        );
+        // No utilization on MIG: absent, not 0.
+        assert!(
+            !text.contains("nvidia_gpu_process_sm_utilization_ratio{"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("nvidia_gpu_pod_sm_utilization_ratio{"),
+            "{text}"
+        );
     }
 }

@@ -6,7 +6,11 @@
 //! than a timestamp; the newest timestamp seen is kept, so each sample counts in exactly one
 //! tick. Several samples of one pid in a tick are averaged. A running process with no new sample
 //! was not scheduled on the SMs in that window: it reads 0, as `nvidia-smi pmon` shows it. When
-//! the call itself fails or is unsupported every process's utilization is `None` instead.
+//! the call itself fails or is unsupported every process's utilization is `None` instead — as on
+//! a GPU in MIG mode, where the driver does not support it.
+//!
+//! MIG: the parent GPU's lists hold every instance's processes, each with the GPU instance and
+//! compute instance it runs in (`0xFFFFFFFF`, i.e. `None`, with MIG off).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -70,7 +74,7 @@ impl ProcessReader {
             });
 
         let mut out = Vec::with_capacity(memory.len());
-        for (&pid, &used) in &memory {
+        for (&pid, held) in &memory {
             let info = self.procfs.lookup(pid).cloned().unwrap_or_default();
             let name = match info.name {
                 Some(name) => name,
@@ -87,11 +91,13 @@ impl ProcessReader {
             out.push(ProcessSample {
                 pid,
                 name,
-                used_memory_bytes: used.map(|b| b as f64),
+                used_memory_bytes: held.used.map(|b| b as f64),
                 sm_utilization: utilization
                     .as_ref()
                     .map(|u| u.get(&pid).copied().unwrap_or(0.0)),
                 cgroup: info.cgroup,
+                gpu_instance: held.gpu_instance,
+                compute_instance: held.compute_instance,
             });
         }
         self.procfs.retain(|pid| memory.contains_key(&pid));
@@ -99,18 +105,34 @@ impl ProcessReader {
     }
 }
 
-/// Memory per pid over the compute and graphics lists. A process in both (a CUDA/OpenGL interop
-/// app) holds one allocation that both lists report, so the larger is kept, not the sum.
-/// `None` when NVML could not say (`NVML_VALUE_NOT_AVAILABLE`, e.g. under WDDM).
-fn merge<'a>(infos: impl Iterator<Item = &'a ProcessInfo>) -> BTreeMap<u32, Option<u64>> {
-    let mut memory: BTreeMap<u32, Option<u64>> = BTreeMap::new();
+/// What the process lists say of one pid.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Held {
+    /// Device memory, bytes; `None` when NVML could not say (`NVML_VALUE_NOT_AVAILABLE`, e.g.
+    /// under WDDM).
+    used: Option<u64>,
+    /// MIG GPU instance and compute instance; `None` with MIG off.
+    gpu_instance: Option<u32>,
+    compute_instance: Option<u32>,
+}
+
+/// Memory and MIG instance per pid over the compute and graphics lists. A process in both (a
+/// CUDA/OpenGL interop app) holds one allocation that both lists report, so the larger is kept,
+/// not the sum. CUDA uses one MIG device per process, so a pid has one instance; the first entry
+/// that names one is kept.
+fn merge<'a>(infos: impl Iterator<Item = &'a ProcessInfo>) -> BTreeMap<u32, Held> {
+    let mut memory: BTreeMap<u32, Held> = BTreeMap::new();
     for p in infos {
         let used = match p.used_gpu_memory {
             UsedGpuMemory::Used(b) => Some(b),
             UsedGpuMemory::Unavailable => None,
         };
-        let entry = memory.entry(p.pid).or_insert(None);
-        *entry = (*entry).max(used);
+        let entry = memory.entry(p.pid).or_default();
+        entry.used = entry.used.max(used);
+        if entry.gpu_instance.is_none() {
+            entry.gpu_instance = p.gpu_instance_id;
+            entry.compute_instance = p.compute_instance_id;
+        }
     }
     memory
 }
@@ -162,9 +184,40 @@ mod tests {
         ];
         let m = merge(list.iter());
         assert_eq!(
-            m.into_iter().collect::<Vec<_>>(),
+            m.into_iter()
+                .map(|(pid, h)| (pid, h.used))
+                .collect::<Vec<_>>(),
             vec![(3, None), (7, Some(100)), (9, Some(5))]
         );
+    }
+
+    #[test]
+    fn a_process_keeps_its_mig_instance() {
+        let in_instance = |pid, gi, ci, mib: u64| ProcessInfo {
+            gpu_instance_id: Some(gi),
+            compute_instance_id: Some(ci),
+            ..info(pid, UsedGpuMemory::Used(mib << 20))
+        };
+        let list = [
+            in_instance(1, 2, 0, 30),
+            in_instance(2, 9, 1, 2),
+            info(3, UsedGpuMemory::Used(1)),
+        ];
+        let m = merge(list.iter());
+        assert_eq!(
+            m[&1],
+            Held {
+                used: Some(30 << 20),
+                gpu_instance: Some(2),
+                compute_instance: Some(0),
+            }
+        );
+        assert_eq!(
+            (m[&2].gpu_instance, m[&2].compute_instance),
+            (Some(9), Some(1))
+        );
+        // MIG off: no instance.
+        assert_eq!((m[&3].gpu_instance, m[&3].compute_instance), (None, None));
     }
 
     #[test]

@@ -8,15 +8,51 @@
 //! UID. A process whose cgroup was read and names no pod is a host
 //! process and never attributed.
 //!
-//! Per-pod usage is the sum over that container's processes on the GPU, so two pods sharing a
-//! GPU each get their own share and never the GPU's total.
+//! MIG: pod-resources hands out GPU instances (MIG devices), so the lender is per instance: the
+//! one container an instance is assigned to lends itself to the processes in that instance
+//! ([`Owners`]). An instance assigned to nobody falls back to the GPU's own single owner (a
+//! container given the whole GPU holds every instance on it).
+//!
+//! Per-pod usage is the sum over that container's processes on the GPU (on a MIG GPU, per GPU
+//! instance), so two pods sharing a GPU each get their own share and never the GPU's total.
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::sample::{ContainerRef, PodIdentity, ProcessSample};
+use crate::sample::{ContainerRef, MigInstanceSample, PodIdentity, ProcessSample};
+
+/// Which single container pod-resources assigns a GPU, and each of its MIG GPU instances, to:
+/// the fallback owners of their processes.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Owners<'o> {
+    /// The GPU's only container (a whole-GPU assignment), if exactly one.
+    pub gpu: Option<&'o ContainerRef>,
+    /// The GPU's MIG instances (empty without MIG) and, in the same order, the containers each
+    /// is assigned to (what [`attribute_instances`](crate::kubernetes::mapping::attribute_instances)
+    /// gives for the GPU).
+    pub mig_instances: &'o [MigInstanceSample],
+    pub instance_containers: &'o [Vec<&'o ContainerRef>],
+}
+
+impl<'o> Owners<'o> {
+    /// The fallback owner of a process in `gpu_instance` (`None`: MIG off): the instance's only
+    /// container; for an instance assigned to nobody (or MIG off), the GPU's only container.
+    pub fn of(&self, gpu_instance: Option<u32>) -> Option<&'o ContainerRef> {
+        let assigned = gpu_instance
+            .and_then(|gi| self.mig_instances.iter().position(|m| m.gpu_instance == gi))
+            .and_then(|i| self.instance_containers.get(i))
+            .filter(|containers| !containers.is_empty());
+        match assigned.map(Vec::as_slice) {
+            Some([only]) => Some(*only),
+            // Several containers share the instance (time-sliced MIG): no guess.
+            Some(_) => None,
+            None => self.gpu,
+        }
+    }
+}
 
 /// The container `p` runs in, if it can be told (see the module doc for the rules).
-/// `pods` is sorted by UID; `gpu_owner` is the GPU's only container per pod-resources.
+/// `pods` is sorted by UID; `gpu_owner` is the only container pod-resources assigns the GPU (or,
+/// on MIG, the process's instance) to: [`Owners::of`].
 pub fn container_of(
     p: &ProcessSample,
     pods: &[PodIdentity],
@@ -63,9 +99,12 @@ pub struct ServedProcess<'a> {
     pub container: Option<ContainerRef>,
 }
 
-/// One container's usage of one GPU: sums over its processes there.
+/// One container's usage of one GPU (on a MIG GPU, of one GPU instance): sums over its
+/// processes there.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PodUsage {
+    /// The GPU instance its processes run in; `None` with MIG off.
+    pub gpu_instance: Option<u32>,
     pub container: ContainerRef,
     /// `None` when no process of the container had a memory reading.
     pub memory_used_bytes: Option<f64>,
@@ -78,7 +117,8 @@ pub struct PodUsage {
 pub struct GpuProcesses<'a> {
     /// At most `limit` processes, the largest by memory, in pid order.
     pub processes: Vec<ServedProcess<'a>>,
-    /// Every container with a process on the GPU, sorted; counts all processes, served or not.
+    /// Every (GPU instance, container) with a process on the GPU, sorted; counts all processes,
+    /// served or not.
     pub pods: Vec<PodUsage>,
 }
 
@@ -86,7 +126,7 @@ pub struct GpuProcesses<'a> {
 pub fn summarize<'a>(
     processes: &'a [ProcessSample],
     pods: &[PodIdentity],
-    gpu_owner: Option<&ContainerRef>,
+    owners: Owners<'_>,
     limit: usize,
 ) -> GpuProcesses<'a> {
     let mut seen = HashSet::new();
@@ -95,21 +135,23 @@ pub fn summarize<'a>(
         .filter(|p| seen.insert(p.pid))
         .map(|p| ServedProcess {
             process: p,
-            container: container_of(p, pods, gpu_owner),
+            container: container_of(p, pods, owners.of(p.gpu_instance)),
         })
         .collect();
 
-    let mut sums: BTreeMap<&ContainerRef, (Option<f64>, Option<f64>)> = BTreeMap::new();
+    type Key<'k> = (Option<u32>, &'k ContainerRef);
+    let mut sums: BTreeMap<Key, (Option<f64>, Option<f64>)> = BTreeMap::new();
     for s in &all {
         if let Some(c) = &s.container {
-            let (memory, sm) = sums.entry(c).or_default();
+            let (memory, sm) = sums.entry((s.process.gpu_instance, c)).or_default();
             add(memory, s.process.used_memory_bytes);
             add(sm, s.process.sm_utilization);
         }
     }
     let pod_usage = sums
         .into_iter()
-        .map(|(c, (memory, sm))| PodUsage {
+        .map(|((gpu_instance, c), (memory, sm))| PodUsage {
+            gpu_instance,
             container: c.clone(),
             memory_used_bytes: memory,
             sm_utilization: sm,
@@ -193,6 +235,7 @@ mod tests {
                 pod_uid: uid.map(str::to_owned),
                 container_id: container,
             }),
+            ..ProcessSample::default()
         }
     }
 
@@ -275,17 +318,19 @@ mod tests {
             ),
             process(30, Some(64), None, Some((None, None))),
         ];
-        let g = summarize(&procs, &pods(), None, 32);
+        let g = summarize(&procs, &pods(), Owners::default(), 32);
         assert_eq!(g.processes.len(), 4);
         assert_eq!(
             g.pods,
             vec![
                 PodUsage {
+                    gpu_instance: None,
                     container: container("ml", "serve-0", "model"),
                     memory_used_bytes: Some((2000u64 << 20) as f64),
                     sm_utilization: Some(0.25),
                 },
                 PodUsage {
+                    gpu_instance: None,
                     container: container("ml", "train-0", "main"),
                     memory_used_bytes: Some((1500u64 << 20) as f64),
                     sm_utilization: Some(0.30 + 0.10),
@@ -321,7 +366,7 @@ mod tests {
                 Some((Some(UID_A), Some(id('a')))),
             )])
             .collect();
-        let g = summarize(&procs, &pods(), None, 2);
+        let g = summarize(&procs, &pods(), Owners::default(), 2);
         let pids: Vec<u32> = g.processes.iter().map(|s| s.process.pid).collect();
         // 95 holds 50 MiB, 96 holds 40 MiB; served in pid order.
         assert_eq!(pids, vec![95, 96]);
@@ -330,10 +375,127 @@ mod tests {
         assert!((g.pods[0].sm_utilization.unwrap() - 0.55).abs() < 1e-9);
     }
 
+    /// `p` running in MIG GPU instance `gi`.
+    fn in_instance(gi: u32, p: ProcessSample) -> ProcessSample {
+        ProcessSample {
+            gpu_instance: Some(gi),
+            compute_instance: Some(0),
+            ..p
+        }
+    }
+
+    fn instance(gi: u32) -> MigInstanceSample {
+        MigInstanceSample {
+            gpu_instance: gi,
+            profile: "1g.10gb".into(),
+            ..MigInstanceSample::default()
+        }
+    }
+
+    #[test]
+    fn on_mig_each_instance_lends_its_single_owner_to_its_processes() {
+        let train = container("ml", "train-1", "main");
+        let (a, b) = (container("ml", "a", "c"), container("ml", "b", "c"));
+        let whole = container("ml", "whole", "main");
+        // GI 2 held by train-1 alone, GI 3 time-sliced by two containers, GI 9 by nobody.
+        let mig = [instance(2), instance(3), instance(9)];
+        let containers = [vec![&train], vec![&a, &b], vec![]];
+        let owners = Owners {
+            gpu: None,
+            mig_instances: &mig,
+            instance_containers: &containers,
+        };
+        let unknown = Some((Some("cccccccc-0000-4000-8000-000000000003"), None));
+        let p = |gi| in_instance(gi, process(1, Some(1), None, unknown.clone()));
+        assert_eq!(
+            container_of(&p(2), &[], owners.of(Some(2))),
+            Some(train.clone())
+        );
+        assert_eq!(container_of(&p(3), &[], owners.of(Some(3))), None);
+        assert_eq!(container_of(&p(9), &[], owners.of(Some(9))), None);
+        // An instance the snapshot does not know (it just appeared) has no owner either.
+        assert_eq!(owners.of(Some(11)), None);
+        // MIG off: the GPU's owner, as before.
+        assert_eq!(owners.of(None), None);
+        // The list knows train-1 under another UID: not its process.
+        let listed = vec![PodIdentity {
+            uid: UID_A.into(),
+            namespace: "ml".into(),
+            pod: "train-1".into(),
+            containers: Vec::new(),
+        }];
+        assert_eq!(container_of(&p(2), &listed, owners.of(Some(2))), None);
+        // A container given the whole GPU holds the instances nobody else was given.
+        let owners = Owners {
+            gpu: Some(&whole),
+            ..owners
+        };
+        assert_eq!(owners.of(Some(9)), Some(&whole));
+        assert_eq!(owners.of(Some(2)), Some(&train));
+        assert_eq!(owners.of(Some(3)), None);
+        assert_eq!(owners.of(None), Some(&whole));
+    }
+
+    #[test]
+    fn on_mig_pod_sums_are_per_instance() {
+        let train = container("ml", "train-1", "main");
+        let mig = [instance(2), instance(9)];
+        let containers = [vec![&train], vec![]];
+        let owners = Owners {
+            gpu: None,
+            mig_instances: &mig,
+            instance_containers: &containers,
+        };
+        let procs = vec![
+            // train-0 (in the pod list) runs in two instances, one process each.
+            in_instance(
+                2,
+                process(10, Some(1000), None, Some((Some(UID_A), Some(id('a'))))),
+            ),
+            in_instance(
+                9,
+                process(11, Some(200), None, Some((Some(UID_A), Some(id('a'))))),
+            ),
+            // Unread cgroups: GI 2's owner takes them, GI 9's processes stay nobody's.
+            in_instance(2, process(12, Some(30), None, None)),
+            in_instance(2, process(13, Some(5), None, None)),
+            in_instance(9, process(14, Some(7), None, None)),
+        ];
+        let g = summarize(&procs, &pods(), owners, 32);
+        let sums: Vec<(Option<u32>, ContainerRef, Option<f64>, Option<f64>)> = g
+            .pods
+            .iter()
+            .map(|u| {
+                (
+                    u.gpu_instance,
+                    u.container.clone(),
+                    u.memory_used_bytes,
+                    u.sm_utilization,
+                )
+            })
+            .collect();
+        let mib = |m: u64| Some((m << 20) as f64);
+        assert_eq!(
+            sums,
+            vec![
+                (Some(2), container("ml", "train-0", "main"), mib(1000), None),
+                (Some(2), train.clone(), mib(35), None),
+                (Some(9), container("ml", "train-0", "main"), mib(200), None),
+            ]
+        );
+        let nobodys: Vec<u32> = g
+            .processes
+            .iter()
+            .filter(|s| s.container.is_none())
+            .map(|s| s.process.pid)
+            .collect();
+        assert_eq!(nobodys, vec![14]);
+    }
+
     #[test]
     fn missing_readings_stay_missing_in_the_sums() {
         let procs = vec![process(1, None, None, Some((Some(UID_A), None)))];
-        let g = summarize(&procs, &pods(), None, 32);
+        let g = summarize(&procs, &pods(), Owners::default(), 32);
         assert_eq!(g.pods[0].memory_used_bytes, None);
         assert_eq!(g.pods[0].sm_utilization, None);
         // A duplicate pid is one process.
@@ -341,6 +503,11 @@ mod tests {
             process(1, Some(1), None, None),
             process(1, Some(1), None, None),
         ];
-        assert_eq!(summarize(&twice, &[], None, 32).processes.len(), 1);
+        assert_eq!(
+            summarize(&twice, &[], Owners::default(), 32)
+                .processes
+                .len(),
+            1
+        );
     }
 }
