@@ -2,7 +2,8 @@
 //! shared GPUs (`shared.toml`), looking the processes up in a fake procfs whose pids are the
 //! scenario's and whose cgroups name pods the way containerd, CRI-O and the cgroupfs driver do.
 //! With a fake kubelet (pod-resources and the HTTPS `/pods` list) two pods time-slicing one GPU
-//! each get their own usage, and the numbers add up to the device's.
+//! each get their own usage, and the numbers add up to the device's. On a MIG GPU
+//! (`h100-mig.toml`) each process carries its GPU instance and the instance's owner.
 
 mod common;
 mod kubelet;
@@ -78,7 +79,12 @@ fn processes() -> Vec<(u32, &'static str, String)> {
 
 /// A procfs tree with `stat`, `comm` and `cgroup` of every scenario process.
 fn fake_proc(root: &Path) {
-    for (pid, comm, cgroup) in processes() {
+    write_proc(root, processes());
+}
+
+/// A procfs tree with `stat`, `comm` and `cgroup` of each (pid, comm, cgroup file).
+fn write_proc(root: &Path, processes: Vec<(u32, &'static str, String)>) {
+    for (pid, comm, cgroup) in processes {
         let dir = root.join(pid.to_string());
         fs::create_dir_all(&dir).unwrap();
         let stat = format!(
@@ -580,4 +586,194 @@ fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
         m.gpu_value("nvidia_gpu_memory_used_bytes", 0, &[]),
         Some(mib(held0))
     );
+}
+
+const MIG_GPU0: &str = "GPU-8e1c4a7f-3b2d-4c6e-9a0f-5d7b9e1c3a21";
+const MIG_GPU1: &str = "GPU-4f6a8c0e-2d4b-4e6a-8c0e-2a4c6e8a0c22";
+
+/// The MIG device UUID of `h100-mig.toml`'s GPU0 ending in `n` (1: GI 2, 2: GI 3, 3: GI 9).
+fn h100_mig_uuid(n: u32) -> String {
+    format!("MIG-2b5f3e61-7a0c-5d4e-9f1b-6c8a2e4d0b{n:02}")
+}
+
+#[test]
+fn on_a_mig_gpu_processes_carry_their_instance_and_the_instance_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    // The pids of h100-mig.toml, each in a pod the (absent) pod list cannot name.
+    let containerd = |uid: &str, c: char| {
+        format!(
+            "0::/kubepods.slice/kubepods-pod{}.slice/cri-containerd-{}.scope\n",
+            uid.replace('-', "_"),
+            c.to_string().repeat(64)
+        )
+    };
+    write_proc(
+        &proc_root,
+        vec![
+            (610001, "pt_main_thread", containerd(UID_A, 'a')),
+            (610002, "tritonserver", containerd(UID_B, 'b')),
+            (610003, "jupyter-kernel", containerd(UID_C, 'c')),
+            (610101, "python3", containerd(UID_C, 'd')),
+        ],
+    );
+    // GI 2 held by train alone (by its MIG UUID), GI 3 time-sliced by two pods, GI 9 by nobody,
+    // GPU1 (MIG off) whole by one container.
+    let socket = dir.path().join("kubelet.sock");
+    let _kubelet = FakeKubelet::start(
+        &socket,
+        vec![
+            pod(
+                "ml",
+                "train",
+                "main",
+                "nvidia.com/mig-3g.40gb",
+                &[&h100_mig_uuid(1)],
+            ),
+            pod(
+                "ml",
+                "infer-a",
+                "server",
+                "nvidia.com/mig-2g.20gb",
+                &[&format!("{}::0", h100_mig_uuid(2))],
+            ),
+            pod(
+                "ml",
+                "infer-b",
+                "server",
+                "nvidia.com/mig-2g.20gb",
+                &[&format!("{}::1", h100_mig_uuid(2))],
+            ),
+            pod("ml", "whole", "main", "nvidia.com/gpu", &[MIG_GPU1]),
+        ],
+    );
+    let env = [
+        (
+            "NVML_SIM_SCENARIO",
+            scenario("h100-mig").to_str().unwrap().to_owned(),
+        ),
+        ("NVML_SIM_TIME", "10".to_owned()),
+    ];
+    let e = Exporter::start(
+        &env_refs(&env),
+        &[
+            "--interval",
+            "300ms",
+            "--processes",
+            "--host-proc",
+            proc_root.to_str().unwrap(),
+            "--kubernetes",
+            "--pod-resources-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    let m = e.wait_metrics(Duration::from_secs(20), "GI 2's pod sum", |m| {
+        m.value("nvidia_gpu_pod_memory_used_bytes", &[("gpu_instance", "2")])
+            .is_some()
+    });
+
+    // Each process series names its instance; only GI 2's has an owner to lend.
+    let label = |s: &common::Series, k: &str| s.labels.get(k).cloned();
+    let expected = [
+        (
+            610001,
+            "2",
+            "3g.40gb",
+            Some(("ml", "train", "main")),
+            30720.0,
+        ),
+        (610002, "3", "2g.20gb", None, 12288.0),
+        (610003, "9", "1g.10gb", None, 2048.0),
+    ];
+    for (pid, gi, profile, who, mib) in expected {
+        let s = m.find(
+            "nvidia_gpu_process_memory_used_bytes",
+            &[("pid", &pid.to_string())],
+        );
+        assert_eq!(s.len(), 1, "pid {pid}: {}", m.text);
+        assert_eq!(s[0].labels["uuid"], MIG_GPU0);
+        assert_eq!(
+            label(s[0], "gpu_instance").as_deref(),
+            Some(gi),
+            "pid {pid}"
+        );
+        assert_eq!(
+            label(s[0], "mig_profile").as_deref(),
+            Some(profile),
+            "pid {pid}"
+        );
+        assert_eq!(owner(s[0]), who, "pid {pid}");
+        assert_eq!(s[0].value, mib * MIB, "pid {pid}");
+    }
+    // The whole GPU (MIG off) keeps the labels of a GPU's process: no instance, its owner.
+    let s = m.find("nvidia_gpu_process_memory_used_bytes", &[("pid", "610101")]);
+    assert_eq!(s.len(), 1, "{}", m.text);
+    assert_eq!(s[0].labels["uuid"], MIG_GPU1);
+    assert_eq!(label(s[0], "gpu_instance"), None);
+    assert_eq!(label(s[0], "mig_profile"), None);
+    assert_eq!(owner(s[0]), Some(("ml", "whole", "main")));
+
+    // Per-pod sums are per (GPU, instance, container): GI 2's is its processes' memory, and no
+    // pod gets the shared GI 3's or the unassigned GI 9's.
+    let pods = m.find("nvidia_gpu_pod_memory_used_bytes", &[("gpu", "0")]);
+    assert_eq!(pods.len(), 1, "{}", m.text);
+    assert_eq!(label(pods[0], "gpu_instance").as_deref(), Some("2"));
+    assert_eq!(label(pods[0], "mig_profile").as_deref(), Some("3g.40gb"));
+    assert_eq!(owner(pods[0]), Some(("ml", "train", "main")));
+    let gi2_processes: f64 = m
+        .find(
+            "nvidia_gpu_process_memory_used_bytes",
+            &[("gpu", "0"), ("gpu_instance", "2")],
+        )
+        .iter()
+        .map(|s| s.value)
+        .sum();
+    assert_eq!(pods[0].value, gi2_processes);
+    let whole = m.find("nvidia_gpu_pod_memory_used_bytes", &[("gpu", "1")]);
+    assert_eq!(whole.len(), 1, "{}", m.text);
+    assert_eq!(label(whole[0], "gpu_instance"), None);
+    assert_eq!(whole[0].value, 40960.0 * MIB);
+
+    // The driver does not support process utilization on a MIG GPU: absent there, not 0; the
+    // GPU with MIG off still has it.
+    assert!(
+        m.find("nvidia_gpu_process_sm_utilization_ratio", &[("gpu", "0")])
+            .is_empty(),
+        "{}",
+        m.text
+    );
+    assert!(
+        m.find("nvidia_gpu_pod_sm_utilization_ratio", &[("gpu", "0")])
+            .is_empty()
+    );
+    assert_eq!(
+        m.find("nvidia_gpu_process_sm_utilization_ratio", &[("gpu", "1")])
+            .len(),
+        1
+    );
+
+    // The simulator models an instance's used memory as max(its load's share of the instance,
+    // its processes' sum): never below the processes in it, and exactly their sum for GI 9
+    // (no memory load).
+    let instance_used = |gi: &str| {
+        m.value(
+            "nvidia_gpu_memory_used_bytes",
+            &[("gpu", "0"), ("gpu_instance", gi)],
+        )
+        .unwrap()
+    };
+    for gi in ["2", "3", "9"] {
+        let held: f64 = m
+            .find(
+                "nvidia_gpu_process_memory_used_bytes",
+                &[("gpu", "0"), ("gpu_instance", gi)],
+            )
+            .iter()
+            .map(|s| s.value)
+            .sum();
+        assert!(instance_used(gi) >= held, "GI {gi}: {}", m.text);
+    }
+    assert_eq!(instance_used("9"), 2048.0 * MIB);
+    // GI 2: 80 % of 3g.40gb's 40448 MiB, above its process's 30720 MiB.
+    assert_eq!(instance_used("2"), (0.8 * 40448.0 * MIB).floor());
 }
