@@ -56,10 +56,12 @@ pub enum Source {
     PodAssignments,
     /// Per GPU, one series per process (`--processes`), at most
     /// `MetricsOptions::max_processes_per_gpu` of them (the largest by memory): labels
-    /// [`PROCESS_LABELS`], then [`POD_LABELS`] when the process's container is known.
+    /// [`PROCESS_LABELS`], then [`MIG_LABELS`] when it runs in a MIG GPU instance, then
+    /// [`POD_LABELS`] when the process's container is known.
     Processes(ProcessField),
     /// Per GPU, one series per container with processes on it: the sum over its processes,
-    /// labelled with [`POD_LABELS`].
+    /// labelled with [`POD_LABELS`]; on a MIG GPU one per (GPU instance, container), with
+    /// [`MIG_LABELS`] before them.
     PodProcesses(ProcessField),
     /// One family for the exporter, from the snapshot.
     Exporter(ExporterReader),

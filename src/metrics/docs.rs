@@ -4,7 +4,7 @@
 
 use std::fmt::Write;
 
-use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MetricDef, POD_LABELS, Source};
+use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MIG_LABELS, MetricDef, POD_LABELS, Source};
 
 /// The full `docs/metrics.md`.
 pub fn render_markdown() -> String {
@@ -61,7 +61,10 @@ pub fn render_markdown() -> String {
          kubelet's pod list, or else by the GPU's only container. A process whose container is \
          not known has no `namespace`/`pod`/`container` labels. `nvidia_gpu_pod_memory_used_bytes` \
          and `nvidia_gpu_pod_sm_utilization_ratio` are the sums over each container's processes on the GPU (all of them, beyond the series limit): on a \
-         shared GPU each pod gets its own usage. See docs/processes.md.\n",
+         shared GPU each pod gets its own usage. On a GPU in MIG mode a process's series and its \
+         pod's sums also carry the `gpu_instance` and `mig_profile` of the instance it runs in \
+         (sums are per instance), the instance's only container stands in for the GPU's, and \
+         the driver reports no per-process utilization (no series). See docs/processes.md.\n",
     );
 
     md.push_str("\n## Exporter self-metrics\n\n");
@@ -108,7 +111,14 @@ fn labels_cell(d: &MetricDef) -> String {
     let cell = labels_list(d);
     if matches!(d.source, Source::Processes(_)) {
         // The pod labels of a process series depend on the process.
-        return format!("{cell} (+ {} when known)", code_list(POD_LABELS));
+        return format!(
+            "{cell} (+ {} on a MIG GPU; + {} when known)",
+            code_list(MIG_LABELS),
+            code_list(POD_LABELS)
+        );
+    }
+    if matches!(d.source, Source::PodProcesses(_)) {
+        return format!("{cell} (+ {} on a MIG GPU)", code_list(MIG_LABELS));
     }
     cell
 }

@@ -462,25 +462,19 @@ mod tests {
             in_instance(9, process(14, Some(7), None, None)),
         ];
         let g = summarize(&procs, &pods(), owners, 32);
-        let sums: Vec<(Option<u32>, ContainerRef, Option<f64>, Option<f64>)> = g
-            .pods
-            .iter()
-            .map(|u| {
-                (
-                    u.gpu_instance,
-                    u.container.clone(),
-                    u.memory_used_bytes,
-                    u.sm_utilization,
-                )
-            })
-            .collect();
         let mib = |m: u64| Some((m << 20) as f64);
+        let usage = |gi, container, memory_used_bytes| PodUsage {
+            gpu_instance: Some(gi),
+            container,
+            memory_used_bytes,
+            sm_utilization: None,
+        };
         assert_eq!(
-            sums,
+            g.pods,
             vec![
-                (Some(2), container("ml", "train-0", "main"), mib(1000), None),
-                (Some(2), train.clone(), mib(35), None),
-                (Some(9), container("ml", "train-0", "main"), mib(200), None),
+                usage(2, container("ml", "train-0", "main"), mib(1000)),
+                usage(2, train.clone(), mib(35)),
+                usage(9, container("ml", "train-0", "main"), mib(200)),
             ]
         );
         let nobodys: Vec<u32> = g
