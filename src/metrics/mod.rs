@@ -24,6 +24,7 @@
 //! instance ([`instance_view`]), so the values go through the very code of the GPU's. An instance
 //! the kubelet assigned to exactly one container carries that container's labels, and
 //! `nvidia_gpu_pod_info` lists instance assignments with `gpu_instance` and `mig_profile`.
+//! Process series and per-pod sums add the labels of the instance the process runs in.
 //!
 //! With [`MetricsOptions::dcgm_compat`] the dcgm-exporter names of the same snapshot follow
 //! ([`dcgm`]), written by the same text writer in the same pass; in `dcgm` mode the native per-GPU
