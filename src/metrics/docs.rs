@@ -42,7 +42,9 @@ pub fn render_markdown() -> String {
          Devices of `nvidia.com/gpu`, every `nvidia.com/mig-*` and the resources named by \
          `--kubernetes-resource-names` count; a device ID is a GPU UUID (`GPU-…`, a `::N` \
          time-slicing replica suffix ignored) or a device name `nvidiaN` (GKE; the GPU with minor \
-         number N, a `/vgpuK` suffix ignored). MIG instance IDs (`MIG-…`) are not attributed yet.\n\n\
+         number N, a `/vgpuK` suffix ignored); a MIG device ID (`MIG-…`, or GKE's `nvidiaN/giM`) is \
+         that GPU instance, whose `nvidia_gpu_pod_info` and instance series carry `gpu_instance` and \
+         `mig_profile`.\n\n\
          `nvidia_gpu_pod_info` has one series per (GPU, container). Unless \
          `--kubernetes-labels=false`, every other series of a GPU held by exactly one container \
          also carries its `namespace`, `pod` and `container`; a GPU shared by several containers \
