@@ -5,10 +5,9 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::Duration;
 
-use common::{Exporter, Exposition, run_once, scenario, strip_volatile};
+use common::{Exporter, Exposition, assert_golden, run_once, scenario, strip_volatile};
 
 /// Every query of dcgm-exporter's dashboard, one a line (`#` lines are comments).
 const DASHBOARD: &str = include_str!("fixtures/dcgm/dashboard-12239.promql");
@@ -209,28 +208,7 @@ fn default_scenario_matches_the_compat_golden_file() {
         String::from_utf8_lossy(&out.stderr)
     );
     let actual = strip_volatile(&String::from_utf8_lossy(&out.stdout));
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/h100x8-dcgm.prom");
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&golden, &actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&golden).unwrap_or_default();
-    let diff: Vec<String> = expected
-        .lines()
-        .zip(actual.lines())
-        .filter(|(e, a)| e != a)
-        .take(15)
-        .map(|(e, a)| format!("- {e}\n+ {a}"))
-        .collect();
-    assert!(
-        expected == actual,
-        "--dcgm-compat output differs from {} ({} vs {} lines):\n{}\n\
-         If the change is intended: UPDATE_GOLDEN=1 cargo test --test dcgm_compat",
-        golden.display(),
-        expected.lines().count(),
-        actual.lines().count(),
-        diff.join("\n")
-    );
+    assert_golden("h100x8-dcgm.prom", &actual, "dcgm_compat");
 }
 
 #[test]

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::path::Path;
-
 #[test]
 fn default_scenario_matches_the_golden_file() {
     let out = common::run_once(&[("NVML_SIM_TIME", "60")], &[]);
@@ -17,28 +15,5 @@ fn default_scenario_matches_the_golden_file() {
         String::from_utf8_lossy(&out.stderr)
     );
     let actual = common::strip_volatile(&String::from_utf8_lossy(&out.stdout));
-    let golden = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/h100x8.prom");
-
-    if std::env::var_os("UPDATE_GOLDEN").is_some() {
-        std::fs::write(&golden, &actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&golden).unwrap_or_default();
-    if expected != actual {
-        let diff: Vec<String> = expected
-            .lines()
-            .zip(actual.lines())
-            .filter(|(e, a)| e != a)
-            .take(15)
-            .map(|(e, a)| format!("- {e}\n+ {a}"))
-            .collect();
-        panic!(
-            "/metrics differs from {} ({} vs {} lines); first differences:\n{}\n\
-             If the change is intended: UPDATE_GOLDEN=1 cargo test --test golden, and note it in CHANGELOG.md",
-            golden.display(),
-            expected.lines().count(),
-            actual.lines().count(),
-            diff.join("\n")
-        );
-    }
+    common::assert_golden("h100x8.prom", &actual, "golden");
 }

@@ -418,6 +418,37 @@ pub fn strip_volatile(text: &str) -> String {
         .collect()
 }
 
+/// Compares `actual` with the golden file `tests/golden/NAME`, or rewrites the file when
+/// `UPDATE_GOLDEN` is set. On a difference, panics with the first differing lines and how to
+/// accept the change (`test`: the `cargo test --test` target that owns the file).
+pub fn assert_golden(name: &str, actual: &str, test: &str) {
+    let golden = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&golden, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&golden).unwrap_or_default();
+    if expected != actual {
+        let diff: Vec<String> = expected
+            .lines()
+            .zip(actual.lines())
+            .filter(|(e, a)| e != a)
+            .take(15)
+            .map(|(e, a)| format!("- {e}\n+ {a}"))
+            .collect();
+        panic!(
+            "output differs from {} ({} vs {} lines); first differences:\n{}\n\
+             If the change is intended: UPDATE_GOLDEN=1 cargo test --test {test}, and note it in CHANGELOG.md",
+            golden.display(),
+            expected.lines().count(),
+            actual.lines().count(),
+            diff.join("\n")
+        );
+    }
+}
+
 impl Exposition {
     /// Every series (any name) whose labels include all of `labels`, in exposition order.
     pub fn find_any_labels(&self, labels: &[(&str, &str)]) -> Vec<&Series> {
