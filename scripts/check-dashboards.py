@@ -352,13 +352,17 @@ def self_test(promtool, known):
 
 # The per-pod panels of workloads.json and what they must give on the node of POD_USAGE_SERIES.
 POD_USAGE_PANELS = {
-    "Device memory per pod": {"a": 40, "b": 5, "c": 30, "d": 7, "e": 0},
+    "Device memory per pod": {"a": 40, "b": 5, "c": 30, "d": 7, "e": 0, "f": 20, "g": 8},
     "Utilization vs SM activity per pod": {"a": 0.5, "b": 0.125, "c": 0.75, "d": 0.375, "e": 0},
 }
 # GPU 0 is shared by pods a and b and has per-pod series (their own usage counts, not the GPU's
 # 16 GiB, which includes a host process); GPU 1 has none (pod c, and pod a too, get its whole
 # value); GPU 2 has per-pod series for d only (e is assigned it but runs nothing there: 0). Pod a
 # sums (memory) or averages (utilization) its own share of GPU 0 and GPU 1's whole value.
+# GPU 3 is in MIG mode: pod f holds GPU instance 1, pod g instance 2. Each gets its instance's
+# memory, not the GPU's 50 nor the other instance's; f's per-pod series, which on a MIG GPU carry no
+# gpu_instance, must not add to it; neither has a utilization line (NVML gives none for MIG
+# instances: unknown, not 0), nor does f's per-pod utilization on the GPU make one.
 POD_USAGE_SERIES = [
     ("nvidia_gpu_pod_info", "0", "a", "1"), ("nvidia_gpu_pod_info", "0", "b", "1"),
     ("nvidia_gpu_pod_info", "1", "c", "1"), ("nvidia_gpu_pod_info", "1", "a", "1"),
@@ -372,6 +376,12 @@ POD_USAGE_SERIES = [
     ("nvidia_gpu_memory_used_bytes", "2", None, "7"),
     ("nvidia_gpu_utilization_ratio", "0", None, "0.6"), ("nvidia_gpu_utilization_ratio", "1", None, "0.75"),
     ("nvidia_gpu_utilization_ratio", "2", None, "0.4"),
+    ("nvidia_gpu_pod_info", "3", "f", "1", "1"), ("nvidia_gpu_pod_info", "3", "g", "1", "2"),
+    ("nvidia_gpu_memory_used_bytes", "3", None, "50"),
+    ("nvidia_gpu_memory_used_bytes", "3", None, "20", "1"),
+    ("nvidia_gpu_memory_used_bytes", "3", None, "8", "2"),
+    ("nvidia_gpu_pod_memory_used_bytes", "3", "f", "19"),
+    ("nvidia_gpu_pod_sm_utilization_ratio", "3", "f", "0.3"),
 ]
 
 
@@ -389,8 +399,10 @@ def pod_usage_errors(promtool, source):
     rules = {"groups": [{"name": "pod usage", "rules": [
         {"record": names[t], "expr": e} for t, e in exprs.items()]}]}
 
-    def series(metric, gpu, pod, value):
+    def series(metric, gpu, pod, value, gpu_instance=None):
         labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
+        if gpu_instance:
+            labels += f',gpu_instance="{gpu_instance}",mig_profile="1g.10gb"'
         if pod:
             labels += f',namespace="ml",pod="{pod}",container="main"'
         return {"series": f"{metric}{{{labels}}}", "values": f"{value}+0x5"}

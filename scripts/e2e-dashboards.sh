@@ -31,10 +31,15 @@ cd "$(dirname "$0")/.."
 # The first exporter serves both namings, so the same run checks dcgm-exporter's own dashboard
 # (Grafana 12239, its queries in tests/fixtures/dcgm/) against --dcgm-compat. The second runs the
 # shared.toml scenario with --processes and a kubelet of its own ($shared_pods), so the Workloads
-# panels' per-pod branch (nvidia_gpu_pod_*) is queried live next to the whole-GPU fallback.
+# panels' per-pod branch (nvidia_gpu_pod_*) is queried live next to the whole-GPU fallback. The
+# third is a MIG node: h100-mig.toml (GPU 0 in MIG mode, four instances; GPU 1 whole) serving both
+# namings, with a kubelet of its own ($mig_pods) assigning MIG devices by MIG UUID, so every query
+# meets a GPU's series next to its instances' (a join that ignores gpu_instance fails there).
+# All files are checked against everything Prometheus scrapes, so each is named once.
 checks=(
   "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json tests/fixtures/dcgm/dashboard-12239.promql"
   "NVML_SIM_SCENARIO=nvml-sim/scenarios/shared.toml --processes --host-proc \$work/proc --pod-resources-socket \$work/kubelet-shared.sock | dashboards/workloads.json"
+  "NVML_SIM_SCENARIO=nvml-sim/scenarios/h100-mig.toml --dcgm-compat=both --pod-resources-socket \$work/kubelet-mig.sock |"
 )
 builtin_checks=${#checks[@]}
 checks+=("${extra[@]}")
@@ -58,22 +63,37 @@ shared_pods=(
   ml/infer-b/server=GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c01
   ml/solo-c/trainer=GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c02
 )
+# h100-mig.toml's devices, by MIG UUID (GPU 0's instances, nvml-sim/README.md) or GPU UUID
+# (GPU 1, MIG off): GI 2 (3g.40gb, busy training), GI 9 (1g.10gb, allocated but idle) and GI 10
+# (1g.10gb, bursty, never under 5 %) to three pods, GPU 1 whole to a fourth. GI 3 is left
+# unassigned: the scenario destroys it at t = 60 s, inside the run.
+mig_pods=(
+  ml/mig-train/trainer=MIG-2b5f3e61-7a0c-5d4e-9f1b-6c8a2e4d0b01
+  ml/mig-notebook/jupyter=MIG-2b5f3e61-7a0c-5d4e-9f1b-6c8a2e4d0b03
+  inference/mig-burst/server=MIG-2b5f3e61-7a0c-5d4e-9f1b-6c8a2e4d0b04
+  inference/mig-whole/server=GPU-4f6a8c0e-2d4b-4e6a-8c0e-2a4c6e8a0c22
+)
 seconds=60
-# What the stats must say about both nodes: the demo's 8 GPUs and shared.toml's 2 up; the demo's
-# GPUs 1, 2, 3, 4 and 7 assigned (the pods make the node a Kubernetes one, so memory held elsewhere
-# does not count) and both of shared.toml's; the demo's GPU 7 idle, as NvidiaGpuIdleWhileAllocated
-# says; the demo's GPU 4 and shared.toml's GPU 0 shared. Only without --check lines, which add GPUs.
+# What the stats must say about the three nodes. GPUs: the demo's 8, shared.toml's 2 and
+# h100-mig.toml's 2 (a GPU in MIG mode counts once, not once per instance), all up. Allocation is
+# counted per assignable device, a whole GPU or a MIG instance: the demo's GPUs 1, 2, 3, 4 and 7
+# (the pods make the node a Kubernetes one, so memory held elsewhere does not count), both of
+# shared.toml's, and on the MIG node GI 2, GI 9, GI 10 and GPU 1: 11. GPU 0 of the MIG node is
+# never allocated itself (its instances are), though its memory is in use. Idle: the demo's GPU 7
+# and the MIG node's GI 9, as NvidiaGpuIdleWhileAllocated says. Shared: the demo's GPU 4 and
+# shared.toml's GPU 0; the MIG GPU whose three instances three pods hold is not shared. Pods: 5 + 3
+# + 4. Only without --check lines, which add GPUs.
 expect=(
-  "gpu-fleet.json:GPUs=10"
-  "gpu-fleet.json:GPUs up=10"
+  "gpu-fleet.json:GPUs=12"
+  "gpu-fleet.json:GPUs up=12"
   "gpu-fleet.json:GPUs lost=0"
-  "gpu-fleet.json:GPUs allocated=7"
-  "gpu-fleet.json:Allocated but idle now=1"
+  "gpu-fleet.json:GPUs allocated=11"
+  "gpu-fleet.json:Allocated but idle now=2"
   "gpu-fleet.json:XID events over the range=1"
-  "workloads.json:Pods holding GPUs=8"
-  "workloads.json:GPUs held=7"
+  "workloads.json:Pods holding GPUs=12"
+  "workloads.json:GPUs held=11"
   "workloads.json:Shared GPUs=2"
-  "workloads.json:Held GPUs idle now=1"
+  "workloads.json:Held GPUs idle now=2"
 )
 
 if ! command -v "${PROMTOOL:-promtool}" >/dev/null || [ ! -x "${PROMETHEUS:-/usr/bin/prometheus}" ]; then
@@ -139,7 +159,9 @@ pids+=("$!")
 mkdir "$work/proc" # the shared exporter's --host-proc: no host processes to name
 "$kubelet" "$work/kubelet-shared.sock" "${shared_pods[@]}" >"$work/kubelet-shared.log" 2>&1 &
 pids+=("$!")
-for sock in "$socket" "$work/kubelet-shared.sock"; do
+"$kubelet" "$work/kubelet-mig.sock" "${mig_pods[@]}" >"$work/kubelet-mig.log" 2>&1 &
+pids+=("$!")
+for sock in "$socket" "$work/kubelet-shared.sock" "$work/kubelet-mig.sock"; do
   for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
 done
 
@@ -173,7 +195,9 @@ for line in "${checks[@]}"; do
       - targets: [\"127.0.0.1:$port\"]
         labels: {node: gpu-node-$n}"
   read -ra line_files <<<"${line#*|}"
-  files+=("${line_files[@]}")
+  for f in "${line_files[@]}"; do
+    [[ " ${files[*]} " == *" $f "* ]] || files+=("$f")
+  done
 done
 
 cat >"$work/prometheus.yml" <<EOF

@@ -23,7 +23,14 @@ DS = {"type": "prometheus", "uid": "${datasource}"}
 # in deploy/kubernetes does); every variable's "All" is `.*`, which also matches a missing label.
 DEV = 'node=~"$node", instance=~"$instance", gpu=~"$gpu"'
 POD = DEV + ', namespace=~"$namespace"'
-GPU_KEY = "job, instance, gpu, uuid"
+# A GPU in MIG mode serves the memory and GPM families twice: the whole GPU's series
+# (gpu_instance="") and one per GPU instance (gpu_instance, mig_profile). Panels about whole GPUs
+# select the GPU's own series (WHOLE), the MIG panels the instances' (MIG); panels about what a pod holds or what is allocated join on
+# KEY, which tells a MIG instance from its GPU and from its sibling instances, so a pod holding an
+# instance meets that instance's series, never the GPU's or another instance's.
+WHOLE = DEV + ', gpu_instance=""'
+MIG = DEV + ', gpu_instance!=""'
+KEY = "job, instance, gpu, uuid, gpu_instance"
 
 
 def sm_or_util(sel):
@@ -41,40 +48,46 @@ def allocated(sel):
     node's exporter attributes pods, else more than 1 GiB of device memory held."""
     return (
         f"(nvidia_gpu_pod_info{{{sel}}} == 1"
-        f" or on (job, instance, gpu, uuid, gpu_instance)"
+        f" or on ({KEY})"
         f" ((nvidia_gpu_memory_used_bytes{{{sel}}} > bool 1073741824) == 1"
-        f" unless on (job, instance) nvidia_gpu_pod_info))"
+        f" unless on (job, instance) nvidia_gpu_pod_info"
+        f" unless on ({KEY}) nvidia_gpu_mig_mode == 1))"
     )
 
 
 def idle_allocated(sel):
     """The NvidiaGpuIdleWhileAllocated condition without its `for: 30m`, one series per GPU."""
-    return f"({sm_or_util(sel)} < 0.05 and on ({GPU_KEY}) {allocated(sel)})"
+    return f"({sm_or_util(sel)} < 0.05 and on ({KEY}) {allocated(sel)})"
 
 
 def pod_gpus(sel, by="namespace, pod"):
     """One series per (pod, GPU) assignment: containers of one pod sharing a GPU count once."""
-    return f"group by ({by}, {GPU_KEY}) (nvidia_gpu_pod_info{{{sel}}})"
+    return f"group by ({by}, {KEY}) (nvidia_gpu_pod_info{{{sel}}})"
 
 
 def per_pod(metric, sel, by="namespace, pod", agg="avg"):
     """A per-GPU metric attributed to the pods holding the GPU (a shared GPU's whole value to each)."""
     return (
         f"{agg} by ({by}) (max without (namespace, pod, container) ({metric}{{{DEV}}})"
-        f" * on ({GPU_KEY}) group_right () {pod_gpus(sel, by)})"
+        f" * on ({KEY}) group_right () {pod_gpus(sel, by)})"
     )
 
 
 def pod_usage(pod_metric, gpu_metric, sel):
-    """One series per (pod, GPU): the pod's own usage where the exporter serves per-pod series for
-    that GPU (--processes), else the GPU's value for each pod assigned it, else (a GPU with per-pod
-    series on which the pod runs nothing) 0."""
+    """One series per (pod, GPU or MIG instance): the pod's own usage where the exporter serves
+    per-pod series for that assignment (--processes), else the GPU's (or the MIG instance's) value
+    for each pod assigned it, else (a GPU with per-pod series on which the pod runs nothing) 0.
+    Per-pod series count only where they match an assignment: on a MIG GPU they carry no
+    gpu_instance (docs/processes.md), so they would otherwise add the pod's processes to the
+    instance's own reading. A MIG instance without the GPU metric (utilization) has no series:
+    unknown is not 0."""
     return (
-        f"(sum by (namespace, pod, {GPU_KEY}) ({pod_metric}{{{sel}}})"
+        f"((sum by (namespace, pod, {KEY}) ({pod_metric}{{{sel}}})"
+        f" and on (namespace, pod, {KEY}) {pod_gpus(sel)})"
         f" or (max without (namespace, pod, container) ({gpu_metric}{{{DEV}}})"
-        f" * on ({GPU_KEY}) group_right () {pod_gpus(sel)}"
-        f" unless on ({GPU_KEY}) {pod_metric}{{{DEV}}})"
-        f" or {pod_gpus(sel)} * 0)"
+        f" * on ({KEY}) group_right () {pod_gpus(sel)}"
+        f" unless on ({KEY}) {pod_metric}{{{DEV}}})"
+        f" or ({pod_gpus(sel)} * 0 and on ({KEY}) {pod_metric}{{{DEV}}}))"
     )
 
 
@@ -86,7 +99,9 @@ def pod_usage_doc(pod_metric, gpu_metric):
         f" GPU's {gpu_metric}, whole, for each pod assigned it (a shared GPU's value is then counted"
         f" for each of its pods); 0 for a pod assigned a GPU with per-pod usage on which it runs"
         f" nothing: sum by (namespace, pod, gpu) ({pod_metric}) or ({gpu_metric} * on (gpu) group_right"
-        f" () pod assignments unless on (gpu) {pod_metric}) or pod assignments * 0."
+        f" () pod assignments unless on (gpu) {pod_metric}) or pod assignments * 0. A pod holding a"
+        f" MIG instance gets the instance's own {gpu_metric} where the exporter serves one (memory;"
+        f" not utilization, which NVML does not report for MIG instances)."
     )
 
 
@@ -283,6 +298,8 @@ ALLOC_DEF = (
     " Allocated means what the NvidiaGpuIdleWhileAllocated alert means (deploy/prometheus/alerts.yaml):"
     " assigned to a pod where the exporter runs with --kubernetes, else its processes hold more than"
     " 1 GiB of device memory. Idle: SM activity (utilization where the GPU has no GPM) under 5 %."
+    " On a GPU in MIG mode the unit is the MIG instance (what the kubelet assigns): each allocated"
+    " instance counts as one, judged by its own memory and SM activity, and the GPU itself never."
 )
 HOURS_DEF = (
     " GPU-hours over the dashboard range: the count is sampled every $__interval over $__range"
@@ -297,7 +314,7 @@ HOURS_DEF = (
 
 def fleet():
     l = Layout()
-    alloc_count = f"count(group by ({GPU_KEY}) {allocated(POD)})"
+    alloc_count = f"count(group by ({KEY}) {allocated(POD)})"
     xid = f"nvidia_gpu_xid_errors_total{{{DEV}}}"
     idle_count = f"count({idle_allocated(POD)})"
     panels = [
@@ -325,15 +342,15 @@ def fleet():
               " far from saturated GPUs." + UTIL_VS_SAT,
               "percentunit", targets(
                   (f"avg(nvidia_gpu_utilization_ratio{{{DEV}}})", "utilization (a kernel ran)"),
-                  (f"avg(nvidia_gpu_sm_active_ratio{{{DEV}}})", "SM activity"),
-                  (f"avg(nvidia_gpu_sm_occupancy_ratio{{{DEV}}})", "SM occupancy"),
-                  (f"avg(nvidia_gpu_tensor_active_ratio{{{DEV}}})", "tensor activity"),
+                  (f"avg(nvidia_gpu_sm_active_ratio{{{WHOLE}}})", "SM activity"),
+                  (f"avg(nvidia_gpu_sm_occupancy_ratio{{{WHOLE}}})", "SM occupancy"),
+                  (f"avg(nvidia_gpu_tensor_active_ratio{{{WHOLE}}})", "tensor activity"),
               ), 12, 8),
         panel(l, "heatmap", "SM activity across GPUs",
               "How the selected GPUs' SM activity (share of SMs with work, GPM) is distributed over"
               " time: a band near 0 is GPUs doing nothing, one near 1 is saturated GPUs. Utilization"
               " would put a busy-but-unsaturated GPU near 1; SM activity does not.",
-              "percentunit", [target(f"nvidia_gpu_sm_active_ratio{{{DEV}}}", "{{instance}} GPU {{gpu}}")],
+              "percentunit", [target(f"nvidia_gpu_sm_active_ratio{{{WHOLE}}}", "{{instance}} GPU {{gpu}}")],
               12, 8),
 
         panel(l, "timeseries", "Allocated and idle GPUs",
@@ -377,7 +394,7 @@ def fleet():
               "suffix: GPU-h", [target(
                   "topk(10, " + gpu_hours(
                       f"count by (namespace) ({pod_gpus(POD, 'namespace')}"
-                      f" and on ({GPU_KEY}) {sm_or_util(DEV)} < 0.05)") + ")",
+                      f" and on ({KEY}) {sm_or_util(DEV)} < 0.05)") + ")",
                   instant=True, fmt="table")], 8, 8),
 
         panel(l, "table", "XID events by GPU",
@@ -437,25 +454,25 @@ def node():
         per_gpu_ts(l, "SM activity (saturation)",
                    "Share of SMs with at least one warp resident, per GPU (GPM): how much of the GPU the"
                    " work spreads over. High utilization with low SM activity is busy but unsaturated.",
-                   "percentunit", (f"nvidia_gpu_sm_active_ratio{{{DEV}}}", g)),
+                   "percentunit", (f"nvidia_gpu_sm_active_ratio{{{WHOLE}}}", g)),
         per_gpu_ts(l, "SM occupancy",
                    "Resident warps as a share of what the SMs can hold, per GPU (GPM): how fully loaded"
                    " the active SMs are.",
-                   "percentunit", (f"nvidia_gpu_sm_occupancy_ratio{{{DEV}}}", g), w=8),
+                   "percentunit", (f"nvidia_gpu_sm_occupancy_ratio{{{WHOLE}}}", g), w=8),
         per_gpu_ts(l, "Tensor-core activity",
                    "Share of time any tensor-core pipe was active, per GPU (GPM): high for dense matrix"
                    " math, low when the GPU is busy with little math.",
-                   "percentunit", (f"nvidia_gpu_tensor_active_ratio{{{DEV}}}", g), w=8),
+                   "percentunit", (f"nvidia_gpu_tensor_active_ratio{{{WHOLE}}}", g), w=8),
         per_gpu_ts(l, "DRAM activity",
                    "Share of time the device memory interface was busy, per GPU (GPM); near 100 % means"
                    " memory-bandwidth bound.",
-                   "percentunit", (f"nvidia_gpu_dram_active_ratio{{{DEV}}}", g), w=8),
+                   "percentunit", (f"nvidia_gpu_dram_active_ratio{{{WHOLE}}}", g), w=8),
 
         per_gpu_ts(l, "Device memory used",
                    "Device memory allocated by processes, per GPU, with each GPU's total as a dashed line.",
                    "bytes",
-                   (f"nvidia_gpu_memory_used_bytes{{{DEV}}}", g + " used"),
-                   (f"nvidia_gpu_memory_total_bytes{{{DEV}}}", g + " total")),
+                   (f"nvidia_gpu_memory_used_bytes{{{WHOLE}}}", g + " used"),
+                   (f"nvidia_gpu_memory_total_bytes{{{WHOLE}}}", g + " total")),
         per_gpu_ts(l, "Power vs limit",
                    "Board power per GPU, and the power limit the driver enforces (dashed). Sitting at the"
                    " limit means the GPU is power-capped (see the sw_power_cap clock-event reason).",
@@ -525,11 +542,50 @@ def node():
         panel(l, "table", "Workloads on the GPUs",
               "The containers the kubelet assigned each GPU to (nvidia_gpu_pod_info, with --kubernetes),"
               " with the device memory used on that GPU (by all its processes; each container's own"
-              " share, with --processes, is in the Workloads dashboard). A GPU listed twice is shared.",
+              " share, with --processes, is in the Workloads dashboard). A GPU listed twice is shared."
+              " A container holding a MIG instance is listed with the instance (gpu_instance, mig_profile)"
+              " and the instance's memory.",
               "bytes", [target(
                   f"max without (namespace, pod, container) (nvidia_gpu_memory_used_bytes{{{DEV}}})"
-                  f" * on ({GPU_KEY}) group_right () nvidia_gpu_pod_info{{{POD}}}",
+                  f" * on ({KEY}) group_right () nvidia_gpu_pod_info{{{POD}}}",
                   instant=True, fmt="table")], 12, 8),
+
+        panel(l, "table", "MIG instances",
+              "The GPU instances of each GPU in MIG mode (nvidia_gpu_mig_instance_info): profile, the MIG"
+              " device UUID that CUDA_VISIBLE_DEVICES and the kubelet name it by, device memory used of"
+              " the instance's total and its SM activity now (GPM of the instance). The per-GPU panels"
+              " above show the whole GPU; empty where no GPU is in MIG mode.",
+              "none", targets(
+                  (f"max by (instance, gpu, gpu_instance, mig_profile, mig_uuid)"
+                   f" (nvidia_gpu_mig_instance_info{{{DEV}}})", ""),
+                  (f"max by (instance, gpu, gpu_instance, mig_profile)"
+                   f" (nvidia_gpu_memory_used_bytes{{{MIG}}})", ""),
+                  (f"max by (instance, gpu, gpu_instance, mig_profile)"
+                   f" (nvidia_gpu_memory_total_bytes{{{MIG}}})", ""),
+                  (f"max by (instance, gpu, gpu_instance, mig_profile)"
+                   f" (nvidia_gpu_sm_active_ratio{{{MIG}}})", ""),
+                  instant=True, fmt="table"),
+              12, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True, "Value #A": True},
+                      "renameByName": {
+                          "Value #B": "memory used", "Value #C": "memory total",
+                          "Value #D": "SM activity",
+                      },
+                  }},
+              ]),
+        per_gpu_ts(l, "MIG instances: SM activity",
+                   "Share of each MIG instance's SMs with work (GPM of the instance), per GPU instance:"
+                   " how saturated each partition is; the SM activity panel above is the whole GPU's.",
+                   "percentunit",
+                   (f"nvidia_gpu_sm_active_ratio{{{MIG}}}", g + " GI {{gpu_instance}} {{mig_profile}}")),
+    ]
+    panels[-2]["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byRegexp", "options": "memory used|memory total"},
+         "properties": [{"id": "unit", "value": "bytes"}]},
+        {"matcher": {"id": "byName", "options": "SM activity"},
+         "properties": [{"id": "unit", "value": "percentunit"}]},
     ]
     # Limits and thresholds are drawn dashed.
     for p in panels:
@@ -556,23 +612,24 @@ def node():
 def workloads():
     l = Layout()
     np = "{{namespace}}/{{pod}}"
-    idle_pods = f"({pod_gpus(POD)} and on ({GPU_KEY}) {sm_or_util(DEV)} < 0.05)"
+    idle_pods = f"({pod_gpus(POD)} and on ({KEY}) {sm_or_util(DEV)} < 0.05)"
     seam = (
         " A GPU shared by several pods shows the whole GPU's value for each of them: the exporter"
         " reads the device, not the share of each container (the memory and SM utilization panels"
-        " use each pod's own share where --processes gives it)."
+        " use each pod's own share where --processes gives it). A pod holding a MIG instance gets"
+        " the instance's own reading (GPM of the instance), not the GPU's."
     )
     panels = [
         stat(l, "Pods holding GPUs", "Pods the kubelet assigned at least one GPU to (nvidia_gpu_pod_info).",
              "none", f"count(count by (namespace, pod) (nvidia_gpu_pod_info{{{POD}}})) or vector(0)", w=6),
         stat(l, "GPUs held", "GPUs assigned to at least one of the selected pods.",
-             "none", f"count(group by ({GPU_KEY}) (nvidia_gpu_pod_info{{{POD}}})) or vector(0)", w=6),
+             "none", f"count(group by ({KEY}) (nvidia_gpu_pod_info{{{POD}}})) or vector(0)", w=6),
         stat(l, "Shared GPUs", "GPUs assigned to more than one container (time-slicing or MPS sharing).",
-             "none", f"count(count by ({GPU_KEY}) (nvidia_gpu_pod_info{{{POD}}}) > 1) or vector(0)", w=6),
+             "none", f"count(count by ({KEY}) (nvidia_gpu_pod_info{{{POD}}}) > 1) or vector(0)", w=6),
         stat(l, "Held GPUs idle now",
              "GPUs held by the selected pods whose SM activity (utilization without GPM) is under 5 %:"
              " the NvidiaGpuIdleWhileAllocated condition without its 30 minutes.",
-             "none", f"count(group by ({GPU_KEY}) {idle_pods}) or vector(0)", w=6,
+             "none", f"count(group by ({KEY}) {idle_pods}) or vector(0)", w=6,
              thresholds=warn_if_above(1)),
 
         panel(l, "table", "Pods: GPUs, GPU-hours and idle GPU-hours",
@@ -633,7 +690,9 @@ def workloads():
               "bytes", targets(("sum by (namespace, pod) " + pod_usage(
                   "nvidia_gpu_pod_memory_used_bytes", "nvidia_gpu_memory_used_bytes", POD), np)), 12, 8),
         panel(l, "timeseries", "Power per namespace",
-              "Board power of the GPUs each namespace's pods hold." + seam,
+              "Board power of the GPUs each namespace's pods hold." + seam
+              + " Pods holding a MIG instance count nothing here: NVML reads power for the whole board"
+              " only, and giving each instance's pod the board's power would count it once per instance.",
               "watt", targets((per_pod("nvidia_gpu_power_watts", POD, by="namespace", agg="sum"),
                                "{{namespace}}")), 12, 8),
     ]

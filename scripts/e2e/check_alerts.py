@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """Queries a live Prometheus that scrapes the demo exporter (default scenario, h100x8) and checks
-that each alert of alerts.yaml selects exactly the GPUs the scenario says it should.
+that each alert of alerts.yaml selects exactly the GPUs the scenario says it should. With
+--mig-job / --mig-kubernetes-job it also checks exporters running h100-mig.toml (GPU 0 in MIG
+mode), without and with a kubelet assigning MIG devices: every rule must evaluate without error
+(a join that meets a GPU's series next to its instances' fails), and each alert and fleet rule
+must select the MIG instances the scenario implies.
 
 Run by scripts/e2e-prometheus.sh, which starts the exporter and Prometheus. Each alert's `expr` is
 read from the rules file and evaluated as an instant query, without its `for`: the question is
@@ -42,6 +46,39 @@ EXPECTED_FLEET = {
     "cluster:nvidia_gpu_lost:sum": 0,
     "cluster:nvidia_gpu_allocated:sum": 7,
     "cluster:nvidia_gpu_allocated_idle:sum": 1,
+}
+
+
+# h100-mig.toml from t = 10 s (before its reconfiguration at 60 s): GPU 0 in MIG mode with GI 2
+# (3g.40gb, busy, 30 GiB), GI 3 (2g.20gb, inference, 12 GiB), GI 9 (1g.10gb, idle, 2 GiB held) and
+# GI 10 (1g.10gb, bursty, SM activity never under 10 %, 2 GiB); GPU 1 whole, busy, 40 GiB. Devices
+# are "GPU" or "GPU/GI". GI 9 is the only idle allocation in both runs. Without Kubernetes every
+# instance and GPU 1 hold over 1 GiB: 5 allocated, GPU 0 itself not (its memory is its instances').
+# With the kubelet of e2e-prometheus.sh (GI 2, GI 9 and GPU 1 assigned): 3.
+EXPECTED_MIG = {
+    "NvidiaGpuLowSaturation": set(),  # no utilization in MIG mode; GPU 1 is at 60 %
+    "NvidiaGpuIdleWhileAllocated": {"0/9"},
+    "NvidiaGpuXidError": set(),
+    "NvidiaGpuLost": set(),
+    "NvidiaGpuThermalThrottling": set(),
+    "NvidiaGpuUncorrectableEccErrors": set(),
+    "NvidiaGpuRowRemapFailure": set(),
+    "NvmlExporterDown": set(),
+    "NvmlExporterStale": set(),
+}
+EXPECTED_MIG_FLEET = {
+    "instance:nvidia_gpu_up:sum": 2,
+    "instance:nvidia_gpu_lost:sum": 0,
+    "instance:nvidia_gpu_allocated:count": 5,
+    "instance:nvidia_gpu_allocated_idle:count": 1,
+}
+EXPECTED_MIG_KUBERNETES_FLEET = EXPECTED_MIG_FLEET | {"instance:nvidia_gpu_allocated:count": 3}
+# The per-exporter rule each cluster-wide sum adds up.
+CLUSTER_OF = {
+    "cluster:nvidia_gpu_up:sum": "instance:nvidia_gpu_up:sum",
+    "cluster:nvidia_gpu_lost:sum": "instance:nvidia_gpu_lost:sum",
+    "cluster:nvidia_gpu_allocated:sum": "instance:nvidia_gpu_allocated:count",
+    "cluster:nvidia_gpu_allocated_idle:sum": "instance:nvidia_gpu_allocated_idle:count",
 }
 
 
@@ -99,8 +136,17 @@ def alerts(rules_path):
 
 
 def gpu_set(result):
-    """The `gpu` labels of a query result; a series without one counts as "<no gpu>"."""
-    return {series["metric"].get("gpu", "<no gpu>") for series in result}
+    """The devices of a query result: the `gpu` label, "GPU/GI" for a MIG instance's series; a
+    series without a gpu counts as "<no gpu>"."""
+    def device(labels):
+        gpu = labels.get("gpu", "<no gpu>")
+        return f"{gpu}/{labels['gpu_instance']}" if labels.get("gpu_instance") else gpu
+    return {device(series["metric"]) for series in result}
+
+
+def of_job(result, job):
+    """The series of one scrape job."""
+    return [series for series in result if series["metric"].get("job") == job]
 
 
 def show(gpus):
@@ -114,6 +160,9 @@ def main():
     parser.add_argument("--job", required=True, help="the exporter's scrape job name")
     parser.add_argument("--exporter-pid", type=int, required=True,
                         help="stopped at the end to check that NvmlExporterDown selects the target")
+    parser.add_argument("--mig-job", help="job of an exporter running h100-mig.toml")
+    parser.add_argument("--mig-kubernetes-job",
+                        help="job of an exporter running h100-mig.toml with --kubernetes")
     parser.add_argument("--data-seconds", type=int, default=20,
                         help="scrapes (at 1 s) to collect before querying")
     args = parser.parse_args()
@@ -121,11 +170,12 @@ def main():
     prom = Prometheus(args.prometheus)
     wait_for("Prometheus to be ready", prom.ready, 60)
 
-    samples = f'count_over_time(nvml_exporter_gpus{{job="{args.job}"}}[5m])'
+    jobs = [j for j in (args.job, args.mig_job, args.mig_kubernetes_job) if j]
+    samples = "count_over_time(nvml_exporter_gpus[5m])"
 
     def enough_data():
-        result = prom.query(samples)
-        return bool(result) and float(result[0]["value"][1]) >= args.data_seconds
+        counts = {s["metric"].get("job"): float(s["value"][1]) for s in prom.query(samples)}
+        return all(counts.get(j, 0) >= args.data_seconds for j in jobs)
 
     wait_for(f"{args.data_seconds} s of scraped data", enough_data, args.data_seconds + 60)
 
@@ -146,22 +196,32 @@ def main():
     ]
     check("rule health", not broken, "; ".join(broken) or "every rule evaluated without error")
 
-    names = []
-    for name, expr in alerts(args.rules):
-        names.append(name)
-        if name not in EXPECTED:
-            check(name, False, "no expectation for this alert in check_alerts.py")
-            continue
-        got = gpu_set(prom.query(expr))
-        want = EXPECTED[name]
-        check(name, got == want, f"GPUs {show(got)}, expected {show(want)}")
-    for name in sorted(set(EXPECTED) - set(names)):
-        check(name, False, "expected alert is missing from the rules file")
+    runs = [(args.job, EXPECTED, None)]
+    if args.mig_job:
+        runs.append((args.mig_job, EXPECTED_MIG, EXPECTED_MIG_FLEET))
+    if args.mig_kubernetes_job:
+        runs.append((args.mig_kubernetes_job, EXPECTED_MIG, EXPECTED_MIG_KUBERNETES_FLEET))
+    for job, expected, fleet in runs:
+        names = []
+        for name, expr in alerts(args.rules):
+            names.append(name)
+            if name not in expected:
+                check(f"{job}: {name}", False, "no expectation for this alert in check_alerts.py")
+                continue
+            got = gpu_set(of_job(prom.query(expr), job))
+            want = expected[name]
+            check(f"{job}: {name}", got == want, f"GPUs {show(got)}, expected {show(want)}")
+        for name in sorted(set(expected) - set(names)):
+            check(f"{job}: {name}", False, "expected alert is missing from the rules file")
+        for record, want in (fleet or {}).items():
+            got = [float(series["value"][1]) for series in of_job(prom.query(record), job)]
+            check(f"{job}: {record}", got == [want], f"{got}, expected [{want}]")
 
+    # The cluster-wide sums add up every job's per-exporter values.
     for record, want in EXPECTED_FLEET.items():
-        result = prom.query(record)
-        got = [float(series["value"][1]) for series in result]
-        check(record, got == [want], f"{got}, expected [{want}]")
+        total = want + sum(fleet[CLUSTER_OF[record]] for _, _, fleet in runs if fleet)
+        got = [float(series["value"][1]) for series in prom.query(record)]
+        check(record, got == [total], f"{got}, expected [{total}]")
 
     # The exporter goes away: NvmlExporterDown's condition must now select its target.
     os.kill(args.exporter_pid, signal.SIGTERM)
