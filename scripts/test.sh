@@ -93,7 +93,7 @@ lint_dcgm_scenarios() {
 check "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
 check "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
 check "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
-check "alert rules: promtool unit tests and a live Prometheus against the demo, shared and MIG nodes" scripts/e2e-prometheus.sh "$bin"
+check "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 check "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 check "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
 
