@@ -34,6 +34,8 @@ pub const INSUFFICIENT_SIZE: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_INSUFF
 pub const VERSION_MISMATCH: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
 /// Not found.
 pub const NOT_FOUND: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_NOT_FOUND;
+/// The caller lacks the privileges the call needs.
+pub const NO_PERMISSION: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_NO_PERMISSION;
 /// Device lost.
 pub const GPU_IS_LOST: nvmlReturn_t = b::nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST;
 /// Internal failure (a caught panic).
@@ -247,6 +249,18 @@ impl DeviceCall<'_> {
     /// what `nvml.h` says "is not currently supported" on MIG-enabled GPUs.
     pub fn require_no_mig(&self) -> NvmlResult {
         self.require(self.mig.is_none() && !self.gpu.mig_enabled())
+    }
+
+    /// Fails with NO_PERMISSION when an unprivileged caller (`NVML_SIM_PRIVILEGED=0`) asks the
+    /// GPU handle of a GPU in MIG mode: `nvml.h` says the parent answers the aggregate "only if
+    /// the caller has appropriate privileges" and sends everyone else to the MIG device handles,
+    /// which keep answering.
+    pub fn require_privileged_on_mig_parent(&self) -> NvmlResult {
+        if self.sim.privileged || self.mig.is_some() || !self.gpu.mig_enabled() {
+            Ok(())
+        } else {
+            Err(NO_PERMISSION)
+        }
     }
 
     /// Fails with NOT_SUPPORTED unless `supported`.

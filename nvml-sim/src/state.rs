@@ -17,6 +17,8 @@ pub const ENV_SCENARIO: &str = "NVML_SIM_SCENARIO";
 pub const ENV_TIME: &str = "NVML_SIM_TIME";
 /// Starts the running clock at this many seconds.
 pub const ENV_START: &str = "NVML_SIM_START";
+/// `0`/`false`: the caller is an unprivileged user, not root (default `1`, privileged).
+pub const ENV_PRIVILEGED: &str = "NVML_SIM_PRIVILEGED";
 
 /// A loaded scenario and its runtime caches.
 #[derive(Debug)]
@@ -29,6 +31,9 @@ pub struct Sim {
     pub events: EventSets,
     /// How time is read.
     pub clock: Clock,
+    /// The caller has root/admin privileges (`NVML_SIM_PRIVILEGED`); only calls `nvml.h`
+    /// restricts to privileged callers look at it.
+    pub privileged: bool,
 }
 
 /// How the simulated time is obtained.
@@ -60,6 +65,17 @@ fn env_seconds(name: &str) -> Result<Option<f64>, String> {
     }
 }
 
+fn env_bool(name: &str, default: bool) -> Result<bool, String> {
+    match std::env::var(name) {
+        Ok(v) => match v.trim() {
+            "1" | "true" => Ok(true),
+            "0" | "false" => Ok(false),
+            _ => Err(format!("{name}={v:?} is not 0, 1, true or false")),
+        },
+        Err(_) => Ok(default),
+    }
+}
+
 fn load() -> Result<Arc<Sim>, String> {
     let (text, origin) = match std::env::var_os(ENV_SCENARIO) {
         Some(path) => {
@@ -79,6 +95,7 @@ fn load() -> Result<Arc<Sim>, String> {
         events: EventSets::default(),
         scenario,
         clock,
+        privileged: env_bool(ENV_PRIVILEGED, true)?,
     }))
 }
 

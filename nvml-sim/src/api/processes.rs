@@ -1,4 +1,8 @@
 //! Running processes (compute and graphics, three struct versions) and per-process utilization.
+//!
+//! On a GPU in MIG mode the GPU handle's lists need a privileged caller (NO_PERMISSION
+//! otherwise, see [`DeviceCall::require_privileged_on_mig_parent`]); a MIG device handle's list
+//! answers anyone.
 
 use crate::device::MIB;
 use crate::ffi::{DeviceCall, NOT_FOUND, device_fns, read, write_array};
@@ -54,30 +58,37 @@ fn v2(c: &DeviceCall, graphics: bool) -> Vec<nvmlProcessInfo_v2_t> {
 device_fns! {
     /// Compute processes (v1 struct).
     fn nvmlDeviceGetComputeRunningProcesses(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) |c| {
+        c.require_privileged_on_mig_parent()?;
         write_array(info_count, infos, &v1(c, false))
     }
     /// Compute processes (v2 struct).
     fn nvmlDeviceGetComputeRunningProcesses_v2(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        c.require_privileged_on_mig_parent()?;
         write_array(info_count, infos, &v2(c, false))
     }
     /// Compute processes (v2 struct, current entry point).
     fn nvmlDeviceGetComputeRunningProcesses_v3(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        c.require_privileged_on_mig_parent()?;
         write_array(info_count, infos, &v2(c, false))
     }
     /// Graphics processes (v1 struct).
     fn nvmlDeviceGetGraphicsRunningProcesses(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v1_t) |c| {
+        c.require_privileged_on_mig_parent()?;
         write_array(info_count, infos, &v1(c, true))
     }
     /// Graphics processes (v2 struct).
     fn nvmlDeviceGetGraphicsRunningProcesses_v2(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        c.require_privileged_on_mig_parent()?;
         write_array(info_count, infos, &v2(c, true))
     }
     /// Graphics processes (v2 struct, current entry point).
     fn nvmlDeviceGetGraphicsRunningProcesses_v3(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        c.require_privileged_on_mig_parent()?;
         write_array(info_count, infos, &v2(c, true))
     }
     /// MPS compute processes (none: the simulator runs no MPS server).
-    fn nvmlDeviceGetMPSComputeRunningProcesses_v3(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |_c| {
+    fn nvmlDeviceGetMPSComputeRunningProcesses_v3(info_count: *mut c_uint, infos: *mut nvmlProcessInfo_v2_t) |c| {
+        c.require_privileged_on_mig_parent()?;
         write_array::<nvmlProcessInfo_v2_t>(info_count, infos, &[])
     }
     /// Per-process utilization: the device's utilization split by the processes' memory share.
