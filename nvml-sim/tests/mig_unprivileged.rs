@@ -22,8 +22,11 @@ fn gpu(i: u32) -> Device<'static> {
     nvml().device_by_index(i).unwrap()
 }
 
-/// (pid, GI, CI, MiB) of a device's compute processes.
-fn compute(d: &Device) -> Result<Vec<(u32, Option<u32>, Option<u32>, u64)>, NvmlError> {
+/// A listed process: pid, GPU instance, compute instance, MiB.
+type Listed = (u32, Option<u32>, Option<u32>, u64);
+
+/// The device's compute processes.
+fn compute(d: &Device) -> Result<Vec<Listed>, NvmlError> {
     use nvml_wrapper::enums::device::UsedGpuMemory;
     Ok(d.running_compute_processes()?
         .into_iter()
