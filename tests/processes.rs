@@ -3,7 +3,8 @@
 //! scenario's and whose cgroups name pods the way containerd, CRI-O and the cgroupfs driver do.
 //! With a fake kubelet (pod-resources and the HTTPS `/pods` list) two pods time-slicing one GPU
 //! each get their own usage, and the numbers add up to the device's. On a MIG GPU
-//! (`h100-mig.toml`) each process carries its GPU instance and the instance's owner.
+//! (`h100-mig.toml`) each process carries its GPU instance and the instance's owner, and an
+//! unprivileged exporter (`NVML_SIM_PRIVILEGED=0`) serves the same process series as root.
 
 mod common;
 mod kubelet;
@@ -776,4 +777,118 @@ fn on_a_mig_gpu_processes_carry_their_instance_and_the_instance_owner() {
     assert_eq!(instance_used("9"), 2048.0 * MIB);
     // GI 2: 80 % of 3g.40gb's 40448 MiB, above its process's 30720 MiB.
     assert_eq!(instance_used("2"), (0.8 * 40448.0 * MIB).floor());
+}
+
+/// The process series of an exposition, as (name, labels, value) lines, sorted.
+fn process_series(m: &Exposition) -> Vec<String> {
+    let mut out: Vec<String> = m
+        .series
+        .iter()
+        .filter(|s| s.name.starts_with("nvidia_gpu_process_"))
+        .map(|s| format!("{}{:?} {}", s.name, s.labels, s.value))
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn on_a_mig_gpu_an_unprivileged_exporter_reads_each_instance_s_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    let host = "0::/user.slice/user-1000.slice/session-4.scope\n".to_owned();
+    write_proc(
+        &proc_root,
+        vec![
+            (610001, "pt_main_thread", host.clone()),
+            (610002, "tritonserver", host.clone()),
+            (610003, "jupyter-kernel", host.clone()),
+            (610101, "python3", host),
+        ],
+    );
+    let start = |privileged: &str| {
+        let env = [
+            (
+                "NVML_SIM_SCENARIO",
+                scenario("h100-mig").to_str().unwrap().to_owned(),
+            ),
+            ("NVML_SIM_TIME", "10".to_owned()),
+            ("NVML_SIM_PRIVILEGED", privileged.to_owned()),
+        ];
+        Exporter::start(
+            &env_refs(&env),
+            &[
+                "--interval",
+                "200ms",
+                "--processes",
+                "--host-proc",
+                proc_root.to_str().unwrap(),
+            ],
+        )
+    };
+    let (root, user) = (start("1"), start("0"));
+    // Several ticks: the first finds the parent's lists refused, the later ones go straight to
+    // the MIG devices' lists.
+    let after_ticks = |e: &Exporter, who: &str| {
+        e.wait_metrics(Duration::from_secs(20), &format!("3 ticks ({who})"), |m| {
+            m.value("nvml_exporter_sample_duration_seconds_count", &[])
+                .is_some_and(|n| n >= 3.0)
+        })
+    };
+    let (root_m, user_m) = (after_ticks(&root, "root"), after_ticks(&user, "user"));
+
+    // Each instance's process, with its instance and profile, read from its MIG device.
+    for (pid, gi, profile, mib) in [
+        (610001, "2", "3g.40gb", 30720.0),
+        (610002, "3", "2g.20gb", 12288.0),
+        (610003, "9", "1g.10gb", 2048.0),
+    ] {
+        let s = user_m.find(
+            "nvidia_gpu_process_memory_used_bytes",
+            &[("pid", &pid.to_string()), ("gpu_instance", gi)],
+        );
+        assert_eq!(s.len(), 1, "pid {pid}: {}", user_m.text);
+        assert_eq!(s[0].labels["uuid"], MIG_GPU0);
+        assert_eq!(s[0].labels["mig_profile"], profile);
+        assert_eq!(s[0].value, mib * MIB, "pid {pid}");
+    }
+    // Exactly what a privileged exporter serves from the parent's lists, the MIG-off GPU's
+    // process (with its utilization) included.
+    assert_eq!(process_series(&user_m), process_series(&root_m));
+    assert_eq!(
+        user_m
+            .find(
+                "nvidia_gpu_process_sm_utilization_ratio",
+                &[("uuid", MIG_GPU1)]
+            )
+            .len(),
+        1,
+        "{}",
+        user_m.text
+    );
+
+    // The refusal is the driver's answer to an unprivileged caller, handled: never an error.
+    let process_errors = |m: &Exposition| {
+        m.find("nvml_exporter_nvml_errors_total", &[])
+            .into_iter()
+            .filter(|s| s.labels["function"].contains("RunningProcesses"))
+            .map(|s| format!("{:?}", s.labels))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        process_errors(&user_m),
+        Vec::<String>::new(),
+        "{}",
+        user_m.text
+    );
+    assert_eq!(process_errors(&root_m), Vec::<String>::new());
+    assert!(
+        user_m
+            .find(
+                "nvml_exporter_nvml_errors_total",
+                &[("error", "no_permission")]
+            )
+            .is_empty(),
+        "{}",
+        user_m.text
+    );
 }

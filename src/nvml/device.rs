@@ -143,13 +143,16 @@ impl DeviceReader {
             read_metrics(&mut tick, &device, &mut self.nvlink_count, &mut sample);
             // Enumerated every tick (a reconfiguration shows at once); MIG off drops the
             // instances' GPM windows so a later layout starts clean.
-            if sample.mig_mode == Some(true) {
-                sample.mig_instances = self.mig.read(&mut tick, nvml, &device, gpm);
+            let mig = sample.mig_mode == Some(true);
+            let mut mig_handles = Vec::new();
+            if mig {
+                (sample.mig_instances, mig_handles) = self.mig.read(&mut tick, nvml, &device, gpm);
             } else {
                 gpm.retain_instances(&[]);
             }
             if let Some(reader) = &mut self.processes {
-                sample.processes = reader.read(&mut tick, nvml, &device);
+                let mig_handles = mig.then_some(mig_handles.as_slice());
+                sample.processes = reader.read(&mut tick, nvml, &device, mig_handles);
             }
         } else {
             gpm.forget();

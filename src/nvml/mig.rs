@@ -16,6 +16,10 @@
 //! id, instance info), plus 2·G for GPM (sample, metrics) on Hopper: 40 for h100-mig's GPU0
 //! (4 instances of one compute instance each).
 //!
+//! The handles found are handed on, for this tick only, to the process reader
+//! ([`super::processes`]), which lists each MIG device's processes when the GPU refuses its own
+//! list to an unprivileged caller: one enumeration per tick serves both.
+//!
 //! nvml-wrapper 0.13 wraps the MIG handle calls but not the instance id, instance info and
 //! versioned profile info calls; those are made through `nvml.lib()` as in [`super::raw`].
 
@@ -35,7 +39,7 @@ use crate::sample::{ComputeInstanceSample, MemoryInfo, MigInstanceSample};
 
 /// Argument under which calls on MIG device handles are remembered as not supported, apart from
 /// the same function on the GPU's own handle (a MIG handle supports far less).
-const MIG_HANDLE: u32 = 1 << 20;
+pub(super) const MIG_HANDLE: u32 = 1 << 20;
 
 /// Reads a GPU's MIG instances tick after tick; keeps the board's profile names.
 #[derive(Debug, Default)]
@@ -44,6 +48,16 @@ pub struct MigReader {
     profile_names: HashMap<u32, String>,
     /// The whole table has been read once (profiles the board lacks answer an error).
     table_read: bool,
+}
+
+/// A MIG device handle found this tick and the instance it names; valid for this tick only.
+pub(super) struct MigHandle<'nvml> {
+    /// The MIG device handle.
+    pub handle: Device<'nvml>,
+    /// Its GPU instance id.
+    pub gpu_instance: u32,
+    /// Its compute instance id.
+    pub compute_instance: u32,
 }
 
 /// One MIG device found this tick.
@@ -60,20 +74,23 @@ impl MigReader {
     }
 
     /// The GPU instances of `device` now (its MIG mode is on), by GI id, with GPM when the GPU
-    /// supports it. Windows of instances that are gone are dropped from `gpm`.
+    /// supports it, and the MIG device handles found on the way (for the per-instance process
+    /// lists, so that a tick enumerates once). Windows of instances that are gone are dropped
+    /// from `gpm`.
     pub(super) fn read<'nvml>(
         &mut self,
         t: &mut Tick,
         nvml: &'nvml Nvml,
         device: &Device<'nvml>,
         gpm: &mut GpmState<'nvml>,
-    ) -> Vec<MigInstanceSample> {
+    ) -> (Vec<MigInstanceSample>, Vec<MigHandle<'nvml>>) {
         let mut by_instance: BTreeMap<u32, Vec<MigDevice<'nvml>>> = BTreeMap::new();
         for d in enumerate(t, device) {
             by_instance.entry(d.gpu_instance).or_default().push(d);
         }
         let mut alive = Vec::with_capacity(by_instance.len());
         let mut out = Vec::with_capacity(by_instance.len());
+        let mut handles = Vec::new();
         for (gi, mut devices) in by_instance {
             devices.sort_by_key(|d| d.compute.compute_instance);
             let first = &devices[0].handle;
@@ -112,11 +129,21 @@ impl MigReader {
                 profile,
                 memory,
                 gpm: gpm_metrics,
-                compute_instances: devices.into_iter().map(|d| d.compute).collect(),
+                compute_instances: devices
+                    .into_iter()
+                    .map(|d| {
+                        handles.push(MigHandle {
+                            handle: d.handle,
+                            gpu_instance: gi,
+                            compute_instance: d.compute.compute_instance,
+                        });
+                        d.compute
+                    })
+                    .collect(),
             });
         }
         gpm.retain_instances(&alive);
-        out
+        (out, handles)
     }
 
     /// The name of profile `profile_id`, reading the board's profile table the first time.

@@ -10,7 +10,14 @@
 //! a GPU in MIG mode, where the driver does not support it.
 //!
 //! MIG: the parent GPU's lists hold every instance's processes, each with the GPU instance and
-//! compute instance it runs in (`0xFFFFFFFF`, i.e. `None`, with MIG off).
+//! compute instance it runs in (`0xFFFFFFFF`, i.e. `None`, with MIG off) — but `nvml.h` gives
+//! that aggregate "only if the caller has appropriate privileges"; anyone else gets
+//! NO_PERMISSION and must ask each MIG device handle for its own processes. So on a GPU in MIG
+//! mode the parent is asked first (two calls per tick, and the only way that works in vGPU host
+//! mode, where MIG handles cannot list processes); once it refuses, the reader asks the MIG
+//! handles the tick already enumerated ([`super::mig`]) from then on — two calls per MIG device —
+//! since the exporter's privileges do not change while it runs. The refusal is an expected
+//! answer with a working way round, not a failure, so it is not counted as an NVML error.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,6 +29,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 
 use super::device::Tick;
+use super::mig::{MIG_HANDLE, MigHandle};
 use super::units::percent_to_ratio_f64;
 use crate::processes::procfs::ProcTable;
 use crate::sample::ProcessSample;
@@ -29,12 +37,18 @@ use crate::sample::ProcessSample;
 /// Longest process name asked of `nvmlSystemGetProcessName` (the fallback when procfs has none).
 const NAME_LENGTH: usize = 64;
 
+const COMPUTE: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
+const GRAPHICS: &str = "nvmlDeviceGetGraphicsRunningProcesses_v3";
+
 /// Reads one device's processes, tick after tick. Lives in the device's worker.
 #[derive(Debug)]
 pub struct ProcessReader {
     procfs: ProcTable,
     /// Timestamp (µs) of the newest utilization sample taken; 0 before the first.
     last_seen: u64,
+    /// The GPU in MIG mode refused its process lists (NO_PERMISSION, an unprivileged caller):
+    /// the MIG device handles are asked instead.
+    parent_refused: bool,
 }
 
 impl ProcessReader {
@@ -43,18 +57,28 @@ impl ProcessReader {
         ProcessReader {
             procfs: ProcTable::new(host_proc),
             last_seen: 0,
+            parent_refused: false,
         }
     }
 
     /// The device's processes now, by pid. Empty when neither process list could be read.
-    pub(super) fn read(&mut self, t: &mut Tick, nvml: &Nvml, d: &Device) -> Vec<ProcessSample> {
-        let compute = t.call("nvmlDeviceGetComputeRunningProcesses_v3", 0, || {
-            d.running_compute_processes()
-        });
-        let graphics = t.call("nvmlDeviceGetGraphicsRunningProcesses_v3", 0, || {
-            d.running_graphics_processes()
-        });
-        let memory = merge(compute.iter().chain(&graphics).flatten());
+    /// `mig` is `Some` (the MIG device handles of this tick) when the GPU is in MIG mode.
+    pub(super) fn read(
+        &mut self,
+        t: &mut Tick,
+        nvml: &Nvml,
+        d: &Device,
+        mig: Option<&[MigHandle]>,
+    ) -> Vec<ProcessSample> {
+        let infos = match mig {
+            None => parent_lists(t, d, false).unwrap_or_default(),
+            Some(handles) if self.parent_refused => instance_lists(t, handles),
+            Some(handles) => parent_lists(t, d, true).unwrap_or_else(|| {
+                self.parent_refused = true;
+                instance_lists(t, handles)
+            }),
+        };
+        let memory = merge(infos.iter());
 
         let utilization = t
             .call("nvmlDeviceGetProcessUtilization", 0, || {
@@ -103,6 +127,56 @@ impl ProcessReader {
         self.procfs.retain(|pid| memory.contains_key(&pid));
         out
     }
+}
+
+/// The compute and graphics lists of the GPU handle `d`, one after the other (a list that cannot
+/// be read is counted and left out). With `refusable` (MIG mode), NO_PERMISSION is the driver's
+/// "unprivileged caller" answer: not counted, and `None`.
+fn parent_lists(t: &mut Tick, d: &Device, refusable: bool) -> Option<Vec<ProcessInfo>> {
+    let refused = |r: Result<Vec<ProcessInfo>, NvmlError>| match r {
+        Err(NvmlError::NoPermission) if refusable => Ok(None),
+        other => other.map(Some),
+    };
+    let compute = t.call(COMPUTE, 0, || refused(d.running_compute_processes()));
+    if let Some(None) = compute {
+        return None;
+    }
+    let graphics = t.call(GRAPHICS, 0, || refused(d.running_graphics_processes()));
+    if let Some(None) = graphics {
+        return None;
+    }
+    Some(
+        [compute.flatten(), graphics.flatten()]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .collect(),
+    )
+}
+
+/// The compute and graphics lists of every MIG device handle, each process given the instance
+/// of the handle that lists it (what the parent's list would have said). Calls a handle does
+/// not support (e.g. graphics) are remembered apart from the GPU handle's, under [`MIG_HANDLE`].
+fn instance_lists(t: &mut Tick, handles: &[MigHandle]) -> Vec<ProcessInfo> {
+    let mut out = Vec::new();
+    for h in handles {
+        let compute = t.call(COMPUTE, MIG_HANDLE, || h.handle.running_compute_processes());
+        let graphics = t.call(GRAPHICS, MIG_HANDLE, || {
+            h.handle.running_graphics_processes()
+        });
+        out.extend(
+            [compute, graphics]
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|p| ProcessInfo {
+                    gpu_instance_id: Some(h.gpu_instance),
+                    compute_instance_id: Some(h.compute_instance),
+                    ..p
+                }),
+        );
+    }
+    out
 }
 
 /// What the process lists say of one pid.
