@@ -793,6 +793,26 @@ fn process_series(m: &Exposition) -> Vec<String> {
 
 #[test]
 fn on_a_mig_gpu_an_unprivileged_exporter_reads_each_instance_s_processes() {
+    // Before h100-mig's reconfiguration, and after it (GI 3 replaced by GI 7, whose process
+    // 610004 started at 65 s): the MIG devices of each tick are the ones asked.
+    let before = [
+        (610001, "2", "3g.40gb", 30720.0),
+        (610002, "3", "2g.20gb", 12288.0),
+        (610003, "9", "1g.10gb", 2048.0),
+    ];
+    let after = [
+        (610001, "2", "3g.40gb", 30720.0),
+        (610004, "7", "1g.20gb", 8192.0),
+        (610003, "9", "1g.10gb", 2048.0),
+    ];
+    unprivileged_mig_processes_match_root("10", &before);
+    unprivileged_mig_processes_match_root("70", &after);
+}
+
+/// Runs h100-mig at pinned time `t` with a privileged and an unprivileged simulated caller and
+/// checks that the unprivileged exporter serves `expected` (pid, GPU instance, profile, MiB) on
+/// GPU0 and exactly the privileged one's process series, with no NVML error for the refusal.
+fn unprivileged_mig_processes_match_root(t: &str, expected: &[(u32, &str, &str, f64)]) {
     let dir = tempfile::tempdir().unwrap();
     let proc_root = dir.path().join("proc");
     let host = "0::/user.slice/user-1000.slice/session-4.scope\n".to_owned();
@@ -802,6 +822,7 @@ fn on_a_mig_gpu_an_unprivileged_exporter_reads_each_instance_s_processes() {
             (610001, "pt_main_thread", host.clone()),
             (610002, "tritonserver", host.clone()),
             (610003, "jupyter-kernel", host.clone()),
+            (610004, "python3", host.clone()),
             (610101, "python3", host),
         ],
     );
@@ -811,7 +832,7 @@ fn on_a_mig_gpu_an_unprivileged_exporter_reads_each_instance_s_processes() {
                 "NVML_SIM_SCENARIO",
                 scenario("h100-mig").to_str().unwrap().to_owned(),
             ),
-            ("NVML_SIM_TIME", "10".to_owned()),
+            ("NVML_SIM_TIME", t.to_owned()),
             ("NVML_SIM_PRIVILEGED", privileged.to_owned()),
         ];
         Exporter::start(
@@ -837,23 +858,24 @@ fn on_a_mig_gpu_an_unprivileged_exporter_reads_each_instance_s_processes() {
     let (root_m, user_m) = (after_ticks(&root, "root"), after_ticks(&user, "user"));
 
     // Each instance's process, with its instance and profile, read from its MIG device.
-    for (pid, gi, profile, mib) in [
-        (610001, "2", "3g.40gb", 30720.0),
-        (610002, "3", "2g.20gb", 12288.0),
-        (610003, "9", "1g.10gb", 2048.0),
-    ] {
+    let on_gpu0 = user_m.find(
+        "nvidia_gpu_process_memory_used_bytes",
+        &[("uuid", MIG_GPU0)],
+    );
+    assert_eq!(on_gpu0.len(), expected.len(), "t={t}: {}", user_m.text);
+    for &(pid, gi, profile, mib) in expected {
         let s = user_m.find(
             "nvidia_gpu_process_memory_used_bytes",
             &[("pid", &pid.to_string()), ("gpu_instance", gi)],
         );
-        assert_eq!(s.len(), 1, "pid {pid}: {}", user_m.text);
+        assert_eq!(s.len(), 1, "t={t} pid {pid}: {}", user_m.text);
         assert_eq!(s[0].labels["uuid"], MIG_GPU0);
-        assert_eq!(s[0].labels["mig_profile"], profile);
-        assert_eq!(s[0].value, mib * MIB, "pid {pid}");
+        assert_eq!(s[0].labels["mig_profile"], profile, "t={t} pid {pid}");
+        assert_eq!(s[0].value, mib * MIB, "t={t} pid {pid}");
     }
     // Exactly what a privileged exporter serves from the parent's lists, the MIG-off GPU's
     // process (with its utilization) included.
-    assert_eq!(process_series(&user_m), process_series(&root_m));
+    assert_eq!(process_series(&user_m), process_series(&root_m), "t={t}");
     assert_eq!(
         user_m
             .find(
