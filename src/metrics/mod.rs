@@ -3,7 +3,8 @@
 //! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order and writes
 //! the text format 0.0.4 of a [`Snapshot`] straight into a buffer it keeps across ticks
 //! ([`text`]), appending the text of its own registry's families (tick-duration histogram,
-//! scrape counter, process collector) where they belong. A scrape then only copies those bytes;
+//! scrape counter, process collector) where they belong. That buffer is published as it is (and
+//! comes back through [`Encoder::recycle`]); a scrape only serves those bytes;
 //! the gzip form is made on demand, at most once per exposition ([`Exposition::gzip`]).
 //!
 //! Rules the encoder enforces: a reading that is `None` (or an empty list) produces no series;
@@ -138,13 +139,59 @@ impl ScrapeCounter {
 }
 
 /// Buffers one encoding works in, kept across ticks so that a steady tick allocates (almost)
-/// nothing but the published copy of the text.
+/// nothing. The text buffer is published itself and comes back through [`Encoder::recycle`].
 #[derive(Debug, Default)]
 struct Scratch {
     text: String,
     samples: Samples,
     /// `gpu` label value of each device, in serving order.
     indices: Vec<String>,
+    /// Each device's shared label pairs, in serving order.
+    frames: Frames,
+    /// Length of the last text written, to size a fresh buffer.
+    last_len: usize,
+}
+
+/// The label pairs every series of a device starts with (`gpu="…",uuid="…"`) and, with pod
+/// labels, ends with (`namespace="…",pod="…",container="…"`), escaped once per encoding and
+/// written raw into each of the device's lines ([`text::sample_framed`]).
+#[derive(Debug, Default)]
+struct Frames {
+    text: String,
+    /// Per device: where its head starts, where it ends (and its tail starts), where its tail ends.
+    bounds: Vec<[usize; 3]>,
+}
+
+impl Frames {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.bounds.clear();
+    }
+
+    /// Renders the next device's head and tail; `owner` adds the tail.
+    fn push(&mut self, index: &str, uuid: &str, owner: Option<&ContainerRef>) {
+        let start = self.text.len();
+        text::label_pairs(
+            &mut self.text,
+            IDENTITY_LABELS.iter().copied(),
+            [index, uuid].into_iter(),
+        );
+        let middle = self.text.len();
+        if let Some(c) = owner {
+            text::label_pairs(
+                &mut self.text,
+                POD_LABELS.iter().copied(),
+                container_labels(c).into_iter(),
+            );
+        }
+        self.bounds.push([start, middle, self.text.len()]);
+    }
+
+    /// Head and tail of the `i`-th device pushed.
+    fn get(&self, i: usize) -> (&str, &str) {
+        let [start, middle, end] = self.bounds[i];
+        (&self.text[start..middle], &self.text[middle..end])
+    }
 }
 
 /// Turns snapshots into expositions; keeps the state that outlives one snapshot.
@@ -213,9 +260,38 @@ impl Encoder {
         }
         // A poisoned lock only means an earlier encode panicked; every buffer is cleared first.
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if scratch.text.capacity() == 0 {
+            // No buffer came back (first tick, or the last one was still being served): size it
+            // like the last exposition so it does not grow by doubling and copying.
+            let size = scratch.last_len + scratch.last_len / 8;
+            scratch.text.reserve(size);
+        }
         self.write_text(snap, &mut scratch);
-        // The published copy is exact-sized; the scratch keeps its capacity for the next tick.
-        Exposition::new(Bytes::copy_from_slice(scratch.text.as_bytes()))
+        scratch.last_len = scratch.text.len();
+        // The buffer itself is published, not a copy; [`recycle`](Self::recycle) brings it back.
+        Exposition::new(Bytes::from(std::mem::take(&mut scratch.text).into_bytes()))
+    }
+
+    /// Takes back an exposition that is no longer served, so that the next [`encode`] writes
+    /// into its buffer instead of a new one: with the published one, two buffers at any time
+    /// instead of three (scratch, published copy, previous exposition). If a response still holds
+    /// the text, nothing is taken back and the next encode allocates.
+    ///
+    /// [`encode`]: Self::encode
+    pub fn recycle(&self, old: Exposition) {
+        let Exposition { text, gzip } = old;
+        // A scraper may still hold the gzip form; it owns no part of the text buffer.
+        drop(gzip);
+        let Ok(buffer) = text.try_into_mut() else {
+            return;
+        };
+        let mut buffer = Vec::from(buffer);
+        buffer.clear();
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if buffer.capacity() > scratch.text.capacity() {
+            // Empty, so valid UTF-8.
+            scratch.text = String::from_utf8(buffer).unwrap_or_default();
+        }
     }
 
     /// Writes the whole exposition of `snap` into `scratch.text`, in serving order.
@@ -224,6 +300,8 @@ impl Encoder {
             text: out,
             samples,
             indices,
+            frames,
+            last_len: _,
         } = scratch;
         out.clear();
         let mut gathered = self.registry.gather();
@@ -264,6 +342,10 @@ impl Encoder {
                 _ => None,
             }
         };
+        frames.clear();
+        for (i, (d, index)) in devices.iter().zip(indices.iter()).enumerate() {
+            frames.push(index, &d.uuid, owner(i));
+        }
 
         // In `dcgm` mode the GPUs are served under dcgm-exporter's names only.
         let native_devices = self.opts.dcgm_compat != DcgmCompat::Dcgm;
@@ -278,44 +360,33 @@ impl Encoder {
             match def.source {
                 Source::Device(read) | Source::DeviceIdentity(read) => {
                     let always = matches!(def.source, Source::DeviceIdentity(_));
-                    for (i, (d, index)) in devices.iter().zip(indices.iter()).enumerate() {
+                    for (i, d) in devices.iter().enumerate() {
                         if !(d.up || always) {
                             continue;
                         }
                         samples.clear();
                         read(&snap.system, d, samples);
-                        let owner = owner(i);
-                        let pod_names: &[&str] = if owner.is_some() { POD_LABELS } else { &[] };
+                        let (head, tail) = frames.get(i);
                         for (labels, value) in samples.iter() {
-                            let names = IDENTITY_LABELS
-                                .iter()
-                                .chain(def.labels)
-                                .chain(pod_names)
-                                .copied();
-                            let values = [index.as_str(), d.uuid.as_str()]
-                                .into_iter()
-                                .chain(labels)
-                                .chain(owner.into_iter().flat_map(container_labels));
-                            text::sample(out, def.name, names, values, value);
+                            let names = def.labels.iter().copied();
+                            text::sample_framed(out, def.name, head, names, labels, tail, value);
                         }
                     }
                 }
                 Source::PodAssignments => {
-                    for ((d, index), containers) in
-                        devices.iter().zip(indices.iter()).zip(&assigned)
-                    {
+                    for (i, containers) in assigned.iter().enumerate() {
+                        let (head, _) = frames.get(i);
                         for c in containers {
-                            let names = IDENTITY_LABELS.iter().chain(POD_LABELS).copied();
-                            let values = [index.as_str(), d.uuid.as_str()]
-                                .into_iter()
-                                .chain(container_labels(c));
-                            text::sample(out, def.name, names, values, 1.0);
+                            let names = POD_LABELS.iter().copied();
+                            let values = container_labels(c).into_iter();
+                            text::sample_framed(out, def.name, head, names, values, "", 1.0);
                         }
                     }
                 }
                 Source::Processes(field) => {
-                    let per_gpu = devices.iter().zip(indices.iter()).zip(&gpu_processes);
-                    for ((d, index), g) in per_gpu.filter(|((d, _), _)| d.up) {
+                    let per_gpu = devices.iter().zip(&gpu_processes).enumerate();
+                    for (i, (_, g)) in per_gpu.filter(|(_, (d, _))| d.up) {
+                        let (head, _) = frames.get(i);
                         for p in &g.processes {
                             let Some(value) = field.of_process(p.process).filter(|v| v.is_finite())
                             else {
@@ -327,30 +398,25 @@ impl Encoder {
                             } else {
                                 &[]
                             };
-                            let names = IDENTITY_LABELS
-                                .iter()
-                                .chain(PROCESS_LABELS)
-                                .chain(pod_names)
-                                .copied();
-                            let values = [index.as_str(), d.uuid.as_str(), &pid, &p.process.name]
+                            let names = PROCESS_LABELS.iter().chain(pod_names).copied();
+                            let values = [pid.as_str(), &p.process.name]
                                 .into_iter()
                                 .chain(p.container.iter().flat_map(container_labels));
-                            text::sample(out, def.name, names, values, value);
+                            text::sample_framed(out, def.name, head, names, values, "", value);
                         }
                     }
                 }
                 Source::PodProcesses(field) => {
-                    let per_gpu = devices.iter().zip(indices.iter()).zip(&gpu_processes);
-                    for ((d, index), g) in per_gpu.filter(|((d, _), _)| d.up) {
+                    let per_gpu = devices.iter().zip(&gpu_processes).enumerate();
+                    for (i, (_, g)) in per_gpu.filter(|(_, (d, _))| d.up) {
+                        let (head, _) = frames.get(i);
                         for u in &g.pods {
                             let Some(value) = field.of_pod(u).filter(|v| v.is_finite()) else {
                                 continue;
                             };
-                            let names = IDENTITY_LABELS.iter().chain(POD_LABELS).copied();
-                            let values = [index.as_str(), d.uuid.as_str()]
-                                .into_iter()
-                                .chain(container_labels(&u.container));
-                            text::sample(out, def.name, names, values, value);
+                            let names = POD_LABELS.iter().copied();
+                            let values = container_labels(&u.container).into_iter();
+                            text::sample_framed(out, def.name, head, names, values, "", value);
                         }
                     }
                 }
