@@ -36,7 +36,7 @@ use axum::body::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use prometheus::proto::MetricFamily;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
 
 use crate::config::DcgmCompat;
 use crate::kubernetes::mapping;
@@ -129,12 +129,26 @@ impl Exposition {
 /// Counts `/metrics` responses by status code; the counts appear in `nvml_exporter_scrapes_total`
 /// from the next [`Encoder::encode`] on (one tick of lag: a scrape never encodes).
 #[derive(Debug, Clone)]
-pub struct ScrapeCounter(IntCounterVec);
+pub struct ScrapeCounter {
+    by_code: IntCounterVec,
+    /// The `code="200"` child, looked up once: nearly every response is counted here, without
+    /// formatting the code or hashing a label value.
+    ok: IntCounter,
+}
 
 impl ScrapeCounter {
+    fn new(by_code: IntCounterVec) -> ScrapeCounter {
+        let ok = by_code.with_label_values(&["200"]);
+        ScrapeCounter { by_code, ok }
+    }
+
     /// Counts one response with this HTTP status code.
     pub fn inc(&self, code: u16) {
-        self.0.with_label_values(&[code.to_string()]).inc();
+        if code == 200 {
+            self.ok.inc();
+        } else {
+            self.by_code.with_label_values(&[code.to_string()]).inc();
+        }
     }
 }
 
@@ -217,9 +231,8 @@ impl Encoder {
         let scrapes =
             IntCounterVec::new(Opts::new(SCRAPES_TOTAL, help_of(SCRAPES_TOTAL)), &["code"])
                 .expect("static counter options are valid");
-        // Show the common case at 0 from the start, so rate() has a first point before the first
-        // scrape is counted.
-        scrapes.with_label_values(&["200"]);
+        // The common case shows at 0 from the start (ScrapeCounter::new makes its child), so
+        // rate() has a first point before the first scrape is counted.
         // Registration only fails on a duplicate name, and this registry is fresh.
         registry
             .register(Box::new(sample_duration.clone()))
@@ -237,7 +250,7 @@ impl Encoder {
             opts,
             registry,
             sample_duration,
-            scrapes: ScrapeCounter(scrapes),
+            scrapes: ScrapeCounter::new(scrapes),
             scratch: Mutex::default(),
         }
     }

@@ -293,7 +293,16 @@ mod tests {
         );
         let mut tail = String::new();
         label_pairs(&mut tail, ["pod"].into_iter(), ["p\n"].into_iter());
-        let cases: [(&str, &[&str], &[&str], &str, &[&str], &[&str]); 5] = [
+        // head, names, values, tail; then every name and value spelled out.
+        type Case<'a> = (
+            &'a str,
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a str,
+            &'a [&'a str],
+            &'a [&'a str],
+        );
+        let cases: [Case; 5] = [
             (
                 &head,
                 &["link"],
