@@ -6,6 +6,9 @@
 //! (`250`), no exponent (`85520809984`), shortest round-trip digits (`0.0025`). The encoder
 //! never passes a non-finite value here (readers drop them), so `inf`/`NaN` spellings never
 //! reach a scrape.
+//!
+//! Label pairs that every series of a GPU shares are rendered once ([`label_pairs`]) and copied
+//! raw into each line ([`sample_framed`]); integral values skip float formatting ([`number`]).
 
 use std::fmt::Write;
 
