@@ -184,12 +184,17 @@ def scrape_cost(ctx):
 
 
 def proc_sample(pid):
-    """(cpu ticks utime+stime of all threads, VmRSS KiB) of a process."""
+    """(cpu ticks utime+stime of all threads, VmRSS KiB, RssAnon KiB, RssFile KiB) of a process.
+
+    RssAnon is the process's own memory (heap, stacks); RssFile is the pages of the executable
+    and shared libraries it has touched (the interpreter, libc, the NVML library), a floor that
+    no change to the heap moves."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2:].split()
     ticks = int(fields[11]) + int(fields[12])
-    rss = next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if line.startswith("VmRSS:"))
-    return ticks, rss
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    kib = lambda key: int(status[key].split()[0])
+    return ticks, kib("VmRSS"), kib("RssAnon"), kib("RssFile")
 
 
 def histogram_totals(port):
@@ -242,16 +247,19 @@ def footprint(ctx):
             t.stop()
     rows = []
     for i, (kind, gpus, scraped) in enumerate(configs):
-        rss = [r for _, r in series[i]]
+        rss = [r for _, r, _, _ in series[i]]
+        anon = [a for _, _, a, _ in series[i]]
+        file = [f for _, _, _, f in series[i]]
         cpu_s = (series[i][-1][0] - first[i][0]) / CLK_TCK
         row = dict(target=kind, gpus=gpus, scrape="1/s" if scraped else "idle", seconds=round(elapsed, 2),
-                   cpu_share=cpu_s / elapsed, cpu_seconds=cpu_s, rss_kib=rss,
-                   rss_start_mib=rss[0] / 1024, rss_max_mib=max(rss) / 1024, rss_end_mib=rss[-1] / 1024)
+                   cpu_share=cpu_s / elapsed, cpu_seconds=cpu_s, rss_kib=rss, rss_anon_kib=anon, rss_file_kib=file,
+                   rss_start_mib=rss[0] / 1024, rss_max_mib=max(rss) / 1024, rss_end_mib=rss[-1] / 1024,
+                   rss_anon_max_mib=max(anon) / 1024, rss_file_max_mib=max(file) / 1024)
         if kind == "exporter":
             ds, dc = hist1[i][0] - hist0[i][0], hist1[i][1] - hist0[i][1]
             row.update(ticks=dc, tick_wall_s=ds / dc, tick_wall_per_gpu_s=ds / dc / gpus,
                        cpu_per_tick_per_gpu_s=cpu_s / dc / gpus)
-        log(f"footprint {kind:8} {gpus:2} GPUs {row['scrape']:4}: RSS max {row['rss_max_mib']:6.1f} MiB, CPU {100 * row['cpu_share']:6.2f} %")
+        log(f"footprint {kind:8} {gpus:2} GPUs {row['scrape']:4}: RSS max {row['rss_max_mib']:6.1f} MiB (anon {row['rss_anon_max_mib']:.1f}, file {row['rss_file_max_mib']:.1f}), CPU {100 * row['cpu_share']:6.2f} %")
         rows.append(row)
     return rows
 

@@ -40,6 +40,11 @@ def targets(res):
             e = pick(fp, target="exporter", gpus=gpus, scrape="1/s")["rss_max_mib"]
             p = pick(fp, target="python", gpus=gpus, scrape="1/s")["rss_max_mib"]
             out.append((f"RSS ≤ 1/4 of Python's, {gpus} GPUs, 1/s scrape", f"{e:.1f} vs {p:.1f} MiB (1/{p / e:.1f})", verdict(e <= p / 4)))
+            er, pr = (pick(fp, target=t, gpus=gpus, scrape="1/s") for t in ("exporter", "python"))
+            if "rss_anon_max_mib" in er:
+                # The part a process's own code owns, without the executable and shared libraries.
+                ea, pa = er["rss_anon_max_mib"], pr["rss_anon_max_mib"]
+                out.append((f"  of which anonymous (heap, stacks), {gpus} GPUs", f"{ea:.1f} vs {pa:.1f} MiB (1/{pa / ea:.1f})", verdict(ea <= pa / 4)))
         for scrape in ("idle", "1/s"):
             r = pick(fp, target="exporter", gpus=8, scrape=scrape)
             out.append((f"8 GPUs at 1 s, {scrape}: RSS ≤ 16 MiB", f"max {r['rss_max_mib']:.1f} MiB", verdict(r["rss_max_mib"] <= 16)))
@@ -77,8 +82,10 @@ def main():
         print(table(["server", "GPUs", "encoding", "body bytes", "clients", "req/s", "p50 ms", "p99 ms", "÷ nginx", "errors"], rows))
     if "footprint" in res:
         print(f"\n### Footprint ({res['settings']['footprint_seconds']} s at 1 s, all twelve processes in parallel)\n")
-        rows = [[r["target"], r["gpus"], r["scrape"], f"{r['rss_start_mib']:.1f}", f"{r['rss_max_mib']:.1f}", f"{r['rss_end_mib']:.1f}", f"{100 * r['cpu_share']:.3f}"] for r in res["footprint"]]
-        print(table(["process", "GPUs", "scrapes", "RSS start MiB", "RSS max MiB", "RSS end MiB", "CPU % of a core"], rows))
+        rows = [[r["target"], r["gpus"], r["scrape"], f"{r['rss_start_mib']:.1f}", f"{r['rss_max_mib']:.1f}", f"{r['rss_end_mib']:.1f}",
+                 f"{r['rss_anon_max_mib']:.1f}" if "rss_anon_max_mib" in r else "", f"{r['rss_file_max_mib']:.1f}" if "rss_file_max_mib" in r else "",
+                 f"{100 * r['cpu_share']:.3f}"] for r in res["footprint"]]
+        print(table(["process", "GPUs", "scrapes", "RSS start MiB", "RSS max MiB", "RSS end MiB", "anon max MiB", "file max MiB", "CPU % of a core"], rows))
     if "footprint" in res and "tick_profile" in res:
         print("\n### Tick cost\n")
         rows = []

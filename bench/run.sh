@@ -22,7 +22,8 @@ if ! python3 -c 'import prometheus_client, pynvml' 2>/dev/null; then
 fi
 python3 bench/gen_scenarios.py --check
 
-out="bench/results/$(date +%F).json"
+# BENCH_OUT names the result file (e.g. a second run on one day); the .md goes next to it.
+out="${BENCH_OUT:-bench/results/$(date +%F).json}"
 python3 bench/bench.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" --out "$out" "$@"
 python3 bench/report.py "$out" > "${out%.json}.md"
 echo "bench: $out, ${out%.json}.md" >&2

@@ -64,7 +64,7 @@ def main():
         up_at = time.monotonic()
         while True:
             _, ticks = histogram_totals(port)
-            _, kib = proc_sample(proc.pid)
+            _, kib, _, _ = proc_sample(proc.pid)
             rss.append((round(time.monotonic() - started, 1), int(ticks), kib))
             if baseline is None and time.monotonic() - up_at >= args.warmup_seconds:
                 baseline, warm_ticks, scrapes = kib, int(ticks), 0

@@ -102,7 +102,14 @@ impl AppState {
 
     fn swap(&self, next: Arc<Published>) {
         // A poisoned lock only means a writer panicked mid-swap of an Arc; the value is whole.
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = next;
+        let previous = std::mem::replace(
+            &mut *self.current.write().unwrap_or_else(|e| e.into_inner()),
+            next,
+        );
+        // Unless a request still serves it, the previous text buffer becomes the next tick's.
+        if let Some(previous) = Arc::into_inner(previous) {
+            self.encoder.recycle(previous.exposition);
+        }
     }
 
     /// `Ok` when ready to serve meaningful metrics, else the reason (one line).

@@ -3,7 +3,8 @@
 //! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order and writes
 //! the text format 0.0.4 of a [`Snapshot`] straight into a buffer it keeps across ticks
 //! ([`text`]), appending the text of its own registry's families (tick-duration histogram,
-//! scrape counter, process collector) where they belong. A scrape then only copies those bytes;
+//! scrape counter, process collector) where they belong. That buffer is published as it is (and
+//! comes back through [`Encoder::recycle`]); a scrape only serves those bytes;
 //! the gzip form is made on demand, at most once per exposition ([`Exposition::gzip`]).
 //!
 //! Rules the encoder enforces: a reading that is `None` (or an empty list) produces no series;
@@ -43,7 +44,7 @@ use axum::body::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use prometheus::proto::MetricFamily;
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntCounterVec, Opts, Registry};
 
 use crate::config::DcgmCompat;
 use crate::kubernetes::mapping;
@@ -136,23 +137,83 @@ impl Exposition {
 /// Counts `/metrics` responses by status code; the counts appear in `nvml_exporter_scrapes_total`
 /// from the next [`Encoder::encode`] on (one tick of lag: a scrape never encodes).
 #[derive(Debug, Clone)]
-pub struct ScrapeCounter(IntCounterVec);
+pub struct ScrapeCounter {
+    by_code: IntCounterVec,
+    /// The `code="200"` child, looked up once: nearly every response is counted here, without
+    /// formatting the code or hashing a label value.
+    ok: IntCounter,
+}
 
 impl ScrapeCounter {
+    fn new(by_code: IntCounterVec) -> ScrapeCounter {
+        let ok = by_code.with_label_values(&["200"]);
+        ScrapeCounter { by_code, ok }
+    }
+
     /// Counts one response with this HTTP status code.
     pub fn inc(&self, code: u16) {
-        self.0.with_label_values(&[code.to_string()]).inc();
+        if code == 200 {
+            self.ok.inc();
+        } else {
+            self.by_code.with_label_values(&[code.to_string()]).inc();
+        }
     }
 }
 
 /// Buffers one encoding works in, kept across ticks so that a steady tick allocates (almost)
-/// nothing but the published copy of the text.
+/// nothing. The text buffer is published itself and comes back through [`Encoder::recycle`].
 #[derive(Debug, Default)]
 struct Scratch {
     text: String,
     samples: Samples,
     /// `gpu` label value of each device, in serving order.
     indices: Vec<String>,
+    /// Each device's shared label pairs, in serving order.
+    frames: Frames,
+    /// Length of the last text written, to size a fresh buffer.
+    last_len: usize,
+}
+
+/// The label pairs every series of a device starts with (`gpu="…",uuid="…"`) and, with pod
+/// labels, ends with (`namespace="…",pod="…",container="…"`), escaped once per encoding and
+/// written raw into each of the device's lines ([`text::sample_framed`]).
+#[derive(Debug, Default)]
+struct Frames {
+    text: String,
+    /// Per device: where its head starts, where it ends (and its tail starts), where its tail ends.
+    bounds: Vec<[usize; 3]>,
+}
+
+impl Frames {
+    fn clear(&mut self) {
+        self.text.clear();
+        self.bounds.clear();
+    }
+
+    /// Renders the next device's head and tail; `owner` adds the tail.
+    fn push(&mut self, index: &str, uuid: &str, owner: Option<&ContainerRef>) {
+        let start = self.text.len();
+        text::label_pairs(
+            &mut self.text,
+            IDENTITY_LABELS.iter().copied(),
+            [index, uuid].into_iter(),
+        );
+        let middle = self.text.len();
+        if let Some(c) = owner {
+            text::label_pairs(
+                &mut self.text,
+                POD_LABELS.iter().copied(),
+                container_labels(c).into_iter(),
+            );
+        }
+        self.bounds.push([start, middle, self.text.len()]);
+    }
+
+    /// Head and tail of the `i`-th device pushed.
+    fn get(&self, i: usize) -> (&str, &str) {
+        let [start, middle, end] = self.bounds[i];
+        (&self.text[start..middle], &self.text[middle..end])
+    }
 }
 
 /// Turns snapshots into expositions; keeps the state that outlives one snapshot.
@@ -178,9 +239,8 @@ impl Encoder {
         let scrapes =
             IntCounterVec::new(Opts::new(SCRAPES_TOTAL, help_of(SCRAPES_TOTAL)), &["code"])
                 .expect("static counter options are valid");
-        // Show the common case at 0 from the start, so rate() has a first point before the first
-        // scrape is counted.
-        scrapes.with_label_values(&["200"]);
+        // The common case shows at 0 from the start (ScrapeCounter::new makes its child), so
+        // rate() has a first point before the first scrape is counted.
         // Registration only fails on a duplicate name, and this registry is fresh.
         registry
             .register(Box::new(sample_duration.clone()))
@@ -198,7 +258,7 @@ impl Encoder {
             opts,
             registry,
             sample_duration,
-            scrapes: ScrapeCounter(scrapes),
+            scrapes: ScrapeCounter::new(scrapes),
             scratch: Mutex::default(),
         }
     }
@@ -221,9 +281,38 @@ impl Encoder {
         }
         // A poisoned lock only means an earlier encode panicked; every buffer is cleared first.
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if scratch.text.capacity() == 0 {
+            // No buffer came back (first tick, or the last one was still being served): size it
+            // like the last exposition so it does not grow by doubling and copying.
+            let size = scratch.last_len + scratch.last_len / 8;
+            scratch.text.reserve(size);
+        }
         self.write_text(snap, &mut scratch);
-        // The published copy is exact-sized; the scratch keeps its capacity for the next tick.
-        Exposition::new(Bytes::copy_from_slice(scratch.text.as_bytes()))
+        scratch.last_len = scratch.text.len();
+        // The buffer itself is published, not a copy; [`recycle`](Self::recycle) brings it back.
+        Exposition::new(Bytes::from(std::mem::take(&mut scratch.text).into_bytes()))
+    }
+
+    /// Takes back an exposition that is no longer served, so that the next [`encode`] writes
+    /// into its buffer instead of a new one: with the published one, two buffers at any time
+    /// instead of three (scratch, published copy, previous exposition). If a response still holds
+    /// the text, nothing is taken back and the next encode allocates.
+    ///
+    /// [`encode`]: Self::encode
+    pub fn recycle(&self, old: Exposition) {
+        let Exposition { text, gzip } = old;
+        // A scraper may still hold the gzip form; it owns no part of the text buffer.
+        drop(gzip);
+        let Ok(buffer) = text.try_into_mut() else {
+            return;
+        };
+        let mut buffer = Vec::from(buffer);
+        buffer.clear();
+        let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        if buffer.capacity() > scratch.text.capacity() {
+            // Empty, so valid UTF-8.
+            scratch.text = String::from_utf8(buffer).unwrap_or_default();
+        }
     }
 
     /// Writes the whole exposition of `snap` into `scratch.text`, in serving order.
@@ -232,6 +321,8 @@ impl Encoder {
             text: out,
             samples,
             indices,
+            frames,
+            last_len: _,
         } = scratch;
         out.clear();
         let mut gathered = self.registry.gather();
@@ -315,6 +406,10 @@ impl Encoder {
             Vec::new()
         };
         let instances_of = |i: usize| instances.get(i).map_or(&[][..], Vec::as_slice);
+        frames.clear();
+        for (i, (d, index)) in devices.iter().zip(indices.iter()).enumerate() {
+            frames.push(index, &d.uuid, owner(i));
+        }
 
         // In `dcgm` mode the GPUs are served under dcgm-exporter's names only.
         let native_devices = self.opts.dcgm_compat != DcgmCompat::Dcgm;
@@ -329,25 +424,16 @@ impl Encoder {
             match def.source {
                 Source::Device(read) | Source::DeviceIdentity(read) => {
                     let always = matches!(def.source, Source::DeviceIdentity(_));
-                    for (i, (d, index)) in devices.iter().zip(indices.iter()).enumerate() {
+                    for (i, d) in devices.iter().enumerate() {
                         if !(d.up || always) {
                             continue;
                         }
                         samples.clear();
                         read(&snap.system, d, samples);
-                        let owner = owner(i);
-                        let pod_names: &[&str] = if owner.is_some() { POD_LABELS } else { &[] };
+                        let (head, tail) = frames.get(i);
                         for (labels, value) in samples.iter() {
-                            let names = IDENTITY_LABELS
-                                .iter()
-                                .chain(def.labels)
-                                .chain(pod_names)
-                                .copied();
-                            let values = [index.as_str(), d.uuid.as_str()]
-                                .into_iter()
-                                .chain(labels)
-                                .chain(owner.into_iter().flat_map(container_labels));
-                            text::sample(out, def.name, names, values, value);
+                            let names = def.labels.iter().copied();
+                            text::sample_framed(out, def.name, head, names, labels, tail, value);
                         }
                         if always || !d.up {
                             continue;
@@ -358,58 +444,46 @@ impl Encoder {
                             let owner = inst.owner(self.opts.pod_labels);
                             let pod_names: &[&str] = if owner.is_some() { POD_LABELS } else { &[] };
                             for (labels, value) in samples.iter() {
-                                let names = IDENTITY_LABELS
+                                let names = def
+                                    .labels
                                     .iter()
-                                    .chain(def.labels)
                                     .chain(MIG_LABELS)
                                     .chain(pod_names)
                                     .copied();
-                                let values = [index.as_str(), d.uuid.as_str()]
-                                    .into_iter()
-                                    .chain(labels)
+                                let values = labels
                                     .chain([inst.gpu_instance.as_str(), inst.profile])
                                     .chain(owner.into_iter().flat_map(container_labels));
-                                text::sample(out, def.name, names, values, value);
+                                text::sample_framed(out, def.name, head, names, values, "", value);
                             }
                         }
                     }
                 }
                 Source::PodAssignments => {
-                    for ((d, index), containers) in
-                        devices.iter().zip(indices.iter()).zip(&assigned)
-                    {
+                    for (i, containers) in assigned.iter().enumerate() {
+                        let (head, _) = frames.get(i);
                         for c in containers {
-                            let names = IDENTITY_LABELS.iter().chain(POD_LABELS).copied();
-                            let values = [index.as_str(), d.uuid.as_str()]
-                                .into_iter()
-                                .chain(container_labels(c));
-                            text::sample(out, def.name, names, values, 1.0);
+                            let names = POD_LABELS.iter().copied();
+                            let values = container_labels(c).into_iter();
+                            text::sample_framed(out, def.name, head, names, values, "", 1.0);
                         }
                     }
-                    for (i, (d, index)) in devices.iter().zip(indices.iter()).enumerate() {
+                    for i in 0..devices.len() {
+                        let (head, _) = frames.get(i);
                         for inst in instances_of(i) {
                             for c in &inst.containers {
-                                let names = IDENTITY_LABELS
-                                    .iter()
-                                    .chain(MIG_LABELS)
-                                    .chain(POD_LABELS)
-                                    .copied();
-                                let values = [
-                                    index.as_str(),
-                                    d.uuid.as_str(),
-                                    inst.gpu_instance.as_str(),
-                                    inst.profile,
-                                ]
-                                .into_iter()
-                                .chain(container_labels(c));
-                                text::sample(out, def.name, names, values, 1.0);
+                                let names = MIG_LABELS.iter().chain(POD_LABELS).copied();
+                                let values = [inst.gpu_instance.as_str(), inst.profile]
+                                    .into_iter()
+                                    .chain(container_labels(c));
+                                text::sample_framed(out, def.name, head, names, values, "", 1.0);
                             }
                         }
                     }
                 }
                 Source::Processes(field) => {
-                    let per_gpu = devices.iter().zip(indices.iter()).zip(&gpu_processes);
-                    for ((d, index), g) in per_gpu.filter(|((d, _), _)| d.up) {
+                    let per_gpu = devices.iter().zip(&gpu_processes).enumerate();
+                    for (i, (d, g)) in per_gpu.filter(|(_, (d, _))| d.up) {
+                        let (head, _) = frames.get(i);
                         for p in &g.processes {
                             let Some(value) = field.of_process(p.process).filter(|v| v.is_finite())
                             else {
@@ -422,38 +496,31 @@ impl Encoder {
                                 &[]
                             };
                             let mig = MigLabels::of(d, p.process.gpu_instance);
-                            let names = IDENTITY_LABELS
+                            let names = PROCESS_LABELS
                                 .iter()
-                                .chain(PROCESS_LABELS)
                                 .chain(mig.names())
                                 .chain(pod_names)
                                 .copied();
-                            let values = [index.as_str(), d.uuid.as_str(), &pid, &p.process.name]
+                            let values = [pid.as_str(), &p.process.name]
                                 .into_iter()
                                 .chain(mig.values())
                                 .chain(p.container.iter().flat_map(container_labels));
-                            text::sample(out, def.name, names, values, value);
+                            text::sample_framed(out, def.name, head, names, values, "", value);
                         }
                     }
                 }
                 Source::PodProcesses(field) => {
-                    let per_gpu = devices.iter().zip(indices.iter()).zip(&gpu_processes);
-                    for ((d, index), g) in per_gpu.filter(|((d, _), _)| d.up) {
+                    let per_gpu = devices.iter().zip(&gpu_processes).enumerate();
+                    for (i, (d, g)) in per_gpu.filter(|(_, (d, _))| d.up) {
+                        let (head, _) = frames.get(i);
                         for u in &g.pods {
                             let Some(value) = field.of_pod(u).filter(|v| v.is_finite()) else {
                                 continue;
                             };
                             let mig = MigLabels::of(d, u.gpu_instance);
-                            let names = IDENTITY_LABELS
-                                .iter()
-                                .chain(mig.names())
-                                .chain(POD_LABELS)
-                                .copied();
-                            let values = [index.as_str(), d.uuid.as_str()]
-                                .into_iter()
-                                .chain(mig.values())
-                                .chain(container_labels(&u.container));
-                            text::sample(out, def.name, names, values, value);
+                            let names = mig.names().iter().chain(POD_LABELS).copied();
+                            let values = mig.values().chain(container_labels(&u.container));
+                            text::sample_framed(out, def.name, head, names, values, "", value);
                         }
                     }
                 }

@@ -655,6 +655,34 @@ fn gzip_decodes_to_the_text_and_is_made_once() {
 }
 
 #[test]
+fn a_recycled_exposition_lends_its_buffer_to_the_next_encoding() {
+    let enc = Encoder::new(MetricsOptions::default());
+    let snap = snapshot(vec![full_device(0), full_device(1)]);
+    let first = enc.encode(&snap);
+    let first_text = first.text.to_vec();
+    let buffer = first.text.as_ptr();
+    enc.recycle(first);
+    let second = enc.encode(&snap);
+    assert_eq!(
+        second.text.as_ptr(),
+        buffer,
+        "the same buffer, written again"
+    );
+    // Same readings; only the self-metrics (tick count, duration) may differ.
+    let first_text = String::from_utf8(first_text).unwrap();
+    let second_text = String::from_utf8(second.text.to_vec()).unwrap();
+    assert_eq!(families(&second_text), families(&first_text));
+
+    // A response still holding the text keeps it intact: nothing is taken back.
+    let held = second.text.clone();
+    let held_copy = held.to_vec();
+    enc.recycle(second);
+    let third = enc.encode(&snap);
+    assert_ne!(third.text.as_ptr(), held.as_ptr());
+    assert_eq!(held.to_vec(), held_copy);
+}
+
+#[test]
 fn closed_labels_only_take_their_declared_values() {
     let text = encode(&snapshot(vec![full_device(0)]));
     for def in CATALOG {

@@ -6,6 +6,9 @@
 //! (`250`), no exponent (`85520809984`), shortest round-trip digits (`0.0025`). The encoder
 //! never passes a non-finite value here (readers drop them), so `inf`/`NaN` spellings never
 //! reach a scrape.
+//!
+//! Label pairs that every series of a GPU shares are rendered once ([`label_pairs`]) and copied
+//! raw into each line ([`sample_framed`]); integral values skip float formatting ([`number`]).
 
 use std::fmt::Write;
 
@@ -48,15 +51,112 @@ pub(crate) fn sample<'a>(
         out.push('}');
     }
     out.push(' ');
-    // Writing to a String cannot fail.
-    let _ = write!(out, "{value}");
+    number(out, value);
     out.push('\n');
+}
+
+/// Appends `n1="v1",n2="v2",…` (values escaped, no braces): label pairs that many series share,
+/// rendered once and then written raw by [`sample_framed`].
+pub(crate) fn label_pairs<'a>(
+    out: &mut String,
+    label_names: impl Iterator<Item = &'a str>,
+    label_values: impl Iterator<Item = &'a str>,
+) {
+    for (i, (n, v)) in label_names.zip(label_values).enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(n);
+        out.push_str("=\"");
+        escape(out, v, true);
+        out.push('"');
+    }
+}
+
+/// The same line as [`sample`] with labels `head`, then the pairs of `label_names` and
+/// `label_values`, then `tail`, where `head` and `tail` are pairs already rendered by
+/// [`label_pairs`] (either may be empty). A GPU's `gpu`/`uuid` pairs and its pod labels are
+/// the same on every one of its ~200 series, so they are escaped once per tick, not per line.
+pub(crate) fn sample_framed<'a>(
+    out: &mut String,
+    name: &str,
+    head: &str,
+    label_names: impl Iterator<Item = &'a str>,
+    label_values: impl Iterator<Item = &'a str>,
+    tail: &str,
+    value: f64,
+) {
+    out.push_str(name);
+    let mut separator = '{';
+    if !head.is_empty() {
+        out.push(separator);
+        out.push_str(head);
+        separator = ',';
+    }
+    for (n, v) in label_names.zip(label_values) {
+        out.push(separator);
+        out.push_str(n);
+        out.push_str("=\"");
+        escape(out, v, true);
+        out.push('"');
+        separator = ',';
+    }
+    if !tail.is_empty() {
+        out.push(separator);
+        out.push_str(tail);
+        separator = ',';
+    }
+    if separator == ',' {
+        out.push('}');
+    }
+    out.push(' ');
+    number(out, value);
+    out.push('\n');
+}
+
+/// Appends `value` exactly as `Display` writes it. Most values are integers (counters, bytes,
+/// flags, link numbers): below 2^53 an integral `f64`'s shortest round-trip digits are its integer
+/// digits, so they are written directly, skipping the float formatting machinery. `-0.0` and
+/// everything else go through `Display`.
+pub(crate) fn number(out: &mut String, value: f64) {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    // `as` saturates (and maps NaN to 0), so the round trip holds only for integral values in
+    // range; it avoids `fract()`, a library call on baseline x86-64.
+    let n = value as i64;
+    if value.abs() < EXACT && n as f64 == value && !(n == 0 && value.is_sign_negative()) {
+        let mut m = n.unsigned_abs();
+        let mut digits = [b'-'; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (m % 10) as u8;
+            m /= 10;
+            if m == 0 {
+                break;
+            }
+        }
+        if n < 0 {
+            // Already a '-' there.
+            start -= 1;
+        }
+        for &b in &digits[start..] {
+            out.push(char::from(b));
+        }
+    } else {
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{value}");
+    }
 }
 
 /// Appends `v` with `\` and newline escaped (and `"` too inside label values), as the format
 /// requires.
 pub(crate) fn escape(out: &mut String, v: &str, in_label: bool) {
     let special = |b: &u8| matches!(b, b'\\' | b'\n') || (in_label && *b == b'"');
+    // Nearly every value has nothing to escape: one scan, one copy.
+    if !v.as_bytes().iter().any(special) {
+        out.push_str(v);
+        return;
+    }
     let mut rest = v;
     // The special characters are ASCII, so byte positions are char boundaries.
     while let Some(i) = rest.as_bytes().iter().position(special) {
@@ -116,5 +216,143 @@ mod tests {
             out,
             "up 1\nm{a=\"x\\\"\",b=\"2\"} 0.0025\nbig 85520809984\nneg -1.5\n"
         );
+    }
+
+    fn number_text(v: f64) -> String {
+        let mut out = String::new();
+        number(&mut out, v);
+        out
+    }
+
+    #[test]
+    fn numbers_are_written_as_display_writes_them() {
+        let exact = 9_007_199_254_740_992.0; // 2^53
+        for v in [
+            0.0,
+            -0.0,
+            1.0,
+            -1.0,
+            9.0,
+            10.0,
+            -10.0,
+            250.0,
+            85_520_809_984.0,
+            exact - 1.0,
+            -(exact - 1.0),
+            exact,
+            exact * 2.0,
+            -exact * 4.0,
+            1e21,
+            1e300,
+            0.5,
+            -0.0025,
+            1e-7,
+            123.456,
+            f64::MAX,
+            f64::MIN_POSITIVE,
+            i64::MAX as f64,
+            i64::MIN as f64,
+        ] {
+            assert_eq!(number_text(v), format!("{v}"), "{v:?}");
+        }
+        assert_eq!(number_text(-0.0), "-0");
+        assert_eq!(number_text(-42.0), "-42");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_number_is_written_as_display_writes_it(v: f64) {
+            proptest::prop_assert_eq!(number_text(v), format!("{v}"));
+        }
+
+        #[test]
+        fn any_integral_number_is_written_as_display_writes_it(i: i64, shift in 0u32..64) {
+            let v = (i >> shift) as f64;
+            proptest::prop_assert_eq!(number_text(v), format!("{v}"));
+        }
+    }
+
+    #[test]
+    fn label_pairs_are_escaped_and_comma_separated() {
+        let mut out = String::new();
+        label_pairs(
+            &mut out,
+            ["gpu", "uuid"].into_iter(),
+            ["0", "GPU-\"a\"\\b\nc"].into_iter(),
+        );
+        assert_eq!(out, r#"gpu="0",uuid="GPU-\"a\"\\b\nc""#);
+        out.clear();
+        label_pairs(&mut out, [].into_iter(), [].into_iter());
+        assert_eq!(out, "");
+    }
+
+    #[test]
+    fn framed_lines_equal_lines_with_every_label_spelled_out() {
+        let mut head = String::new();
+        label_pairs(
+            &mut head,
+            ["gpu", "uuid"].into_iter(),
+            ["3", "GPU-\"x\""].into_iter(),
+        );
+        let mut tail = String::new();
+        label_pairs(&mut tail, ["pod"].into_iter(), ["p\n"].into_iter());
+        // head, names, values, tail; then every name and value spelled out.
+        type Case<'a> = (
+            &'a str,
+            &'a [&'a str],
+            &'a [&'a str],
+            &'a str,
+            &'a [&'a str],
+            &'a [&'a str],
+        );
+        let cases: [Case; 5] = [
+            (
+                &head,
+                &["link"],
+                &["7"],
+                &tail,
+                &["gpu", "uuid", "link", "pod"],
+                &["3", "GPU-\"x\"", "7", "p\n"],
+            ),
+            (
+                &head,
+                &[],
+                &[],
+                &tail,
+                &["gpu", "uuid", "pod"],
+                &["3", "GPU-\"x\"", "p\n"],
+            ),
+            (
+                &head,
+                &["a", "b"],
+                &["1", "2"],
+                "",
+                &["gpu", "uuid", "a", "b"],
+                &["3", "GPU-\"x\"", "1", "2"],
+            ),
+            ("", &["a"], &["1"], &tail, &["a", "pod"], &["1", "p\n"]),
+            ("", &[], &[], "", &[], &[]),
+        ];
+        for (head, names, values, tail, all_names, all_values) in cases {
+            let mut framed = String::new();
+            sample_framed(
+                &mut framed,
+                "m",
+                head,
+                names.iter().copied(),
+                values.iter().copied(),
+                tail,
+                0.25,
+            );
+            let mut plain = String::new();
+            sample(
+                &mut plain,
+                "m",
+                all_names.iter().copied(),
+                all_values.iter().copied(),
+                0.25,
+            );
+            assert_eq!(framed, plain);
+        }
     }
 }
