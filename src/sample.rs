@@ -188,6 +188,8 @@ pub struct DeviceSample {
     pub xid_counts: BTreeMap<u64, u64>,
     /// When the last XID event arrived, seconds since the Unix epoch.
     pub last_xid_timestamp_seconds: Option<f64>,
+    /// The code of the last XID event seen (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
+    pub last_xid: Option<u64>,
 
     pub nvlinks: Vec<NvLinkSample>,
     /// Current MIG mode (true = enabled); `None` on devices without MIG.

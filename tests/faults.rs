@@ -225,7 +225,8 @@ fn xid_events_are_counted_per_gpu_and_code() {
             ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
             ("NVML_SIM_START", "27"),
         ],
-        &["--interval", "250ms"],
+        // Both namings: dcgm-exporter's XID field is checked against the same events.
+        &["--interval", "250ms", "--dcgm-compat=both"],
     );
     let m = e.wait_metrics(WAIT, "XID 79 on GPU 6", |m| {
         m.gpu_value("nvidia_gpu_xid_errors_total", 6, &[("xid", "79")])
@@ -239,6 +240,11 @@ fn xid_events_are_counted_per_gpu_and_code() {
         .gpu_value("nvidia_gpu_last_xid_timestamp_seconds", 6, &[])
         .expect("time of the last XID");
     assert!(when > 1.7e9);
+    // --dcgm-compat: the code of the last XID, on that GPU only.
+    let dcgm = m.find("DCGM_FI_DEV_XID_ERRORS", &[]);
+    assert_eq!(dcgm.len(), 1, "{dcgm:?}");
+    assert_eq!(dcgm[0].labels["gpu"], "6");
+    assert_eq!(dcgm[0].value, 79.0);
     assert!(
         m.find("nvidia_gpu_xid_errors_total", &[])
             .iter()

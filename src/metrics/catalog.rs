@@ -761,7 +761,7 @@ pub static CATALOG: &[MetricDef] = &[
         unit: "",
         labels: &["xid"],
         closed_labels: &[],
-        dcgm: &[dcgm("DCGM_FI_DEV_XID_ERRORS", "last XID code (gauge)")],
+        dcgm: &[dcgm("DCGM_FI_DEV_XID_ERRORS", "")],
         source: Source::Device(|_, d, out| {
             // A BTreeMap iterates in key order: numeric XID order, not string order.
             for (xid, n) in &d.xid_counts {

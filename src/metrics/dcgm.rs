@@ -37,6 +37,11 @@ pub enum Combine {
     Sum,
     /// The first series in label order: DCGM's fan speed is the first fan's.
     First,
+    /// Not from the native values but from [`DeviceSample::last_xid`]: DCGM's XID field is a gauge
+    /// of the last XID code. Served once an XID was seen on the GPU: dcgm-exporter serves 0
+    /// before any, but whether a GPU reports XID events at all is not known here, and a reading
+    /// that may be unsupported is never served as 0. GPU instances have none of their own.
+    LastXid,
 }
 
 /// One DCGM field served in compatibility mode.
@@ -66,7 +71,7 @@ const fn field(
     }
 }
 
-use Combine::{First, Sum};
+use Combine::{First, LastXid, Sum};
 use MetricKind::{Counter, Gauge};
 
 /// Every served DCGM field, in catalog order (which is the exposition order).
@@ -338,6 +343,12 @@ pub static FIELDS: &[Field] = &[
         Sum,
     ),
     field(
+        "DCGM_FI_DEV_XID_ERRORS",
+        Gauge,
+        "Value of the last XID error encountered.",
+        LastXid,
+    ),
+    field(
         "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
         Counter,
         "Total number of NVLink flow-control CRC errors.",
@@ -364,20 +375,12 @@ pub static FIELDS: &[Field] = &[
 ];
 
 /// DCGM fields of the catalog's DCGM column that are not served, and why (for the docs).
-pub static NOT_SERVED: &[(&str, &str)] = &[
-    (
-        "DCGM_FI_DEV_XID_ERRORS",
-        "dcgm-exporter serves the code of the last XID (a gauge, with err_code/err_msg labels); \
-         the snapshot keeps counts per code and the time of the last event, not which code came \
-         last. Use nvidia_gpu_xid_errors_total.",
-    ),
-    (
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-        "DCGM's raw NVLink bandwidth counter has no fixed unit (its counter units are set per \
+pub static NOT_SERVED: &[(&str, &str)] = &[(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM's raw NVLink bandwidth counter has no fixed unit (its counter units are set per \
          device); serving bytes under its name would silently change what queries compute. Use \
          nvidia_gpu_nvlink_transmit_bytes_total / _receive_bytes_total.",
-    ),
-];
+)];
 
 /// Where `GPU_I_PROFILE`, `GPU_I_ID` go in a GPU instance's labels: after `modelName`.
 pub const MIG_LABELS_AT: usize = 5;
@@ -514,6 +517,9 @@ fn identity_labels<'a>(
 /// The DCGM value of `field` (index `i` of [`FIELDS`]) on one GPU, `None` when the GPU has no
 /// reading for it.
 fn value_of(i: usize, snap: &Snapshot, d: &DeviceSample, samples: &mut Samples) -> Option<f64> {
+    if FIELDS[i].combine == LastXid {
+        return d.last_xid.map(|code| code as f64);
+    }
     let mut total: Option<f64> = None;
     for &(def, dcgm, at) in &sources()[i] {
         let Source::Device(read) = def.source else {
@@ -533,6 +539,8 @@ fn value_of(i: usize, snap: &Snapshot, d: &DeviceSample, samples: &mut Samples) 
             match FIELDS[i].combine {
                 Combine::First => return Some(v),
                 Combine::Sum => total = Some(total.unwrap_or(0.0) + v),
+                // Answered before the loop.
+                Combine::LastXid => {}
             }
         }
     }
@@ -597,7 +605,13 @@ pub(crate) fn write(
                     v,
                 );
             }
-            for (inst, labels) in d.instances.iter().zip(instance_labels) {
+            // XIDs are the GPU's: its instances have no XID field of their own.
+            let instances = if f.combine == LastXid {
+                &[][..]
+            } else {
+                &d.instances[..]
+            };
+            for (inst, labels) in instances.iter().zip(instance_labels) {
                 if let Some(v) = value_of(i, snap, inst.view, samples) {
                     text::sample(
                         out,
@@ -644,6 +658,10 @@ pub fn mapping_markdown() -> String {
             };
             from.push(format!("`{}{selector}`", def.name));
             let mut words = conversion_words(def.unit, d.unit).to_string();
+            if f.combine == LastXid {
+                words = "the code of the last XID event seen; absent before the first (dcgm-exporter: 0)"
+                    .to_string();
+            }
             let others: Vec<&str> = def
                 .labels
                 .iter()
@@ -651,10 +669,11 @@ pub fn mapping_markdown() -> String {
                 .filter(|(i, _)| Some(*i) != *at)
                 .map(|(_, l)| *l)
                 .collect();
-            if let Some(label) = others.first() {
+            if let Some(label) = others.first().filter(|_| f.combine != LastXid) {
                 words.push_str(match f.combine {
                     Combine::First => ", the lowest ",
                     Combine::Sum => ", summed over ",
+                    Combine::LastXid => "",
                 });
                 let _ = write!(words, "`{label}`");
             }
@@ -668,7 +687,11 @@ pub fn mapping_markdown() -> String {
             "| `{}` | {} | {} | {} | {} |",
             f.name,
             f.kind.as_str(),
-            if unit.is_empty() { "count" } else { unit },
+            match (f.combine, unit) {
+                (LastXid, _) => "XID code",
+                (_, "") => "count",
+                (_, unit) => unit,
+            },
             from.join(", "),
             how.join("; ")
         );

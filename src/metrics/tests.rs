@@ -88,6 +88,7 @@ fn full_device(index: u32) -> DeviceSample {
         }),
         xid_counts: BTreeMap::from([(79, 1), (13, 2)]),
         last_xid_timestamp_seconds: Some(1_700_000_030.0),
+        last_xid: Some(13),
         nvlinks: vec![
             NvLinkSample {
                 link: 1,
@@ -1586,6 +1587,24 @@ mod dcgm_compat {
             .collect();
         assert_eq!(found.len(), 1, "{name} gpu {gpu} {with}: {found:?}\n{text}");
         found[0]
+    }
+
+    #[test]
+    fn the_xid_field_is_the_last_code_seen() {
+        let mut quiet = full_device(1);
+        quiet.xid_counts.clear();
+        quiet.last_xid = None;
+        quiet.last_xid_timestamp_seconds = None;
+        let t = encode_mode(
+            DcgmCompat::Dcgm,
+            "node-a",
+            &snapshot(vec![full_device(0), quiet]),
+        );
+        // GPU 0 saw XID 79 once and XID 13 twice, 13 last: the gauge is the last code, not the
+        // commonest or the largest. GPU 1 saw none: no series (not a 0 that may be unsupported).
+        assert_eq!(one(&t, "DCGM_FI_DEV_XID_ERRORS", 0, ""), 13.0);
+        assert!(!t.contains("DCGM_FI_DEV_XID_ERRORS{gpu=\"1\""), "{t}");
+        assert!(t.contains("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"), "{t}");
     }
 
     #[test]

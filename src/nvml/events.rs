@@ -30,6 +30,8 @@ const UNKNOWN_XID: u64 = 999;
 struct DeviceXids {
     counts: BTreeMap<u64, u64>,
     last_seconds: Option<f64>,
+    /// The last code seen, dropped from `counts` or not.
+    last_code: Option<u64>,
 }
 
 /// Cumulative XID counts by device uuid, shared between the event thread and the sampler.
@@ -45,6 +47,7 @@ impl XidLog {
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
         let d = devices.entry(uuid.to_string()).or_default();
         d.last_seconds = Some(at_seconds);
+        d.last_code = Some(code);
         let full = d.counts.len() >= MAX_XID_CODES_PER_DEVICE;
         match d.counts.get_mut(&code) {
             Some(n) => {
@@ -66,6 +69,7 @@ impl XidLog {
             if let Some(x) = log.get(&d.uuid) {
                 d.xid_counts = x.counts.clone();
                 d.last_xid_timestamp_seconds = x.last_seconds;
+                d.last_xid = x.last_code;
             }
         }
     }
@@ -244,8 +248,14 @@ mod tests {
         log.fill(&mut devices);
         assert_eq!(devices[0].xid_counts, BTreeMap::from([(48, 1), (79, 2)]));
         assert_eq!(devices[0].last_xid_timestamp_seconds, Some(12.0));
+        assert_eq!(
+            devices[0].last_xid,
+            Some(48),
+            "the last code, not the largest or commonest"
+        );
         assert!(devices[1].xid_counts.is_empty());
         assert_eq!(devices[1].last_xid_timestamp_seconds, None);
+        assert_eq!(devices[1].last_xid, None);
     }
 
     #[test]
