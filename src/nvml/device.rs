@@ -3,7 +3,6 @@
 //! into "not supported" (remembered and skipped on later ticks), "device lost", "driver gone"
 //! and "counted error".
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use nvml_wrapper::Device;
@@ -61,7 +60,7 @@ pub struct DeviceReader {
     /// The device was lost or vanished: read the identity again once it answers.
     recheck_identity: bool,
     /// (C function, argument) pairs that answered NOT_SUPPORTED: skipped from then on.
-    unsupported: HashSet<(&'static str, u32)>,
+    unsupported: Unsupported,
     /// Number of NVLink links, found on the first tick that could probe them.
     nvlink_count: Option<u32>,
     /// Reads the device's processes each tick (`--processes`); `None` when off.
@@ -78,7 +77,7 @@ impl DeviceReader {
             errors,
             identity: None,
             recheck_identity: false,
-            unsupported: HashSet::new(),
+            unsupported: Unsupported::default(),
             nvlink_count: None,
             processes: None,
             mig: MigReader::new(),
@@ -119,8 +118,7 @@ impl DeviceReader {
             Err(e) => {
                 vanished = matches!(e, NvmlError::InvalidArg | NvmlError::NotFound);
                 tick.fail("nvmlDeviceGetHandleByIndex_v2", 0, &e);
-                tick.unsupported
-                    .remove(&("nvmlDeviceGetHandleByIndex_v2", 0));
+                tick.unsupported.remove("nvmlDeviceGetHandleByIndex_v2", 0);
                 None
             }
         };
@@ -187,11 +185,44 @@ impl DeviceReader {
     }
 }
 
+/// The calls a device answered NOT_SUPPORTED, as (function, argument), for the session. Every
+/// NVML call looks here first, so the lookup must be cheap: a binary search over a sorted list
+/// of a few dozen entries compares a handful of short names, where a `HashSet` hashed the whole
+/// name with SipHash on every call (~10 % of the exporter's own instructions per tick).
+#[derive(Debug, Default)]
+pub(super) struct Unsupported(Vec<(&'static str, u32)>);
+
+impl Unsupported {
+    fn position(&self, function: &str, arg: u32) -> Result<usize, usize> {
+        self.0
+            .binary_search_by(|&(f, a)| f.cmp(function).then(a.cmp(&arg)))
+    }
+
+    /// Whether `(function, arg)` answered NOT_SUPPORTED.
+    pub(super) fn contains(&self, function: &str, arg: u32) -> bool {
+        self.position(function, arg).is_ok()
+    }
+
+    /// Remembers `(function, arg)` as not supported.
+    pub(super) fn insert(&mut self, function: &'static str, arg: u32) {
+        if let Err(i) = self.position(function, arg) {
+            self.0.insert(i, (function, arg));
+        }
+    }
+
+    /// Forgets `(function, arg)`.
+    pub(super) fn remove(&mut self, function: &str, arg: u32) {
+        if let Ok(i) = self.position(function, arg) {
+            self.0.remove(i);
+        }
+    }
+}
+
 /// Bookkeeping for one read of one device.
 pub(super) struct Tick<'a> {
     index: u32,
     errors: &'a ErrorCounter,
-    unsupported: &'a mut HashSet<(&'static str, u32)>,
+    unsupported: &'a mut Unsupported,
     calls: u32,
     driver_gone_calls: u32,
     lost: bool,
@@ -203,7 +234,7 @@ impl<'a> Tick<'a> {
     pub(super) fn new(
         index: u32,
         errors: &'a ErrorCounter,
-        unsupported: &'a mut HashSet<(&'static str, u32)>,
+        unsupported: &'a mut Unsupported,
     ) -> Self {
         Tick {
             index,
@@ -217,7 +248,7 @@ impl<'a> Tick<'a> {
 
     /// Whether `(function, arg)` answered NOT_SUPPORTED earlier in this session.
     pub(super) fn is_unsupported(&self, function: &'static str, arg: u32) -> bool {
-        self.unsupported.contains(&(function, arg))
+        self.unsupported.contains(function, arg)
     }
 
     /// Makes one NVML call unless it is known unsupported or the device is already lost this
@@ -229,7 +260,7 @@ impl<'a> Tick<'a> {
         arg: u32,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if self.lost || self.unsupported.contains(&(function, arg)) {
+        if self.lost || self.unsupported.contains(function, arg) {
             return None;
         }
         self.calls += 1;
@@ -251,7 +282,7 @@ impl<'a> Tick<'a> {
                 if matches!(error, NvmlError::FailedToLoadSymbol(_)) {
                     self.errors.record(Some(self.index), function, error);
                 }
-                self.unsupported.insert((function, arg));
+                self.unsupported.insert(function, arg);
             }
             ErrorClass::GpuLost => {
                 self.lost = true;
@@ -653,24 +684,36 @@ mod tests {
 
     #[test]
     fn throttle_reasons_map_to_distinct_policies() {
-        let policies: HashSet<u32> = ThrottleReason::ALL
+        let policies: std::collections::HashSet<u32> = ThrottleReason::ALL
             .iter()
             .map(|r| perf_policy(*r).as_c())
             .collect();
         assert_eq!(policies.len(), ThrottleReason::ALL.len());
     }
 
-    fn tick<'a>(
-        errors: &'a ErrorCounter,
-        unsupported: &'a mut HashSet<(&'static str, u32)>,
-    ) -> Tick<'a> {
+    fn tick<'a>(errors: &'a ErrorCounter, unsupported: &'a mut Unsupported) -> Tick<'a> {
         Tick::new(3, errors, unsupported)
+    }
+
+    #[test]
+    fn the_unsupported_list_tells_functions_and_arguments_apart() {
+        let mut u = Unsupported::default();
+        for (f, a) in [("nvmlB", 2), ("nvmlA", 7), ("nvmlB", 1), ("nvmlA", 7)] {
+            u.insert(f, a);
+        }
+        assert!(u.contains("nvmlA", 7) && u.contains("nvmlB", 1) && u.contains("nvmlB", 2));
+        assert!(!u.contains("nvmlA", 1) && !u.contains("nvmlC", 7));
+        // The name counts, not where the string lives.
+        assert!(u.contains(&String::from("nvmlA"), 7));
+        u.remove("nvmlB", 1);
+        assert!(!u.contains("nvmlB", 1) && u.contains("nvmlB", 2));
+        assert_eq!(u.0.len(), 2, "a repeated insert is kept once");
     }
 
     #[test]
     fn not_supported_is_remembered_and_never_counted() {
         let errors = ErrorCounter::default();
-        let mut unsupported = HashSet::new();
+        let mut unsupported = Unsupported::default();
         let mut t = tick(&errors, &mut unsupported);
         let r: Option<u32> = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
             Err(NvmlError::NotSupported)
@@ -690,7 +733,7 @@ mod tests {
     #[test]
     fn other_errors_are_counted_by_function_and_name() {
         let errors = ErrorCounter::default();
-        let mut unsupported = HashSet::new();
+        let mut unsupported = Unsupported::default();
         let mut t = tick(&errors, &mut unsupported);
         let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
         let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
@@ -705,7 +748,7 @@ mod tests {
     #[test]
     fn a_lost_gpu_stops_further_calls_this_tick() {
         let errors = ErrorCounter::default();
-        let mut unsupported = HashSet::new();
+        let mut unsupported = Unsupported::default();
         let mut t = tick(&errors, &mut unsupported);
         let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::GpuLost));
         assert!(t.lost);
@@ -728,7 +771,7 @@ mod tests {
     #[test]
     fn driver_gone_is_every_call_answering_uninitialized() {
         let errors = ErrorCounter::default();
-        let mut unsupported = HashSet::new();
+        let mut unsupported = Unsupported::default();
         let mut t = tick(&errors, &mut unsupported);
         let _: Option<u32> = t.call("a", 0, || Err(NvmlError::Uninitialized));
         let _: Option<u32> = t.call("b", 0, || Err(NvmlError::DriverNotLoaded));

@@ -379,6 +379,8 @@ fn decode_with(
 mod tests {
     use std::collections::HashSet;
 
+    use crate::nvml::device::Unsupported;
+
     use nvml_wrapper::struct_wrappers::gpm::GpmMetricInfo;
 
     use super::*;
@@ -442,7 +444,7 @@ mod tests {
     #[test]
     fn percentages_become_ratios_and_mib_per_second_bytes_per_second() {
         let errors = ErrorCounter::default();
-        let mut unsupported = HashSet::new();
+        let mut unsupported = Unsupported::default();
         let mut t = Tick::new(0, &errors, &mut unsupported);
         let requested = [
             (GpmMetricId::SmUtil, Target::SmActive),
@@ -477,7 +479,7 @@ mod tests {
     #[test]
     fn a_failed_metric_is_absent_and_only_real_errors_count() {
         let errors = ErrorCounter::default();
-        let mut unsupported = HashSet::new();
+        let mut unsupported = Unsupported::default();
         let mut t = Tick::new(0, &errors, &mut unsupported);
         let requested = [
             (GpmMetricId::SmUtil, Target::SmActive),
