@@ -7,6 +7,8 @@
 //!
 //! Later metric groups (per-process, Kubernetes) slot in as more rows.
 
+use std::borrow::Cow;
+
 use crate::sample::{
     ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, KubeletError, MediaEngine,
     NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
@@ -788,7 +790,7 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled(&[&l.link.to_string()], f64::from(u8::from(l.up)));
+                out.labelled(&[&link_label(l.link)], f64::from(u8::from(l.up)));
             }
         }),
     },
@@ -802,7 +804,7 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled_opt(&[&l.link.to_string()], l.transmit_bytes.map(|b| b as f64));
+                out.labelled_opt(&[&link_label(l.link)], l.transmit_bytes.map(|b| b as f64));
             }
         }),
     },
@@ -816,7 +818,7 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled_opt(&[&l.link.to_string()], l.receive_bytes.map(|b| b as f64));
+                out.labelled_opt(&[&link_label(l.link)], l.receive_bytes.map(|b| b as f64));
             }
         }),
     },
@@ -849,7 +851,7 @@ pub static CATALOG: &[MetricDef] = &[
         ],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                let link = l.link.to_string();
+                let link = link_label(l.link);
                 for (t, n) in sorted(&l.errors) {
                     out.labelled(&[&link, NvLinkErrorType::label(t)], n as f64);
                 }
@@ -1043,11 +1045,18 @@ pub fn find(name: &str) -> Option<&'static MetricDef> {
 
 /// `(key, value)` pairs sorted by key, first occurrence kept on duplicates: the sampler's order
 /// must not change the exposition, and a duplicate series would make the scrape invalid.
-fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> Vec<(K, V)> {
-    let mut v = pairs.to_vec();
-    v.sort_by_key(|(k, _)| *k);
-    v.dedup_by_key(|(k, _)| *k);
-    v
+fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> impl Iterator<Item = (K, V)> + '_ {
+    // The sampler fills these in key order, so the copy is almost never needed: a tick walks
+    // hundreds of these lists, and allocating each one showed in the profile.
+    let pairs: Cow<'_, [(K, V)]> = if pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+        Cow::Borrowed(pairs)
+    } else {
+        let mut v = pairs.to_vec();
+        v.sort_by_key(|(k, _)| *k);
+        v.dedup_by_key(|(k, _)| *k);
+        Cow::Owned(v)
+    };
+    (0..pairs.len()).map(move |i| pairs[i])
 }
 
 /// The device's GPM averages, when the last tick closed a GPM window.
@@ -1056,9 +1065,29 @@ fn gpm(d: &DeviceSample) -> Option<&GpmMetrics> {
 }
 
 /// The device's NVLink links by link number, duplicates dropped (see [`sorted`]).
-fn sorted_links(d: &DeviceSample) -> Vec<&crate::sample::NvLinkSample> {
-    let mut v: Vec<_> = d.nvlinks.iter().collect();
-    v.sort_by_key(|l| l.link);
-    v.dedup_by_key(|l| l.link);
-    v
+fn sorted_links(d: &DeviceSample) -> impl Iterator<Item = &crate::sample::NvLinkSample> {
+    let links = &d.nvlinks;
+    // Positions in link order, only when the sampler's order is not already that (see `sorted`).
+    let order: Option<Vec<usize>> = if links.windows(2).all(|w| w[0].link < w[1].link) {
+        None
+    } else {
+        let mut o: Vec<usize> = (0..links.len()).collect();
+        o.sort_by_key(|&i| links[i].link);
+        o.dedup_by_key(|i| links[*i].link);
+        Some(o)
+    };
+    let n = order.as_ref().map_or(links.len(), Vec::len);
+    (0..n).map(move |i| &links[order.as_ref().map_or(i, |o| o[i])])
+}
+
+/// The `link` label value of NVLink link `link`, without formatting the common ones each time.
+fn link_label(link: u32) -> Cow<'static, str> {
+    const LABELS: [&str; 36] = [
+        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+        "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31",
+        "32", "33", "34", "35",
+    ];
+    LABELS
+        .get(link as usize)
+        .map_or_else(|| Cow::Owned(link.to_string()), |l| Cow::Borrowed(*l))
 }

@@ -548,6 +548,53 @@ fn duplicate_label_values_from_the_sampler_give_one_series() {
 }
 
 #[test]
+fn nvlinks_in_any_order_give_one_series_per_link_in_link_order() {
+    let link = |link: u32, up: bool, errors: Vec<(NvLinkErrorType, u64)>| NvLinkSample {
+        link,
+        up,
+        transmit_bytes: Some(u64::from(link)),
+        receive_bytes: None,
+        errors,
+    };
+    let mut d = bare_device(0);
+    d.nvlinks = vec![
+        link(40, true, vec![]),
+        link(
+            3,
+            true,
+            vec![(NvLinkErrorType::Replay, 2), (NvLinkErrorType::CrcFlit, 1)],
+        ),
+        link(20, true, vec![]),
+        // A duplicate of link 3: the first one read is kept.
+        link(3, false, vec![]),
+    ];
+    let text = encode(&snapshot(vec![d]));
+    let up: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_nvlink_up{"))
+        .collect();
+    assert_eq!(
+        up,
+        [
+            r#"nvidia_gpu_nvlink_up{gpu="0",uuid="GPU-0",link="3"} 1"#,
+            r#"nvidia_gpu_nvlink_up{gpu="0",uuid="GPU-0",link="20"} 1"#,
+            r#"nvidia_gpu_nvlink_up{gpu="0",uuid="GPU-0",link="40"} 1"#,
+        ]
+    );
+    let errors: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_nvlink_errors_total{"))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            r#"nvidia_gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",link="3",error_type="crc_flit"} 1"#,
+            r#"nvidia_gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",link="3",error_type="replay"} 2"#,
+        ]
+    );
+}
+
+#[test]
 fn self_metrics_reflect_the_snapshot() {
     let text = encode(&snapshot(vec![full_device(0)]));
     assert_eq!(value(&text, "nvml_exporter_nvml_up"), Some(1.0));
