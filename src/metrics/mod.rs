@@ -2,7 +2,7 @@
 //!
 //! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order and writes
 //! the text format 0.0.4 of a [`Snapshot`] straight into a buffer it keeps across ticks
-//! ([`text`]), appending the text of its own registry's families (tick-duration histogram,
+//! (`text`), appending the text of its own registry's families (tick-duration histogram,
 //! scrape counter, process collector) where they belong. That buffer is published as it is (and
 //! comes back through [`Encoder::recycle`]); a scrape only serves those bytes;
 //! the gzip form is made on demand, at most once per exposition ([`Exposition::gzip`]).
@@ -21,8 +21,8 @@
 //!
 //! MIG: a GPU in MIG mode also serves one series per GPU instance in every device family whose
 //! reading the instance has (memory, GPM saturation), right after the GPU's own, with the extra
-//! labels [`MIG_LABELS`](catalog::MIG_LABELS); the family's reader is applied to a view of the
-//! instance ([`instance_view`]), so the values go through the very code of the GPU's. An instance
+//! labels [`catalog::MIG_LABELS`]; the family's reader is applied to a view of the
+//! instance (`instance_view`), so the values go through the very code of the GPU's. An instance
 //! the kubelet assigned to exactly one container carries that container's labels, and
 //! `nvidia_gpu_pod_info` lists instance assignments with `gpu_instance` and `mig_profile`.
 //! Process series and per-pod sums add the labels of the instance the process runs in.

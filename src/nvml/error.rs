@@ -149,7 +149,7 @@ impl ErrorCounter {
     }
 }
 
-/// Lets a message through once per key per [`LOG_EVERY`].
+/// Lets a message through once per key per `LOG_EVERY`.
 #[derive(Debug, Default)]
 pub struct LogLimiter {
     last: HashMap<String, Instant>,

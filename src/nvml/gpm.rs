@@ -14,7 +14,7 @@
 //! MIG: GPM also samples a single GPU instance (`nvmlGpmMigSampleGet`). [`GpmState`] keeps one
 //! [`Window`] per GPU instance next to the GPU's, keyed by the instance's identity (not only its
 //! id: a destroyed and re-created instance is another one and must not close a window with the
-//! old one's sample); [`read_instance_gpm`] feeds it, [`super::mig`] says which instances exist.
+//! old one's sample); `read_instance_gpm` feeds it, [`super::mig`] says which instances exist.
 
 use std::collections::HashMap;
 

@@ -7,7 +7,7 @@
 //! Per MIG device: GPU instance id, compute instance id, UUID. Per GPU instance (once, however
 //! many compute instances it has): memory from its first MIG device, its profile (GI id →
 //! `nvmlDeviceGetGpuInstanceById` → `nvmlGpuInstanceGetInfo` → profile id → the profile table's
-//! name, "MIG 1g.10gb" → "1g.10gb"), and GPM through [`super::gpm::read_instance_gpm`].
+//! name, "MIG 1g.10gb" → "1g.10gb"), and GPM through `super::gpm::read_instance_gpm`.
 //!
 //! The profile table is read once per session (it is the board's); the instance → profile id
 //! lookup is two calls per instance per tick, since an instance id can be reused by another

@@ -2,7 +2,7 @@
 //! `--web-config` file (TLS, client certificates, basic auth) in the Prometheus exporter-toolkit
 //! format.
 //!
-//! [`file`] parses and validates the file, [`tls`] builds (and rebuilds when the files change) the
+//! [`file`](mod@file) parses and validates the file, [`tls`] builds (and rebuilds when the files change) the
 //! rustls configuration, [`auth`] checks basic-auth credentials, [`serve`] runs the accept loop.
 
 pub mod auth;
