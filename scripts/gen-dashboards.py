@@ -31,6 +31,8 @@ POD = DEV + ', namespace=~"$namespace"'
 WHOLE = DEV + ', gpu_instance=""'
 MIG = DEV + ', gpu_instance!=""'
 KEY = "job, instance, gpu, uuid, gpu_instance"
+# A process series' identity (its pod labels only where the kubelet names it).
+PROC_KEY = "instance, gpu, gpu_instance, pid, process_name, namespace, pod, container"
 
 
 def sm_or_util(sel):
@@ -550,6 +552,24 @@ def node():
                   f" * on ({KEY}) group_right () nvidia_gpu_pod_info{{{POD}}}",
                   instant=True, fmt="table")], 12, 8),
 
+        panel(l, "table", "Processes",
+              "Each GPU process (with --processes): the device memory it holds"
+              " (nvidia_gpu_process_memory_used_bytes) and the share of the last interval it had a"
+              " kernel on the SMs (nvidia_gpu_process_sm_utilization_ratio; the driver reports none on"
+              " MIG), with its pod and container where the kubelet names them and its GPU instance on"
+              " MIG. At most --max-processes-per-gpu per GPU, the largest by memory. Empty on nodes"
+              " without --processes.",
+              "bytes", targets(
+                  (f"max by ({PROC_KEY}) (nvidia_gpu_process_memory_used_bytes{{{DEV}}})", ""),
+                  (f"max by ({PROC_KEY}) (nvidia_gpu_process_sm_utilization_ratio{{{DEV}}})", ""),
+                  instant=True, fmt="table"),
+              12, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {"Value #A": "memory used", "Value #B": "SM utilization"},
+                  }},
+              ]),
         panel(l, "table", "MIG instances",
               "The GPU instances of each GPU in MIG mode (nvidia_gpu_mig_instance_info): profile, the MIG"
               " device UUID that CUDA_VISIBLE_DEVICES and the kubelet name it by, device memory used of"
@@ -585,6 +605,11 @@ def node():
         {"matcher": {"id": "byRegexp", "options": "memory used|memory total"},
          "properties": [{"id": "unit", "value": "bytes"}]},
         {"matcher": {"id": "byName", "options": "SM activity"},
+         "properties": [{"id": "unit", "value": "percentunit"}]},
+    ]
+    processes = next(p for p in panels if p["title"] == "Processes")
+    processes["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": "SM utilization"},
          "properties": [{"id": "unit", "value": "percentunit"}]},
     ]
     # Limits and thresholds are drawn dashed.
