@@ -297,9 +297,13 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
             }
             let driver_gone = session.driver_gone();
             if driver_gone {
+                // Served like every other moment NVML is down: no GPU series at all. The devices
+                // of this tick only hold what NVML refused, and the re-initialisation decides
+                // which GPUs there are.
                 snapshot.nvml_up = false;
                 snapshot.nvml_error =
                     Some("NVML stopped answering (driver unloaded?); re-initialising".into());
+                snapshot.devices.clear();
             }
             (self.publish)(snapshot);
             if driver_gone {
