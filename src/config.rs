@@ -1406,6 +1406,20 @@ mod tests {
     }
 
     #[test]
+    fn a_global_flag_given_before_and_after_check_config_takes_the_later() {
+        let c = load_args(&[
+            "--web-config",
+            "first.yml",
+            "check-config",
+            "--web-config",
+            "second.yml",
+        ])
+        .unwrap();
+        assert!(c.check_config);
+        assert_eq!(c.web_config, Some(PathBuf::from("second.yml")));
+    }
+
+    #[test]
     fn boolean_flags_take_optional_values() {
         assert!(load_args(&["--once"]).unwrap().once);
         assert!(!load_args(&["--once=false"]).unwrap().once);

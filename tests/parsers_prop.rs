@@ -730,14 +730,21 @@ proptest! {
         match result {
             Ok(c) => {
                 assert_valid_config(&c);
-                // Every flag that clap accepted and validation kept is in effect.
+                // Every flag that clap accepted and validation kept is in effect; of a flag given
+                // twice, the later one. (clap refuses a repeated flag, except a global one given
+                // once before `check-config` and once after it.)
+                let mut last: Vec<(&str, &String)> = Vec::new();
                 for a in &args {
                     if let Arg::Value { key, value, .. } = a {
                         if *key != "config" {
-                            let settings = [(key.to_string(), Val::Str(value.clone()))];
-                            assert_reflects(&c, &settings);
+                            last.retain(|(k, _)| k != key);
+                            last.push((key, value));
                         }
                     }
+                }
+                for (key, value) in last {
+                    let settings = [(key.to_string(), Val::Str(value.clone()))];
+                    assert_reflects(&c, &settings);
                 }
             }
             Err(ConfigError::Cli(e)) => {
