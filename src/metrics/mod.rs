@@ -338,14 +338,24 @@ impl Encoder {
             .unwrap_or_default();
         // Process and pod-usage series per device (same order); worked out only when a device
         // has processes, so the default output costs nothing here.
+        // The one container pod-resources assigns device `i` to, if exactly one.
+        let only_container = |i: usize| -> Option<&ContainerRef> {
+            match assigned.get(i).map(Vec::as_slice) {
+                Some([only]) => Some(*only),
+                _ => None,
+            }
+        };
+        // Containers per MIG instance of each device (same order); resolved once per tick for
+        // both the instance series and the processes' owners, and only when there is MIG.
+        let has_mig = devices.iter().any(|d| !d.mig_instances.is_empty());
+        let instance_assigned: Vec<Vec<Vec<&ContainerRef>>> = snap
+            .kubernetes
+            .as_ref()
+            .filter(|_| has_mig)
+            .map(|k| mapping::attribute_instances(&k.assignments, &devices))
+            .unwrap_or_default();
         let gpu_processes: Vec<GpuProcesses> = if devices.iter().any(|d| !d.processes.is_empty()) {
             let pods: &[PodIdentity] = snap.kubernetes.as_ref().map_or(&[], |k| &k.pods);
-            let instance_assigned = snap
-                .kubernetes
-                .as_ref()
-                .filter(|_| devices.iter().any(|d| !d.mig_instances.is_empty()))
-                .map(|k| mapping::attribute_instances(&k.assignments, &devices))
-                .unwrap_or_default();
             devices
                 .iter()
                 .enumerate()
@@ -354,10 +364,7 @@ impl Encoder {
                     // stands in when the pod list cannot name a process's container, whatever
                     // `pod_labels` says.
                     let owners = Owners {
-                        gpu: match assigned.get(i).map(Vec::as_slice) {
-                            Some([only]) => Some(*only),
-                            _ => None,
-                        },
+                        gpu: only_container(i),
                         mig_instances: &d.mig_instances,
                         instance_containers: instance_assigned.get(i).map_or(&[], Vec::as_slice),
                     };
@@ -368,20 +375,10 @@ impl Encoder {
             Vec::new()
         };
         // The one container whose labels a device's series carry, if any.
-        let owner = |i: usize| -> Option<&ContainerRef> {
-            match assigned.get(i).map(Vec::as_slice) {
-                Some([only]) if self.opts.pod_labels => Some(*only),
-                _ => None,
-            }
-        };
+        let owner = |i: usize| only_container(i).filter(|_| self.opts.pod_labels);
         // MIG: each device's GPU instances as the family readers see them, with their containers
         // and label values; all empty (and nothing allocated) on GPUs without MIG instances.
-        let instances: Vec<Vec<Instance>> = if devices.iter().any(|d| !d.mig_instances.is_empty()) {
-            let assigned = snap
-                .kubernetes
-                .as_ref()
-                .map(|k| mapping::attribute_instances(&k.assignments, &devices))
-                .unwrap_or_default();
+        let instances: Vec<Vec<Instance>> = if has_mig {
             devices
                 .iter()
                 .enumerate()
@@ -393,7 +390,7 @@ impl Encoder {
                             view: instance_view(d, m),
                             gpu_instance: m.gpu_instance.to_string(),
                             profile: &m.profile,
-                            containers: assigned
+                            containers: instance_assigned
                                 .get(i)
                                 .and_then(|g| g.get(j))
                                 .cloned()
