@@ -350,10 +350,10 @@ mod tests {
             devices: vec![DeviceSample {
                 index: 0,
                 uuid: "GPU-abc".into(),
-                info: DeviceInfo {
+                info: Arc::new(DeviceInfo {
                     name: "NVIDIA <H100>".into(),
                     ..Default::default()
-                },
+                }),
                 up: true,
                 power_watts: Some(250.0),
                 ..Default::default()

@@ -135,8 +135,8 @@ pub struct DeviceSample {
     pub index: u32,
     /// "GPU-…" ("uuid" label).
     pub uuid: String,
-    /// Static identity, read at discovery.
-    pub info: DeviceInfo,
+    /// Static identity, read at discovery; shared, not copied, by every sample of the device.
+    pub info: Arc<DeviceInfo>,
     /// The last tick read the device (`nvidia_gpu_up`). False when the device is lost, or has been
     /// stale for longer than the grace period.
     pub up: bool,

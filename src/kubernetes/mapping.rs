@@ -208,6 +208,7 @@ mod tests {
     use super::*;
     use crate::kubernetes::proto::{ContainerDevices, ContainerResources, PodResources};
     use crate::sample::DeviceInfo;
+    use std::sync::Arc;
 
     fn pod(ns: &str, name: &str, containers: &[(&str, &str, &[&str])]) -> PodResources {
         PodResources {
@@ -230,10 +231,10 @@ mod tests {
         DeviceSample {
             index,
             uuid: uuid.into(),
-            info: DeviceInfo {
+            info: Arc::new(DeviceInfo {
                 minor_number: minor.into(),
                 ..Default::default()
-            },
+            }),
             up: true,
             ..Default::default()
         }

@@ -410,13 +410,14 @@ impl Encoder {
 
         // In `dcgm` mode the GPUs are served under dcgm-exporter's names only.
         let native_devices = self.opts.dcgm_compat != DcgmCompat::Dcgm;
-        for def in CATALOG {
+        let headers = catalog_headers();
+        for (def, header) in CATALOG.iter().zip(headers) {
             if !native_devices && def.source.is_per_device() {
                 continue;
             }
             // The header goes first and is taken back if the family turns out to have no series.
             let family_start = out.len();
-            text::header(out, def.name, def.help, def.kind.as_str());
+            out.push_str(header);
             let series_start = out.len();
             match def.source {
                 Source::Device(read) | Source::DeviceIdentity(read) => {
@@ -657,6 +658,23 @@ fn append_family(out: &mut String, family: &MetricFamily) {
     if let Err(e) = prometheus::TextEncoder::new().encode_utf8(std::slice::from_ref(family), out) {
         tracing::error!(error = %e, family = family.name(), "encoding a registry family failed");
     }
+}
+
+/// The `# HELP` and `# TYPE` lines of every catalog row, in catalog order, escaped once for the
+/// process instead of once per family per tick (the help texts are long and every byte is
+/// scanned for escapes).
+fn catalog_headers() -> &'static [String] {
+    static HEADERS: OnceLock<Vec<String>> = OnceLock::new();
+    HEADERS.get_or_init(|| {
+        CATALOG
+            .iter()
+            .map(|def| {
+                let mut h = String::new();
+                text::header(&mut h, def.name, def.help, def.kind.as_str());
+                h
+            })
+            .collect()
+    })
 }
 
 /// Help text of a catalog row, so registry-kept metrics share the catalog's wording.

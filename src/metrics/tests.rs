@@ -12,7 +12,7 @@ fn full_device(index: u32) -> DeviceSample {
     DeviceSample {
         index,
         uuid: format!("GPU-{index}"),
-        info: DeviceInfo {
+        info: Arc::new(DeviceInfo {
             name: "NVIDIA H100 80GB HBM3".into(),
             brand: "nvidia".into(),
             architecture: "hopper".into(),
@@ -21,7 +21,7 @@ fn full_device(index: u32) -> DeviceSample {
             vbios_version: "96.00.99.00.01".into(),
             compute_capability: "9.0".into(),
             minor_number: index.to_string(),
-        },
+        }),
         up: true,
         stale: false,
         utilization: Some(0.75),
@@ -468,7 +468,7 @@ fn non_finite_readings_are_omitted() {
 #[test]
 fn label_values_are_escaped() {
     let mut d = bare_device(0);
-    d.info.name = "Odd \"GPU\" \\ name\nline2".into();
+    Arc::make_mut(&mut d.info).name = "Odd \"GPU\" \\ name\nline2".into();
     let text = encode(&snapshot(vec![d]));
     assert!(
         text.contains(r#"name="Odd \"GPU\" \\ name\nline2""#),
@@ -1011,7 +1011,7 @@ fn without_process(text: &str) -> String {
 #[test]
 fn output_is_byte_identical_to_the_prometheus_text_encoder() {
     let mut odd = full_device(2);
-    odd.info.name = "Odd \"GPU\" \\ name\nline2 °C".into();
+    Arc::make_mut(&mut odd.info).name = "Odd \"GPU\" \\ name\nline2 °C".into();
     odd.uuid = "GPU-\"quoted\"".into();
     odd.power_watts = Some(-0.0);
     odd.energy_joules = Some(1e21);
@@ -1022,7 +1022,7 @@ fn output_is_byte_identical_to_the_prometheus_text_encoder() {
     let mut lost = full_device(3);
     lost.up = false;
     let mut mig = full_mig_device(4);
-    mig.info.minor_number = "4".into();
+    Arc::make_mut(&mut mig.info).minor_number = "4".into();
     // Its processes run in GI 1 (held by one container below) and GI 5 (shared).
     for (p, gi) in mig.processes.iter_mut().zip([1, 5]) {
         p.gpu_instance = Some(gi);
@@ -1353,7 +1353,7 @@ fn gpm_averages_are_served_per_gpu_with_pipe_and_engine_labels() {
 #[test]
 fn a_gpu_without_gpm_says_so_and_serves_no_gpm_series() {
     let mut a100 = full_device(0);
-    a100.info.architecture = "ampere".into();
+    Arc::make_mut(&mut a100.info).architecture = "ampere".into();
     a100.gpm_supported = Some(false);
     a100.gpm = None;
     let text = encode(&snapshot(vec![a100, full_device(1)]));
@@ -1753,7 +1753,7 @@ mod dcgm_compat {
     #[test]
     fn labels_follow_dcgm_exporter_order_and_are_escaped() {
         let mut d = full_device(0);
-        d.info.name = "Odd \"GPU\" \\ name".into();
+        Arc::make_mut(&mut d.info).name = "Odd \"GPU\" \\ name".into();
         let mut snap = snapshot(vec![d, full_device(1)]);
         snap.kubernetes = Some(kubelet(&[("GPU-0", "ml", "train-0", "main")]));
         let t = encode_mode(DcgmCompat::Dcgm, "node-a", &snap);
@@ -1859,7 +1859,7 @@ mod mig {
     /// idle, no GPM window yet).
     fn mig_device() -> DeviceSample {
         let mut d = bare_device(0);
-        d.info.minor_number = "0".into();
+        Arc::make_mut(&mut d.info).minor_number = "0".into();
         d.mig_mode = Some(true);
         d.memory = Some(MemoryInfo {
             total_bytes: 85_899_345_920.0,

@@ -56,7 +56,7 @@ pub struct DeviceReader {
     errors: Arc<ErrorCounter>,
     /// uuid and static info, read on the first successful attempt, and again after the device
     /// was lost (another GPU may answer at this index when it comes back).
-    identity: Option<(String, DeviceInfo)>,
+    identity: Option<(String, Arc<DeviceInfo>)>,
     /// The device was lost or vanished: read the identity again once it answers.
     recheck_identity: bool,
     /// (C function, argument) pairs that answered NOT_SUPPORTED: skipped from then on.
@@ -186,16 +186,29 @@ impl DeviceReader {
 }
 
 /// The calls a device answered NOT_SUPPORTED, as (function, argument), for the session. Every
-/// NVML call looks here first, so the lookup must be cheap: a binary search over a sorted list
-/// of a few dozen entries compares a handful of short names, where a `HashSet` hashed the whole
-/// name with SipHash on every call (~10 % of the exporter's own instructions per tick).
+/// NVML call looks here first, so the lookup must be cheap: a binary search over a list of a few
+/// dozen entries, where a `HashSet` hashed the whole name with SipHash on every call (~10 % of
+/// the exporter's own instructions per tick). The list is sorted by name length first: the names
+/// share the `nvmlDeviceGet` prefix, so comparing bytes first meant a `memcmp` call per probe,
+/// while most probes differ in length, and a name passed from the same literal is recognised by
+/// its address before its bytes are compared.
 #[derive(Debug, Default)]
 pub(super) struct Unsupported(Vec<(&'static str, u32)>);
 
 impl Unsupported {
     fn position(&self, function: &str, arg: u32) -> Result<usize, usize> {
-        self.0
-            .binary_search_by(|&(f, a)| f.cmp(function).then(a.cmp(&arg)))
+        self.0.binary_search_by(|&(f, a)| {
+            f.len()
+                .cmp(&function.len())
+                .then_with(|| {
+                    if std::ptr::eq(f, function) {
+                        std::cmp::Ordering::Equal
+                    } else {
+                        f.cmp(function)
+                    }
+                })
+                .then(a.cmp(&arg))
+        })
     }
 
     /// Whether `(function, arg)` answered NOT_SUPPORTED.

@@ -2,6 +2,7 @@
 //! device count, and each device's identity (uuid and `DeviceInfo`).
 
 use std::path::Path;
+use std::sync::Arc;
 
 use nvml_wrapper::Device;
 use nvml_wrapper::Nvml;
@@ -43,7 +44,11 @@ pub fn system_info(nvml: &Nvml, errors: &ErrorCounter) -> SystemInfo {
 
 /// A device's uuid and static identity. Fields that cannot be read are empty strings;
 /// NOT_SUPPORTED (e.g. no serial on a consumer card) is normal and not counted.
-pub fn device_identity(device: &Device, index: u32, errors: &ErrorCounter) -> (String, DeviceInfo) {
+pub fn device_identity(
+    device: &Device,
+    index: u32,
+    errors: &ErrorCounter,
+) -> (String, Arc<DeviceInfo>) {
     let read = |function: &'static str, r: Result<String, NvmlError>| match r {
         Ok(v) => v,
         Err(NvmlError::NotSupported) => String::new(),
@@ -77,7 +82,7 @@ pub fn device_identity(device: &Device, index: u32, errors: &ErrorCounter) -> (S
             device.minor_number().map(|m| m.to_string()),
         ),
     };
-    (uuid, info)
+    (uuid, Arc::new(info))
 }
 
 /// The `brand` label: the NVML_BRAND_* suffix in lowercase ("tesla", "nvidia", "geforce_rtx").

@@ -20,11 +20,10 @@ use std::collections::HashMap;
 
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::gpm::gpm_metrics_get;
-use nvml_wrapper::struct_wrappers::gpm::GpmMetricResult;
 use nvml_wrapper::{Device, GpmSample, Nvml};
 
 use super::device::Tick;
+use super::raw::GpmRequest;
 use super::units::{mib_to_bytes_f64, percent_to_ratio_f64};
 use crate::sample::{GpmMetrics, GpmPipe, MediaEngine};
 
@@ -175,6 +174,52 @@ pub struct GpmState<'nvml> {
     tick: Option<u64>,
     /// One window per MIG GPU instance seen on the last tick.
     instances: HashMap<InstanceKey, Window<GpmSample<'nvml>>>,
+    /// What every `nvmlGpmMetricsGet` of this device reuses.
+    buffers: Buffers,
+}
+
+/// The request and result lists of `nvmlGpmMetricsGet`, kept across ticks so that a steady
+/// tick allocates nothing for GPM.
+#[derive(Debug, Default)]
+struct Buffers {
+    /// Made on the first window that closes (GPUs without GPM never need its 8 KiB).
+    request: Option<GpmRequest>,
+    /// The metrics asked for: [`METRICS`] less those known unsupported.
+    requested: Vec<(GpmMetricId, Target)>,
+    /// Their answers, in that order.
+    results: Vec<Result<f64, NvmlError>>,
+}
+
+impl Buffers {
+    /// The averages between `prev` and `cur` of every metric not known unsupported under
+    /// `arg_base`, in one `nvmlGpmMetricsGet`; `None` when the call failed.
+    fn metrics(
+        &mut self,
+        t: &mut Tick,
+        nvml: &Nvml,
+        prev: &GpmSample,
+        cur: &GpmSample,
+        arg_base: u32,
+    ) -> Option<GpmMetrics> {
+        let Buffers {
+            request,
+            requested,
+            results,
+        } = self;
+        requested.clear();
+        requested.extend(
+            METRICS
+                .iter()
+                .copied()
+                .filter(|(id, _)| !t.is_unsupported(METRICS_GET, arg_base | id.as_c())),
+        );
+        let request = request.get_or_insert_with(GpmRequest::default);
+        let ids = requested.iter().map(|(id, _)| id.as_c());
+        t.call(METRICS_GET, arg_base, || {
+            request.get(nvml, prev, cur, ids, results)
+        })?;
+        Some(decode_with(t, requested, results.drain(..), arg_base))
+    }
 }
 
 /// What makes a MIG GPU instance the same one from tick to tick: its id alone is reused when an
@@ -254,20 +299,12 @@ pub(super) fn read_instance_gpm<'nvml>(
         window.forget();
         return None;
     };
-    let requested: Vec<(GpmMetricId, Target)> = METRICS
-        .iter()
-        .copied()
-        .filter(|(id, _)| !t.is_unsupported(METRICS_GET, INSTANCE_METRIC_ARG | id.as_c()))
-        .collect();
-    let ids: Vec<GpmMetricId> = requested.iter().map(|(id, _)| *id).collect();
-    let results = window.advance(current, |prev, cur| {
-        t.call(METRICS_GET, INSTANCE_METRIC_ARG, || {
-            gpm_metrics_get(nvml, prev, cur, &ids)
+    let buffers = &mut state.buffers;
+    window
+        .advance(current, |prev, cur| {
+            buffers.metrics(t, nvml, prev, cur, INSTANCE_METRIC_ARG)
         })
-    });
-    results
         .flatten()
-        .map(|r| decode_with(t, &requested, r, INSTANCE_METRIC_ARG))
 }
 
 /// Whether the loaded library has every GPM entry point. nvml-wrapper frees a `GpmSample` on
@@ -301,16 +338,11 @@ pub(super) fn read_gpm<'nvml>(
         state.forget();
         return (state.supported, None);
     };
-    let requested: Vec<(GpmMetricId, Target)> = METRICS
-        .iter()
-        .copied()
-        .filter(|(id, _)| !t.is_unsupported(METRICS_GET, id.as_c()))
-        .collect();
-    let ids: Vec<GpmMetricId> = requested.iter().map(|(id, _)| *id).collect();
-    let results = state.window.advance(current, |prev, cur| {
-        t.call(METRICS_GET, 0, || gpm_metrics_get(nvml, prev, cur, &ids))
-    });
-    let metrics = results.flatten().map(|r| decode(t, &requested, r));
+    let buffers = &mut state.buffers;
+    let metrics = state
+        .window
+        .advance(current, |prev, cur| buffers.metrics(t, nvml, prev, cur, 0))
+        .flatten();
     (state.supported, metrics)
 }
 
@@ -332,10 +364,11 @@ fn query_support(t: &mut Tick, nvml: &Nvml, device: &Device) -> Option<bool> {
 /// Sorts the per-metric answers of one `nvmlGpmMetricsGet` into [`GpmMetrics`]. A metric that
 /// failed is left out; NOT_SUPPORTED is remembered (not asked again this session) and never
 /// counted, any other error is counted under `nvmlGpmMetricsGet`.
-pub(super) fn decode(
+#[cfg(test)]
+fn decode(
     t: &mut Tick,
     requested: &[(GpmMetricId, Target)],
-    results: Vec<Result<GpmMetricResult, NvmlError>>,
+    results: Vec<Result<f64, NvmlError>>,
 ) -> GpmMetrics {
     decode_with(t, requested, results, 0)
 }
@@ -344,20 +377,20 @@ pub(super) fn decode(
 fn decode_with(
     t: &mut Tick,
     requested: &[(GpmMetricId, Target)],
-    results: Vec<Result<GpmMetricResult, NvmlError>>,
+    results: impl IntoIterator<Item = Result<f64, NvmlError>>,
     arg_base: u32,
 ) -> GpmMetrics {
     let mut m = GpmMetrics::default();
     for ((id, target), result) in requested.iter().zip(results) {
-        let Some(r) = t.field(METRICS_GET, arg_base | id.as_c(), result) else {
+        let Some(value) = t.field(METRICS_GET, arg_base | id.as_c(), result) else {
             continue;
         };
         // A NaN/inf would be a broken reading; the encoder drops those too, but keep the
         // sample honest.
-        if !r.value.is_finite() {
+        if !value.is_finite() {
             continue;
         }
-        let v = target.convert(r.value);
+        let v = target.convert(value);
         match *target {
             Target::GraphicsEngine => m.graphics_engine_active = Some(v),
             Target::SmActive => m.sm_active = Some(v),
@@ -380,8 +413,6 @@ mod tests {
     use std::collections::HashSet;
 
     use crate::nvml::device::Unsupported;
-
-    use nvml_wrapper::struct_wrappers::gpm::GpmMetricInfo;
 
     use super::*;
     use crate::nvml::error::ErrorCounter;
@@ -429,16 +460,8 @@ mod tests {
         assert!(!w.has_previous());
     }
 
-    fn ok(id: GpmMetricId, value: f64) -> Result<GpmMetricResult, NvmlError> {
-        Ok(GpmMetricResult {
-            metric_id: id,
-            value,
-            metric_info: GpmMetricInfo {
-                short_name: String::new(),
-                long_name: String::new(),
-                unit: String::new(),
-            },
-        })
+    fn ok(_id: GpmMetricId, value: f64) -> Result<f64, NvmlError> {
+        Ok(value)
     }
 
     #[test]
