@@ -550,7 +550,7 @@ fn value_of(i: usize, snap: &Snapshot, d: &DeviceSample, samples: &mut Samples) 
 /// Appends every DCGM family of `snap` to `out`: one series per GPU that is up and has the
 /// reading. Families without a series are left out entirely, as native ones are.
 pub(crate) fn write(
-    out: &mut String,
+    out: &mut Vec<u8>,
     snap: &Snapshot,
     devices: &[Device<'_>],
     hostname: &str,

@@ -34,6 +34,7 @@
 pub mod catalog;
 pub mod dcgm;
 pub mod docs;
+mod lines;
 pub mod samples;
 mod text;
 
@@ -55,6 +56,7 @@ use catalog::{
     CATALOG, IDENTITY_LABELS, MIG_LABELS, POD_LABELS, PROCESS_LABELS, SAMPLE_DURATION_SECONDS,
     SCRAPES_TOTAL, Source,
 };
+use lines::Lines;
 use samples::Samples;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
@@ -164,7 +166,9 @@ impl ScrapeCounter {
 /// nothing. The text buffer is published itself and comes back through [`Encoder::recycle`].
 #[derive(Debug, Default)]
 struct Scratch {
-    text: String,
+    text: Vec<u8>,
+    /// Line prefixes of the previous exposition, copied when the same series comes again.
+    lines: Lines,
     samples: Samples,
     /// `gpu` label value of each device, in serving order.
     indices: Vec<String>,
@@ -176,18 +180,34 @@ struct Scratch {
 
 /// The label pairs every series of a device starts with (`gpu="…",uuid="…"`) and, with pod
 /// labels, ends with (`namespace="…",pod="…",container="…"`), escaped once per encoding and
-/// written raw into each of the device's lines ([`text::sample_framed`]).
+/// written raw into each of the device's lines ([`text::sample_framed`]). The previous
+/// encoding's are kept to tell whether a device's pairs changed ([`Frames::same`]).
 #[derive(Debug, Default)]
 struct Frames {
-    text: String,
+    text: Vec<u8>,
     /// Per device: where its head starts, where it ends (and its tail starts), where its tail ends.
     bounds: Vec<[usize; 3]>,
+    prev_text: Vec<u8>,
+    prev_bounds: Vec<[usize; 3]>,
+    /// Per device: its pairs are byte for byte those of the device at the same position in the
+    /// previous encoding.
+    same: Vec<bool>,
 }
 
 impl Frames {
+    /// Starts an encoding; the frames pushed so far become the previous ones.
     fn clear(&mut self) {
+        std::mem::swap(&mut self.text, &mut self.prev_text);
+        std::mem::swap(&mut self.bounds, &mut self.prev_bounds);
         self.text.clear();
         self.bounds.clear();
+        self.same.clear();
+    }
+
+    /// Whether the `i`-th device's pairs are those of the `i`-th device of the previous
+    /// encoding.
+    fn same(&self, i: usize) -> bool {
+        self.same.get(i).copied().unwrap_or(false)
     }
 
     /// Renders the next device's head and tail; `owner` adds the tail.
@@ -206,11 +226,21 @@ impl Frames {
                 container_labels(c).into_iter(),
             );
         }
-        self.bounds.push([start, middle, self.text.len()]);
+        let end = self.text.len();
+        let i = self.bounds.len();
+        let same = self
+            .prev_bounds
+            .get(i)
+            .is_some_and(|&[p_start, p_middle, p_end]| {
+                p_middle - p_start == middle - start
+                    && self.prev_text[p_start..p_end] == self.text[start..end]
+            });
+        self.bounds.push([start, middle, end]);
+        self.same.push(same);
     }
 
     /// Head and tail of the `i`-th device pushed.
-    fn get(&self, i: usize) -> (&str, &str) {
+    fn get(&self, i: usize) -> (&[u8], &[u8]) {
         let [start, middle, end] = self.bounds[i];
         (&self.text[start..middle], &self.text[middle..end])
     }
@@ -287,10 +317,14 @@ impl Encoder {
             let size = scratch.last_len + scratch.last_len / 8;
             scratch.text.reserve(size);
         }
+        scratch.lines.begin();
         self.write_text(snap, &mut scratch);
         scratch.last_len = scratch.text.len();
         // The buffer itself is published, not a copy; [`recycle`](Self::recycle) brings it back.
-        Exposition::new(Bytes::from(std::mem::take(&mut scratch.text).into_bytes()))
+        let text = Bytes::from(std::mem::take(&mut scratch.text));
+        // The next encoding copies line prefixes from it (a shared handle, not a copy).
+        scratch.lines.end(text.clone());
+        Exposition::new(text)
     }
 
     /// Takes back an exposition that is no longer served, so that the next [`encode`] writes
@@ -310,8 +344,7 @@ impl Encoder {
         buffer.clear();
         let mut scratch = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         if buffer.capacity() > scratch.text.capacity() {
-            // Empty, so valid UTF-8.
-            scratch.text = String::from_utf8(buffer).unwrap_or_default();
+            scratch.text = buffer;
         }
     }
 
@@ -319,6 +352,7 @@ impl Encoder {
     fn write_text(&self, snap: &Snapshot, scratch: &mut Scratch) {
         let Scratch {
             text: out,
+            lines,
             samples,
             indices,
             frames,
@@ -411,13 +445,13 @@ impl Encoder {
         // In `dcgm` mode the GPUs are served under dcgm-exporter's names only.
         let native_devices = self.opts.dcgm_compat != DcgmCompat::Dcgm;
         let headers = catalog_headers();
-        for (def, header) in CATALOG.iter().zip(headers) {
+        for (family, (def, header)) in (0u32..).zip(CATALOG.iter().zip(headers)) {
             if !native_devices && def.source.is_per_device() {
                 continue;
             }
             // The header goes first and is taken back if the family turns out to have no series.
             let family_start = out.len();
-            out.push_str(header);
+            out.extend_from_slice(header);
             let series_start = out.len();
             match def.source {
                 Source::Device(read) | Source::DeviceIdentity(read) => {
@@ -429,9 +463,15 @@ impl Encoder {
                         samples.clear();
                         read(&snap.system, d, samples);
                         let (head, tail) = frames.get(i);
+                        let (device, frame_same) = (i as u32, frames.same(i));
                         for (labels, value) in samples.iter() {
-                            let names = def.labels.iter().copied();
-                            text::sample_framed(out, def.name, head, names, labels, tail, value);
+                            let render = |out: &mut Vec<u8>| {
+                                let names = def.labels.iter().copied();
+                                let values = labels.clone();
+                                text::prefix_framed(out, def.name, head, names, values, tail);
+                            };
+                            let key = labels.clone();
+                            lines.line(out, family, device, frame_same, key, render, value);
                         }
                         if always || !d.up {
                             continue;
@@ -451,7 +491,7 @@ impl Encoder {
                                 let values = labels
                                     .chain([inst.gpu_instance.as_str(), inst.profile])
                                     .chain(owner.into_iter().flat_map(container_labels));
-                                text::sample_framed(out, def.name, head, names, values, "", value);
+                                text::sample_framed(out, def.name, head, names, values, b"", value);
                             }
                         }
                     }
@@ -462,7 +502,7 @@ impl Encoder {
                         for c in containers {
                             let names = POD_LABELS.iter().copied();
                             let values = container_labels(c).into_iter();
-                            text::sample_framed(out, def.name, head, names, values, "", 1.0);
+                            text::sample_framed(out, def.name, head, names, values, b"", 1.0);
                         }
                     }
                     for i in 0..devices.len() {
@@ -473,7 +513,7 @@ impl Encoder {
                                 let values = [inst.gpu_instance.as_str(), inst.profile]
                                     .into_iter()
                                     .chain(container_labels(c));
-                                text::sample_framed(out, def.name, head, names, values, "", 1.0);
+                                text::sample_framed(out, def.name, head, names, values, b"", 1.0);
                             }
                         }
                     }
@@ -503,7 +543,7 @@ impl Encoder {
                                 .into_iter()
                                 .chain(mig.values())
                                 .chain(p.container.iter().flat_map(container_labels));
-                            text::sample_framed(out, def.name, head, names, values, "", value);
+                            text::sample_framed(out, def.name, head, names, values, b"", value);
                         }
                     }
                 }
@@ -518,7 +558,7 @@ impl Encoder {
                             let mig = MigLabels::of(d, u.gpu_instance);
                             let names = mig.names().iter().chain(POD_LABELS).copied();
                             let values = mig.values().chain(container_labels(&u.container));
-                            text::sample_framed(out, def.name, head, names, values, "", value);
+                            text::sample_framed(out, def.name, head, names, values, b"", value);
                         }
                     }
                 }
@@ -652,10 +692,11 @@ fn container_labels(c: &ContainerRef) -> [&str; 3] {
 
 /// Appends the text of a family kept by the `prometheus` registry (histogram, scrape counter,
 /// process metrics): few series, so its own encoder is cheap enough and exactly right.
-fn append_family(out: &mut String, family: &MetricFamily) {
+fn append_family(out: &mut Vec<u8>, family: &MetricFamily) {
     // The text encoder only rejects empty or unnamed families, which a registry never gathers;
     // log rather than panic on the sampler thread if that ever changes.
-    if let Err(e) = prometheus::TextEncoder::new().encode_utf8(std::slice::from_ref(family), out) {
+    use prometheus::Encoder as _;
+    if let Err(e) = prometheus::TextEncoder::new().encode(std::slice::from_ref(family), out) {
         tracing::error!(error = %e, family = family.name(), "encoding a registry family failed");
     }
 }
@@ -663,13 +704,13 @@ fn append_family(out: &mut String, family: &MetricFamily) {
 /// The `# HELP` and `# TYPE` lines of every catalog row, in catalog order, escaped once for the
 /// process instead of once per family per tick (the help texts are long and every byte is
 /// scanned for escapes).
-fn catalog_headers() -> &'static [String] {
-    static HEADERS: OnceLock<Vec<String>> = OnceLock::new();
+fn catalog_headers() -> &'static [Vec<u8>] {
+    static HEADERS: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
     HEADERS.get_or_init(|| {
         CATALOG
             .iter()
             .map(|def| {
-                let mut h = String::new();
+                let mut h = Vec::new();
                 text::header(&mut h, def.name, def.help, def.kind.as_str());
                 h
             })

@@ -71,7 +71,7 @@ impl Samples {
     }
 
     /// The collected series in push order: label values (row order) and value.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (impl Iterator<Item = &str>, f64)> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (impl Iterator<Item = &str> + Clone, f64)> {
         self.series.iter().map(move |&(first, end, value)| {
             let labels = (first..end).map(move |i| {
                 let start = if i == 0 { 0 } else { self.ends[i - 1] };

@@ -704,30 +704,100 @@ fn gzip_decodes_to_the_text_and_is_made_once() {
 
 #[test]
 fn a_recycled_exposition_lends_its_buffer_to_the_next_encoding() {
+    // As the server does it: the exposition replaced by a newer one comes back.
     let enc = Encoder::new(MetricsOptions::default());
     let snap = snapshot(vec![full_device(0), full_device(1)]);
     let first = enc.encode(&snap);
     let first_text = first.text.to_vec();
     let buffer = first.text.as_ptr();
-    enc.recycle(first);
     let second = enc.encode(&snap);
+    enc.recycle(first);
+    let third = enc.encode(&snap);
     assert_eq!(
-        second.text.as_ptr(),
+        third.text.as_ptr(),
         buffer,
         "the same buffer, written again"
     );
     // Same readings; only the self-metrics (tick count, duration) may differ.
     let first_text = String::from_utf8(first_text).unwrap();
-    let second_text = String::from_utf8(second.text.to_vec()).unwrap();
-    assert_eq!(families(&second_text), families(&first_text));
+    let third_text = String::from_utf8(third.text.to_vec()).unwrap();
+    assert_eq!(families(&third_text), families(&first_text));
 
     // A response still holding the text keeps it intact: nothing is taken back.
     let held = second.text.clone();
     let held_copy = held.to_vec();
     enc.recycle(second);
-    let third = enc.encode(&snap);
-    assert_ne!(third.text.as_ptr(), held.as_ptr());
+    let fourth = enc.encode(&snap);
+    assert_ne!(fourth.text.as_ptr(), held.as_ptr());
     assert_eq!(held.to_vec(), held_copy);
+}
+
+/// The exposition without the self-metrics that count an encoder's ticks (so that an encoder
+/// that encoded before and a fresh one can be compared).
+fn without_tick_counts(text: &str) -> String {
+    without_process(text)
+        .lines()
+        .filter(|l| !l.contains(SAMPLE_DURATION_SECONDS))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+#[test]
+fn an_encoder_that_copies_last_tick_s_lines_writes_what_a_fresh_one_writes() {
+    let opts = MetricsOptions {
+        pod_labels: true,
+        ..MetricsOptions::default()
+    };
+    let enc = Encoder::new(opts.clone());
+    let base = snapshot(vec![full_device(0), full_device(1), bare_device(2)]);
+    let mut steps = vec![("first", base.clone()), ("unchanged", base.clone())];
+    let mut s = base.clone();
+    s.devices[0].power_watts = Some(123.5);
+    s.devices[1].temperature_celsius = Some(91.0);
+    steps.push(("new values", s));
+    let mut s = base.clone();
+    s.devices[0].nvlinks.remove(0);
+    steps.push(("a link fewer: every later series one place earlier", s));
+    steps.push(("the link back", base.clone()));
+    let mut s = base.clone();
+    s.devices[1].uuid = "GPU-another".into();
+    steps.push(("another uuid at the same index", s));
+    let mut s = base.clone();
+    s.kubernetes = Some(kubelet(&[("nvidia0", "ml", "train-1", "main")]));
+    steps.push(("another pod holds GPU 0", s));
+    s = base.clone();
+    s.kubernetes = None;
+    steps.push(("no pod labels", s));
+    let mut s = base.clone();
+    s.devices[0].up = false;
+    steps.push(("GPU 0 lost", s));
+    steps.push(("GPU 0 back", base.clone()));
+    steps.push((
+        "GPU 0 gone: the others one place earlier",
+        snapshot(vec![full_device(1), bare_device(2)]),
+    ));
+    steps.push(("GPU 0 back again", base.clone()));
+    let mut s = base.clone();
+    Arc::make_mut(&mut s.devices[0].info).name = "Odd \"GPU\" \\ name".into();
+    steps.push(("a label value that needs escaping", s));
+    let mut s = base.clone();
+    Arc::make_mut(&mut s.devices[0].info).name = "Odd \"GPU\" \\ nam".into();
+    steps.push(("a shorter one", s));
+    steps.push(("back to the start", base.clone()));
+    let mut previous = None;
+    for (step, snap) in &steps {
+        let steady = enc.encode(snap);
+        if let Some(old) = previous.replace(steady.clone()) {
+            enc.recycle(old);
+        }
+        let fresh = Encoder::new(opts.clone()).encode(snap);
+        let [steady, fresh] = [steady, fresh].map(|e| String::from_utf8(e.text.to_vec()).unwrap());
+        assert_eq!(
+            without_tick_counts(&steady),
+            without_tick_counts(&fresh),
+            "{step}"
+        );
+    }
 }
 
 #[test]

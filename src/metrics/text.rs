@@ -1,4 +1,4 @@
-//! Writing text exposition format 0.0.4 straight into a `String`, byte for byte as the
+//! Writing text exposition format 0.0.4 straight into a byte buffer, byte for byte as the
 //! `prometheus` crate's `TextEncoder` writes it (the golden file and the unit tests compare the
 //! two), without building its `MetricFamily` protobuf values first.
 //!
@@ -9,67 +9,70 @@
 //!
 //! Label pairs that every series of a GPU shares are rendered once ([`label_pairs`]) and copied
 //! raw into each line ([`sample_framed`]); integral values skip float formatting ([`number`]).
+//! The buffer is bytes, not a `String`, so that text already written (those pairs, and whole
+//! line prefixes of the previous exposition, see [`super::lines`]) is copied back in without
+//! checking again that it is UTF-8; everything written is UTF-8 (`&str` pieces and ASCII).
 
-use std::fmt::Write;
+use std::io::Write;
 
 /// `# HELP` (when there is help text) and `# TYPE` lines of a family.
-pub(crate) fn header(out: &mut String, name: &str, help: &str, kind: &str) {
+pub(crate) fn header(out: &mut Vec<u8>, name: &str, help: &str, kind: &str) {
     if !help.is_empty() {
-        out.push_str("# HELP ");
-        out.push_str(name);
-        out.push(' ');
+        out.extend_from_slice(b"# HELP ");
+        out.extend_from_slice(name.as_bytes());
+        out.push(b' ');
         escape(out, help, false);
-        out.push('\n');
+        out.push(b'\n');
     }
-    out.push_str("# TYPE ");
-    out.push_str(name);
-    out.push(' ');
-    out.push_str(kind);
-    out.push('\n');
+    out.extend_from_slice(b"# TYPE ");
+    out.extend_from_slice(name.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(kind.as_bytes());
+    out.push(b'\n');
 }
 
 /// One sample line: `name{l1="v1",…} value`. Labels pair up name by name; no braces when there
 /// are none.
 pub(crate) fn sample<'a>(
-    out: &mut String,
+    out: &mut Vec<u8>,
     name: &str,
     label_names: impl Iterator<Item = &'a str>,
     label_values: impl Iterator<Item = &'a str>,
     value: f64,
 ) {
-    out.push_str(name);
-    let mut separator = '{';
+    out.extend_from_slice(name.as_bytes());
+    let mut separator = b'{';
     for (n, v) in label_names.zip(label_values) {
         out.push(separator);
-        out.push_str(n);
-        out.push_str("=\"");
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b"=\"");
         escape(out, v, true);
-        out.push('"');
-        separator = ',';
+        out.push(b'"');
+        separator = b',';
     }
-    if separator == ',' {
-        out.push('}');
+    if separator == b',' {
+        out.push(b'}');
     }
-    out.push(' ');
+    out.push(b' ');
     number(out, value);
-    out.push('\n');
+    out.push(b'\n');
 }
 
 /// Appends `n1="v1",n2="v2",…` (values escaped, no braces): label pairs that many series share,
 /// rendered once and then written raw by [`sample_framed`].
 pub(crate) fn label_pairs<'a>(
-    out: &mut String,
+    out: &mut Vec<u8>,
     label_names: impl Iterator<Item = &'a str>,
     label_values: impl Iterator<Item = &'a str>,
 ) {
     for (i, (n, v)) in label_names.zip(label_values).enumerate() {
         if i > 0 {
-            out.push(',');
+            out.push(b',');
         }
-        out.push_str(n);
-        out.push_str("=\"");
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b"=\"");
         escape(out, v, true);
-        out.push('"');
+        out.push(b'"');
     }
 }
 
@@ -78,47 +81,60 @@ pub(crate) fn label_pairs<'a>(
 /// [`label_pairs`] (either may be empty). A GPU's `gpu`/`uuid` pairs and its pod labels are
 /// the same on every one of its ~200 series, so they are escaped once per tick, not per line.
 pub(crate) fn sample_framed<'a>(
-    out: &mut String,
+    out: &mut Vec<u8>,
     name: &str,
-    head: &str,
+    head: &[u8],
     label_names: impl Iterator<Item = &'a str>,
     label_values: impl Iterator<Item = &'a str>,
-    tail: &str,
+    tail: &[u8],
     value: f64,
 ) {
-    out.push_str(name);
-    let mut separator = '{';
+    prefix_framed(out, name, head, label_names, label_values, tail);
+    number(out, value);
+    out.push(b'\n');
+}
+
+/// The part of a [`sample_framed`] line before the value: `name{…} `. It is the same from tick
+/// to tick for the same series ([`super::lines`] copies it).
+pub(crate) fn prefix_framed<'a>(
+    out: &mut Vec<u8>,
+    name: &str,
+    head: &[u8],
+    label_names: impl Iterator<Item = &'a str>,
+    label_values: impl Iterator<Item = &'a str>,
+    tail: &[u8],
+) {
+    out.extend_from_slice(name.as_bytes());
+    let mut separator = b'{';
     if !head.is_empty() {
         out.push(separator);
-        out.push_str(head);
-        separator = ',';
+        out.extend_from_slice(head);
+        separator = b',';
     }
     for (n, v) in label_names.zip(label_values) {
         out.push(separator);
-        out.push_str(n);
-        out.push_str("=\"");
+        out.extend_from_slice(n.as_bytes());
+        out.extend_from_slice(b"=\"");
         escape(out, v, true);
-        out.push('"');
-        separator = ',';
+        out.push(b'"');
+        separator = b',';
     }
     if !tail.is_empty() {
         out.push(separator);
-        out.push_str(tail);
-        separator = ',';
+        out.extend_from_slice(tail);
+        separator = b',';
     }
-    if separator == ',' {
-        out.push('}');
+    if separator == b',' {
+        out.push(b'}');
     }
-    out.push(' ');
-    number(out, value);
-    out.push('\n');
+    out.push(b' ');
 }
 
 /// Appends `value` exactly as `Display` writes it. Most values are integers (counters, bytes,
 /// flags, link numbers): below 2^53 an integral `f64`'s shortest round-trip digits are its integer
 /// digits, so they are written directly, skipping the float formatting machinery. `-0.0` and
 /// everything else go through `Display`.
-pub(crate) fn number(out: &mut String, value: f64) {
+pub(crate) fn number(out: &mut Vec<u8>, value: f64) {
     const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
     // `as` saturates (and maps NaN to 0), so the round trip holds only for integral values in
     // range; it avoids `fract()`, a library call on baseline x86-64.
@@ -139,46 +155,48 @@ pub(crate) fn number(out: &mut String, value: f64) {
             // Already a '-' there.
             start -= 1;
         }
-        for &b in &digits[start..] {
-            out.push(char::from(b));
-        }
+        out.extend_from_slice(&digits[start..]);
     } else {
-        // Writing to a String cannot fail.
+        // Writing to a Vec cannot fail.
         let _ = write!(out, "{value}");
     }
 }
 
 /// Appends `v` with `\` and newline escaped (and `"` too inside label values), as the format
 /// requires.
-pub(crate) fn escape(out: &mut String, v: &str, in_label: bool) {
+pub(crate) fn escape(out: &mut Vec<u8>, v: &str, in_label: bool) {
     let special = |b: &u8| matches!(b, b'\\' | b'\n') || (in_label && *b == b'"');
     // Nearly every value has nothing to escape: one scan, one copy.
     if !v.as_bytes().iter().any(special) {
-        out.push_str(v);
+        out.extend_from_slice(v.as_bytes());
         return;
     }
     let mut rest = v;
     // The special characters are ASCII, so byte positions are char boundaries.
     while let Some(i) = rest.as_bytes().iter().position(special) {
-        out.push_str(&rest[..i]);
-        out.push_str(match rest.as_bytes()[i] {
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            _ => "\\\"",
+        out.extend_from_slice(&rest.as_bytes()[..i]);
+        out.extend_from_slice(match rest.as_bytes()[i] {
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            _ => b"\\\"",
         });
         rest = &rest[i + 1..];
     }
-    out.push_str(rest);
+    out.extend_from_slice(rest.as_bytes());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn text(out: Vec<u8>) -> String {
+        String::from_utf8(out).expect("UTF-8")
+    }
+
     fn escaped(v: &str, in_label: bool) -> String {
-        let mut out = String::new();
+        let mut out = Vec::new();
         escape(&mut out, v, in_label);
-        out
+        text(out)
     }
 
     #[test]
@@ -195,7 +213,7 @@ mod tests {
 
     #[test]
     fn sample_lines() {
-        let mut out = String::new();
+        let mut out = Vec::new();
         sample(&mut out, "up", [].into_iter(), [].into_iter(), 1.0);
         sample(
             &mut out,
@@ -213,15 +231,15 @@ mod tests {
         );
         sample(&mut out, "neg", [].into_iter(), [].into_iter(), -1.5);
         assert_eq!(
-            out,
+            text(out),
             "up 1\nm{a=\"x\\\"\",b=\"2\"} 0.0025\nbig 85520809984\nneg -1.5\n"
         );
     }
 
     fn number_text(v: f64) -> String {
-        let mut out = String::new();
+        let mut out = Vec::new();
         number(&mut out, v);
-        out
+        text(out)
     }
 
     #[test]
@@ -274,34 +292,34 @@ mod tests {
 
     #[test]
     fn label_pairs_are_escaped_and_comma_separated() {
-        let mut out = String::new();
+        let mut out = Vec::new();
         label_pairs(
             &mut out,
             ["gpu", "uuid"].into_iter(),
             ["0", "GPU-\"a\"\\b\nc"].into_iter(),
         );
-        assert_eq!(out, r#"gpu="0",uuid="GPU-\"a\"\\b\nc""#);
+        assert_eq!(text(out.clone()), r#"gpu="0",uuid="GPU-\"a\"\\b\nc""#);
         out.clear();
         label_pairs(&mut out, [].into_iter(), [].into_iter());
-        assert_eq!(out, "");
+        assert_eq!(out, b"");
     }
 
     #[test]
     fn framed_lines_equal_lines_with_every_label_spelled_out() {
-        let mut head = String::new();
+        let mut head = Vec::new();
         label_pairs(
             &mut head,
             ["gpu", "uuid"].into_iter(),
             ["3", "GPU-\"x\""].into_iter(),
         );
-        let mut tail = String::new();
+        let mut tail = Vec::new();
         label_pairs(&mut tail, ["pod"].into_iter(), ["p\n"].into_iter());
         // head, names, values, tail; then every name and value spelled out.
         type Case<'a> = (
-            &'a str,
+            &'a [u8],
             &'a [&'a str],
             &'a [&'a str],
-            &'a str,
+            &'a [u8],
             &'a [&'a str],
             &'a [&'a str],
         );
@@ -326,15 +344,15 @@ mod tests {
                 &head,
                 &["a", "b"],
                 &["1", "2"],
-                "",
+                b"",
                 &["gpu", "uuid", "a", "b"],
                 &["3", "GPU-\"x\"", "1", "2"],
             ),
-            ("", &["a"], &["1"], &tail, &["a", "pod"], &["1", "p\n"]),
-            ("", &[], &[], "", &[], &[]),
+            (b"", &["a"], &["1"], &tail, &["a", "pod"], &["1", "p\n"]),
+            (b"", &[], &[], b"", &[], &[]),
         ];
         for (head, names, values, tail, all_names, all_values) in cases {
-            let mut framed = String::new();
+            let mut framed = Vec::new();
             sample_framed(
                 &mut framed,
                 "m",
@@ -344,7 +362,7 @@ mod tests {
                 tail,
                 0.25,
             );
-            let mut plain = String::new();
+            let mut plain = Vec::new();
             sample(
                 &mut plain,
                 "m",
