@@ -11,8 +11,8 @@
 //! writing every line from scratch gives (the unit tests encode changing snapshots both ways).
 //!
 //! The previous text is the exposition already published (a shared `Bytes`, not a copy), so this
-//! costs no second buffer of the body's size: only the entries (~40 bytes per series) and the
-//! label values.
+//! costs no second buffer of the body's size: only the entries (20 bytes per series) and the
+//! label values. The entries are updated in place, so a steady tick allocates nothing here.
 
 use axum::body::Bytes;
 
@@ -34,16 +34,17 @@ struct Entry {
     prefix: u32,
 }
 
-/// The lines of the previous encoding and of the one being written; see the module doc.
+/// The lines of the previous encoding, updated in place by the one being written; see the
+/// module doc.
 #[derive(Debug, Default)]
 pub(super) struct Lines {
-    /// Text of the previous exposition, which `prev` points into.
+    /// Text of the previous exposition, which the entries not yet passed point into.
     source: Bytes,
-    prev: Vec<Entry>,
-    prev_keys: Vec<u8>,
-    next: Vec<Entry>,
-    next_keys: Vec<u8>,
-    /// Position in `prev` of the entry the next line is compared with.
+    /// One entry per line written through [`Lines::line`], in writing order: before `cursor`
+    /// this encoding's, from it on the previous one's.
+    entries: Vec<Entry>,
+    /// Label values of the entries, and of replaced ones until the next compaction.
+    keys: Vec<u8>,
     cursor: usize,
 }
 
@@ -51,18 +52,32 @@ impl Lines {
     /// Starts an encoding: the lines written by the last one (into `source`, its published
     /// text) become the ones to copy from.
     pub(super) fn begin(&mut self) {
-        std::mem::swap(&mut self.prev, &mut self.next);
-        std::mem::swap(&mut self.prev_keys, &mut self.next_keys);
-        self.next.clear();
-        self.next_keys.clear();
         self.cursor = 0;
+        // A steady tick adds no keys; series that change add theirs at the end. Rewrite the
+        // keys once the replaced ones take more room than the live ones.
+        let live: usize = self
+            .entries
+            .iter()
+            .map(|e| (e.key.1 - e.key.0) as usize)
+            .sum();
+        if self.keys.len() > 2 * live + 4096 {
+            let mut keys = Vec::with_capacity(2 * live);
+            for e in &mut self.entries {
+                let k0 = keys.len();
+                keys.extend_from_slice(&self.keys[e.key.0 as usize..e.key.1 as usize]);
+                e.key = (k0 as u32, keys.len() as u32);
+            }
+            self.keys = keys;
+        }
     }
 
     /// Ends an encoding whose text is `published`: the next one copies from it. Offsets past
-    /// `u32::MAX` are not remembered (a body of 4 GiB is not an exposition anyone scrapes).
+    /// `u32::MAX` are not kept (a body of 4 GiB is not an exposition anyone scrapes).
     pub(super) fn end(&mut self, published: Bytes) {
-        if u32::try_from(published.len()).is_err() {
-            self.next.clear();
+        self.entries.truncate(self.cursor);
+        if u32::try_from(published.len()).is_err() || u32::try_from(self.keys.len()).is_err() {
+            self.entries.clear();
+            self.keys.clear();
         }
         self.source = published;
     }
@@ -78,47 +93,62 @@ impl Lines {
         family: u32,
         device: u32,
         frame_same: bool,
-        values: impl Iterator<Item = &'a str>,
+        values: impl Iterator<Item = &'a str> + Clone,
         render: impl FnOnce(&mut Vec<u8>),
         value: f64,
     ) {
         let start = out.len();
-        let key_start = self.next_keys.len();
-        for v in values {
-            self.next_keys.extend_from_slice(v.as_bytes());
-            self.next_keys.push(END);
-        }
-        let key = &self.next_keys[key_start..];
-        let copied = self.prev.get(self.cursor).and_then(|e| {
-            let same = frame_same
+        let at = self.cursor;
+        self.cursor += 1;
+        let previous = self.entries.get(at).filter(|e| {
+            frame_same
                 && e.family == family
                 && e.device == device
-                && self.prev_keys.get(e.key.0 as usize..e.key.1 as usize) == Some(key);
-            let at = e.line as usize;
-            same.then(|| self.source.get(at..at + e.prefix as usize))
-                .flatten()
+                && same_values(
+                    &self.keys[e.key.0 as usize..e.key.1 as usize],
+                    values.clone(),
+                )
         });
-        self.cursor += 1;
-        match copied {
-            Some(prefix) => out.extend_from_slice(prefix),
-            None => render(out),
-        }
-        let prefix = out.len() - start;
-        if let (Ok(line), Ok(prefix), Ok(k0), Ok(k1)) = (
-            u32::try_from(start),
-            u32::try_from(prefix),
-            u32::try_from(key_start),
-            u32::try_from(self.next_keys.len()),
-        ) {
-            self.next.push(Entry {
+        let prefix = previous.and_then(|e| {
+            let line = e.line as usize;
+            self.source.get(line..line + e.prefix as usize)
+        });
+        if let Some(prefix) = prefix {
+            out.extend_from_slice(prefix);
+            // Offsets fit: `end` keeps no entries of a text past u32::MAX.
+            self.entries[at].line = start as u32;
+        } else {
+            render(out);
+            let k0 = self.keys.len() as u32;
+            for v in values {
+                self.keys.extend_from_slice(v.as_bytes());
+                self.keys.push(END);
+            }
+            let entry = Entry {
                 family,
                 device,
-                key: (k0, k1),
-                line,
-                prefix,
-            });
+                key: (k0, self.keys.len() as u32),
+                line: start as u32,
+                prefix: (out.len() - start) as u32,
+            };
+            match self.entries.get_mut(at) {
+                Some(e) => *e = entry,
+                None => self.entries.push(entry),
+            }
         }
         super::text::number(out, value);
         out.push(b'\n');
     }
+}
+
+/// Whether `stored` (values each followed by [`END`]) holds exactly `values`.
+fn same_values<'a>(mut stored: &[u8], values: impl Iterator<Item = &'a str>) -> bool {
+    for v in values {
+        let v = v.as_bytes();
+        match stored.get(v.len()) {
+            Some(&END) if &stored[..v.len()] == v => stored = &stored[v.len() + 1..],
+            _ => return false,
+        }
+    }
+    stored.is_empty()
 }

@@ -3,7 +3,9 @@
 //! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order and writes
 //! the text format 0.0.4 of a [`Snapshot`] straight into a buffer it keeps across ticks
 //! (`text`), appending the text of its own registry's families (tick-duration histogram,
-//! scrape counter, process collector) where they belong. That buffer is published as it is (and
+//! scrape counter) where they belong and the `process_*` families last ([`process`]). Series
+//! lines that repeat from the last tick are copied from its text ([`lines`]). That buffer is
+//! published as it is (and
 //! comes back through [`Encoder::recycle`]); a scrape only serves those bytes;
 //! the gzip form is made on demand, at most once per exposition ([`Exposition::gzip`]).
 //!
@@ -35,6 +37,8 @@ pub mod catalog;
 pub mod dcgm;
 pub mod docs;
 mod lines;
+#[cfg(target_os = "linux")]
+mod process;
 pub mod samples;
 mod text;
 
@@ -176,6 +180,9 @@ struct Scratch {
     frames: Frames,
     /// Length of the last text written, to size a fresh buffer.
     last_len: usize,
+    /// The `process_*` metrics, made on the first encoding.
+    #[cfg(target_os = "linux")]
+    process: Option<process::ProcessMetrics>,
 }
 
 /// The label pairs every series of a device starts with (`gpu="…",uuid="…"`) and, with pod
@@ -257,8 +264,7 @@ pub struct Encoder {
     scratch: Mutex<Scratch>,
 }
 impl Encoder {
-    /// An encoder with its own registry: tick-duration histogram, scrape counter and (on Linux)
-    /// the process collector.
+    /// An encoder with its own registry: tick-duration histogram and scrape counter.
     pub fn new(opts: MetricsOptions) -> Encoder {
         let registry = Registry::new();
         let sample_duration = Histogram::with_opts(
@@ -277,12 +283,6 @@ impl Encoder {
             .expect("fresh registry");
         registry
             .register(Box::new(scrapes.clone()))
-            .expect("fresh registry");
-        #[cfg(target_os = "linux")]
-        registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
             .expect("fresh registry");
         Encoder {
             opts,
@@ -357,6 +357,8 @@ impl Encoder {
             indices,
             frames,
             last_len: _,
+            #[cfg(target_os = "linux")]
+            process,
         } = scratch;
         out.clear();
         let mut gathered = self.registry.gather();
@@ -582,10 +584,14 @@ impl Encoder {
                 out.truncate(family_start);
             }
         }
-        // What is left is the process collector's, in the registry's (name) order.
+        // Registry families the catalog does not place (none today) go last, then the process's.
         for family in &gathered {
             append_family(out, family);
         }
+        #[cfg(target_os = "linux")]
+        process
+            .get_or_insert_with(process::ProcessMetrics::new)
+            .write(out);
         if self.opts.dcgm_compat != DcgmCompat::Off {
             let compat: Vec<dcgm::Device<'_>> = devices
                 .iter()
