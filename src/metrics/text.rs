@@ -150,12 +150,15 @@ pub(crate) fn number(out: &mut Vec<u8>, value: f64) {
     if value.abs() < EXACT && value != 0.0 {
         let mut buffer = ryu::Buffer::new();
         let digits = buffer.format_finite(value);
-        let significant = digits
-            .trim_start_matches(['-', '0', '.'])
-            .bytes()
-            .filter(u8::is_ascii_digit)
-            .count();
-        if significant <= 15 && !digits.contains('e') {
+        // No more characters than 15 means no more digits; only longer ones are counted.
+        let significant = || {
+            digits
+                .trim_start_matches(['-', '0', '.'])
+                .bytes()
+                .filter(u8::is_ascii_digit)
+                .count()
+        };
+        if (digits.len() <= 15 || significant() <= 15) && !digits.contains('e') {
             out.extend_from_slice(digits.as_bytes());
             return;
         }
