@@ -3,11 +3,11 @@
 //! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order and writes
 //! the text format 0.0.4 of a [`Snapshot`] straight into a buffer it keeps across ticks
 //! (`text`), appending the text of its own registry's families (tick-duration histogram,
-//! scrape counter) where they belong and the `process_*` families last ([`process`]). Series
-//! lines that repeat from the last tick are copied from its text ([`lines`]). That buffer is
-//! published as it is (and
-//! comes back through [`Encoder::recycle`]); a scrape only serves those bytes;
-//! the gzip form is made on demand, at most once per exposition ([`Exposition::gzip`]).
+//! scrape counter) where they belong and the `process_*` families last (module `process`).
+//! Series lines that repeat from the last tick are copied from its text (module `lines`). That
+//! buffer is published as it is (and comes back through [`Encoder::recycle`]); a scrape only
+//! serves those bytes; the gzip form is made on demand, at most once per exposition
+//! ([`Exposition::gzip`]).
 //!
 //! Rules the encoder enforces: a reading that is `None` (or an empty list) produces no series;
 //! a device with `up == false` keeps only `nvidia_gpu_info`, `nvidia_gpu_up 0` (and its

@@ -361,9 +361,7 @@ fn query_support(t: &mut Tick, nvml: &Nvml, device: &Device) -> Option<bool> {
     }
 }
 
-/// Sorts the per-metric answers of one `nvmlGpmMetricsGet` into [`GpmMetrics`]. A metric that
-/// failed is left out; NOT_SUPPORTED is remembered (not asked again this session) and never
-/// counted, any other error is counted under `nvmlGpmMetricsGet`.
+/// [`decode_with`] for the GPU's own metrics.
 #[cfg(test)]
 fn decode(
     t: &mut Tick,
@@ -373,7 +371,9 @@ fn decode(
     decode_with(t, requested, results, 0)
 }
 
-/// [`decode`], remembering NOT_SUPPORTED under `arg_base | metric id`.
+/// Sorts the per-metric answers of one `nvmlGpmMetricsGet` into [`GpmMetrics`]. A metric that
+/// failed is left out; NOT_SUPPORTED is remembered under `arg_base | metric id` (not asked again
+/// this session) and never counted, any other error is counted under `nvmlGpmMetricsGet`.
 fn decode_with(
     t: &mut Tick,
     requested: &[(GpmMetricId, Target)],
