@@ -303,7 +303,38 @@ pub struct NvLinkSample {
     pub up: bool,
     pub transmit_bytes: Option<u64>,
     pub receive_bytes: Option<u64>,
-    pub errors: Vec<(NvLinkErrorType, u64)>,
+    pub errors: NvLinkErrors,
+}
+
+/// A link's error counters by [`NvLinkErrorType`]: a fixed array, since a `Vec` per link meant
+/// 18 allocations per GPU per tick in the reader and as many again in each snapshot's copy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NvLinkErrors([Option<u64>; 4]);
+
+impl NvLinkErrors {
+    /// Sets the counter of `kind`.
+    pub fn set(&mut self, kind: NvLinkErrorType, count: u64) {
+        self.0[kind as usize] = Some(count);
+    }
+
+    /// The counters that were read, in [`NvLinkErrorType::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (NvLinkErrorType, u64)> + '_ {
+        NvLinkErrorType::ALL
+            .iter()
+            .zip(&self.0)
+            .filter_map(|(kind, count)| count.map(|n| (*kind, n)))
+    }
+}
+
+impl FromIterator<(NvLinkErrorType, u64)> for NvLinkErrors {
+    /// Of a counter given twice, the first is kept.
+    fn from_iter<I: IntoIterator<Item = (NvLinkErrorType, u64)>>(pairs: I) -> Self {
+        let mut errors = NvLinkErrors::default();
+        for (kind, count) in pairs {
+            errors.0[kind as usize].get_or_insert(count);
+        }
+        errors
+    }
 }
 
 /// GPM metrics (`nvmlGpmMetricsGet`) averaged over the interval between two samples. Each field

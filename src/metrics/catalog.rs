@@ -852,7 +852,7 @@ pub static CATALOG: &[MetricDef] = &[
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
                 let link = link_label(l.link);
-                for (t, n) in sorted(&l.errors) {
+                for (t, n) in l.errors.iter() {
                     out.labelled(&[&link, NvLinkErrorType::label(t)], n as f64);
                 }
             }

@@ -95,14 +95,16 @@ fn full_device(index: u32) -> DeviceSample {
                 up: false,
                 transmit_bytes: None,
                 receive_bytes: None,
-                errors: vec![],
+                errors: NvLinkErrors::default(),
             },
             NvLinkSample {
                 link: 0,
                 up: true,
                 transmit_bytes: Some(1 << 40),
                 receive_bytes: Some(1 << 30),
-                errors: vec![(NvLinkErrorType::Replay, 5), (NvLinkErrorType::CrcFlit, 1)],
+                errors: [(NvLinkErrorType::Replay, 5), (NvLinkErrorType::CrcFlit, 1)]
+                    .into_iter()
+                    .collect(),
             },
         ],
         mig_mode: Some(false),
@@ -554,7 +556,7 @@ fn nvlinks_in_any_order_give_one_series_per_link_in_link_order() {
         up,
         transmit_bytes: Some(u64::from(link)),
         receive_bytes: None,
-        errors,
+        errors: errors.into_iter().collect(),
     };
     let mut d = bare_device(0);
     d.nvlinks = vec![

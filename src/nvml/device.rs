@@ -665,7 +665,7 @@ fn read_nvlinks(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>) -> Vec
             if let Some(n) = t.call("nvmlDeviceGetNvLinkErrorCounter", arg, || {
                 d.link_wrapper_for(l.link).error_counter(theirs)
             }) {
-                l.errors.push((ours, n));
+                l.errors.set(ours, n);
             }
         }
     }
