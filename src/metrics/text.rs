@@ -40,22 +40,7 @@ pub(crate) fn sample<'a>(
     label_values: impl Iterator<Item = &'a str>,
     value: f64,
 ) {
-    out.extend_from_slice(name.as_bytes());
-    let mut separator = b'{';
-    for (n, v) in label_names.zip(label_values) {
-        out.push(separator);
-        out.extend_from_slice(n.as_bytes());
-        out.extend_from_slice(b"=\"");
-        escape(out, v, true);
-        out.push(b'"');
-        separator = b',';
-    }
-    if separator == b',' {
-        out.push(b'}');
-    }
-    out.push(b' ');
-    number(out, value);
-    out.push(b'\n');
+    sample_framed(out, name, b"", label_names, label_values, b"", value);
 }
 
 /// Appends `n1="v1",n2="v2",…` (values escaped, no braces): label pairs that many series share,
@@ -69,11 +54,16 @@ pub(crate) fn label_pairs<'a>(
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(n.as_bytes());
-        out.extend_from_slice(b"=\"");
-        escape(out, v, true);
-        out.push(b'"');
+        pair(out, n, v);
     }
+}
+
+/// `name="value"`, the value escaped.
+fn pair(out: &mut Vec<u8>, name: &str, value: &str) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b"=\"");
+    escape(out, value, true);
+    out.push(b'"');
 }
 
 /// The same line as [`sample`] with labels `head`, then the pairs of `label_names` and
@@ -113,10 +103,7 @@ pub(crate) fn prefix_framed<'a>(
     }
     for (n, v) in label_names.zip(label_values) {
         out.push(separator);
-        out.extend_from_slice(n.as_bytes());
-        out.extend_from_slice(b"=\"");
-        escape(out, v, true);
-        out.push(b'"');
+        pair(out, n, v);
         separator = b',';
     }
     if !tail.is_empty() {
