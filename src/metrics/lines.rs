@@ -46,12 +46,20 @@ pub(super) struct Lines {
     /// Label values of the entries, and of replaced ones until the next compaction.
     keys: Vec<u8>,
     cursor: usize,
+    /// Between `begin` and `end`. Still set at `begin` when the last encoding never ended (it
+    /// panicked): its entries then point into a text that was never published.
+    writing: bool,
 }
 
 impl Lines {
     /// Starts an encoding: the lines written by the last one (into `source`, its published
     /// text) become the ones to copy from.
     pub(super) fn begin(&mut self) {
+        if self.writing {
+            self.entries.clear();
+            self.keys.clear();
+        }
+        self.writing = true;
         self.cursor = 0;
         // A steady tick adds no keys; series that change add theirs at the end. Rewrite the
         // keys once the replaced ones take more room than the live ones.
@@ -74,6 +82,7 @@ impl Lines {
     /// Ends an encoding whose text is `published`: the next one copies from it. Offsets past
     /// `u32::MAX` are not kept (a body of 4 GiB is not an exposition anyone scrapes).
     pub(super) fn end(&mut self, published: Bytes) {
+        self.writing = false;
         self.entries.truncate(self.cursor);
         if u32::try_from(published.len()).is_err() || u32::try_from(self.keys.len()).is_err() {
             self.entries.clear();
@@ -151,4 +160,47 @@ fn same_values<'a>(mut stored: &[u8], values: impl Iterator<Item = &'a str>) -> 
         }
     }
     stored.is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes one line of family 0, GPU 0 with label value `v`; true when it was copied.
+    fn write(lines: &mut Lines, out: &mut Vec<u8>, v: &str) -> bool {
+        let mut rendered = false;
+        let render = |out: &mut Vec<u8>| {
+            rendered = true;
+            out.extend_from_slice(format!("m{{l=\"{v}\"}} ").as_bytes());
+        };
+        lines.line(out, 0, 0, true, [v].into_iter(), render, 1.0);
+        !rendered
+    }
+
+    #[test]
+    fn a_line_is_copied_only_after_a_finished_encoding_with_the_same_series() {
+        let mut lines = Lines::default();
+        let mut out = Vec::new();
+        lines.begin();
+        assert!(
+            !write(&mut lines, &mut out, "a"),
+            "nothing to copy from yet"
+        );
+        lines.end(Bytes::from(std::mem::take(&mut out)));
+        lines.begin();
+        assert!(write(&mut lines, &mut out, "a"), "the same series: copied");
+        assert_eq!(out, b"m{l=\"a\"} 1\n");
+        // This encoding never ends (as if it panicked): nothing it recorded may be used, since
+        // its text was never published.
+        out.clear();
+        lines.begin();
+        assert!(!write(&mut lines, &mut out, "a"));
+        lines.end(Bytes::from(std::mem::take(&mut out)));
+        lines.begin();
+        assert!(
+            !write(&mut lines, &mut out, "b"),
+            "other label values: written anew"
+        );
+        assert_eq!(out, b"m{l=\"b\"} 1\n");
+    }
 }
