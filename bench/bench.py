@@ -210,11 +210,13 @@ def thread_runtimes(pid):
 
 
 def cpu_seconds_between(before, after, ticks_s):
-    """CPU seconds of a process between two `thread_runtimes`: exact when no thread ended in
-    between (an ended thread's time leaves the per-thread files), else `ticks_s`, the clock-tick
-    figure. Returns (seconds, source)."""
-    if set(before) <= set(after):
-        return sum(after[t] - before.get(t, 0) for t in after) / 1e9, "schedstat"
+    """CPU seconds of a process between two `thread_runtimes`, or `ticks_s` (the clock-tick
+    figure, which counts ended threads too) when a thread ended in between: one that was there
+    before is gone, or the sum falls short of the ticks by more than their rounding (two ticks),
+    as when threads are started and ended per request. Returns (seconds, source)."""
+    exact = sum(after[t] - before.get(t, 0) for t in after) / 1e9
+    if set(before) <= set(after) and exact >= ticks_s - 2 / CLK_TCK:
+        return exact, "schedstat"
     return ticks_s, "clock ticks"
 
 
