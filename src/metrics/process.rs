@@ -15,6 +15,7 @@ use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 
 use super::text;
+use crate::processes::procfs::{parse_start_time, stat_fields};
 
 /// (name, help, type) of each family, in the order they are served (by name, as the registry
 /// served them).
@@ -73,8 +74,8 @@ impl ProcessMetrics {
     pub(super) fn new() -> ProcessMetrics {
         // SAFETY: sysconf only reads configuration values.
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        ProcessMetrics {
-            start_time: start_time(),
+        let mut metrics = ProcessMetrics {
+            start_time: None,
             page_size: if page_size > 0 {
                 page_size as f64
             } else {
@@ -82,7 +83,10 @@ impl ProcessMetrics {
             },
             stat: File::open("/proc/self/stat").ok(),
             buffer: vec![0; 4096],
-        }
+        };
+        let start_ticks = metrics.read_stat().and_then(parse_start_time);
+        metrics.start_time = start_ticks.and_then(start_time);
+        metrics
     }
 
     /// Appends every family that could be read, in [`FAMILIES`] order.
@@ -105,13 +109,16 @@ impl ProcessMetrics {
         }
     }
 
-    /// Fields of `/proc/self/stat`, read again from offset 0 of the open file.
-    fn stat(&mut self) -> Option<Stat> {
+    /// `/proc/self/stat` as it is now, read again from offset 0 of the open file.
+    fn read_stat(&mut self) -> Option<&str> {
         let n = self.stat.as_ref()?.read_at(&mut self.buffer, 0).ok()?;
-        let stat = std::str::from_utf8(&self.buffer[..n]).ok()?;
-        // The command name (field 2) is in parentheses and may hold spaces: count after it.
-        let mut fields = stat[stat.rfind(')')? + 1..].split_ascii_whitespace();
-        // Fields 20, 23 and 24 of proc(5); the first one after the name is field 3.
+        std::str::from_utf8(&self.buffer[..n]).ok()
+    }
+
+    /// The fields of `/proc/self/stat` this module serves.
+    fn stat(&mut self) -> Option<Stat> {
+        let mut fields = stat_fields(self.read_stat()?)?;
+        // Fields 20, 23 and 24 of proc(5); the first of `fields` is field 3.
         let threads = fields.nth(17)?.parse().ok()?;
         let virtual_bytes = fields.nth(2)?.parse().ok()?;
         let resident_pages = fields.next()?.parse().ok()?;
@@ -153,18 +160,14 @@ fn max_fds() -> Option<f64> {
     (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as f64)
 }
 
-/// Entries of a `/proc/self` directory (open files, threads).
+/// Entries of a `/proc/self` directory (open files).
 fn count_entries(dir: &str) -> Option<f64> {
     fs::read_dir(dir).ok().map(|d| d.count() as f64)
 }
 
-/// Start of this process, seconds since the Unix epoch: its start in clock ticks after boot
-/// (`/proc/self/stat` field 22) plus the boot time (`btime` in `/proc/stat`).
-fn start_time() -> Option<f64> {
-    let stat = fs::read_to_string("/proc/self/stat").ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces: count after it.
-    let after_name = &stat[stat.rfind(')')? + 1..];
-    let ticks: f64 = after_name.split_ascii_whitespace().nth(19)?.parse().ok()?;
+/// Seconds since the Unix epoch of a start `ticks` clock ticks after boot (`/proc/self/stat`
+/// field 22): the boot time (`btime` in `/proc/stat`) plus those ticks.
+fn start_time(ticks: u64) -> Option<f64> {
     let boot: f64 = fs::read_to_string("/proc/stat")
         .ok()?
         .lines()
@@ -174,7 +177,7 @@ fn start_time() -> Option<f64> {
         .ok()?;
     // SAFETY: sysconf only reads configuration values.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    (hz > 0).then(|| boot + ticks / hz as f64)
+    (hz > 0).then(|| boot + ticks as f64 / hz as f64)
 }
 
 #[cfg(test)]

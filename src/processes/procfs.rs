@@ -82,12 +82,15 @@ fn read_start_time(dir: &Path) -> Option<u64> {
     parse_start_time(&fs::read_to_string(dir.join("stat")).ok()?)
 }
 
-/// The start time in a `stat` line. The name (field 2) is in parentheses and may itself contain
-/// spaces and parentheses, so fields are counted after the *last* `)`.
+/// The fields of a `stat` line from field 3 (state) on. The name (field 2) is in parentheses and
+/// may itself contain spaces and parentheses, so fields are counted after the *last* `)`.
+pub fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
+    Some(stat.rsplit_once(')')?.1.split_ascii_whitespace())
+}
+
+/// The start time in a `stat` line (field 22, the 20th of [`stat_fields`]).
 pub fn parse_start_time(stat: &str) -> Option<u64> {
-    let (_, rest) = stat.rsplit_once(')')?;
-    // `rest` starts at field 3 (state), so field 22 is the 20th word.
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    stat_fields(stat)?.nth(19)?.parse().ok()
 }
 
 #[cfg(test)]
