@@ -8,7 +8,9 @@
 //! (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, `getrlimit`); memory and threads come from
 //! `/proc/self/stat` through a descriptor opened once and read again from offset 0 each tick
 //! (a `/proc` file is generated anew by every read from its start); the start time is read
-//! once. CPU time is also exact to the nanosecond, where the collector truncated it to whole
+//! once. Open descriptors are the size the kernel reports for the `/proc/self/fd` directory
+//! (Linux 6.2 and later; one `fstat` of a descriptor kept open), listed only on older kernels,
+//! which report 0. CPU time is also exact to the nanosecond, where the collector truncated it to whole
 //! seconds.
 
 use std::fs::{self, File};
@@ -68,6 +70,8 @@ pub(super) struct ProcessMetrics {
     stat: Option<File>,
     /// What it is read into, kept across ticks.
     buffer: Vec<u8>,
+    /// `/proc/self/fd`, open for the process's life (so it counts itself, as a listing does).
+    fd_dir: Option<File>,
 }
 
 impl ProcessMetrics {
@@ -83,6 +87,7 @@ impl ProcessMetrics {
             },
             stat: File::open("/proc/self/stat").ok(),
             buffer: vec![0; 4096],
+            fd_dir: File::open("/proc/self/fd").ok(),
         };
         let start_ticks = metrics.read_stat().and_then(parse_start_time);
         metrics.start_time = start_ticks.and_then(start_time);
@@ -95,7 +100,7 @@ impl ProcessMetrics {
         let values = [
             cpu_seconds(),
             max_fds(),
-            count_entries("/proc/self/fd"),
+            self.open_fds(),
             stat.map(|s| s.resident_pages * self.page_size),
             self.start_time,
             stat.map(|s| s.threads),
@@ -113,6 +118,16 @@ impl ProcessMetrics {
     fn read_stat(&mut self) -> Option<&str> {
         let n = self.stat.as_ref()?.read_at(&mut self.buffer, 0).ok()?;
         std::str::from_utf8(&self.buffer[..n]).ok()
+    }
+
+    /// The number of open descriptors: the size of `/proc/self/fd` where the kernel reports it,
+    /// else the length of its listing.
+    fn open_fds(&self) -> Option<f64> {
+        let counted = self.fd_dir.as_ref()?.metadata().ok()?.len();
+        if counted > 0 {
+            return Some(counted as f64);
+        }
+        listed_fds()
     }
 
     /// The fields of `/proc/self/stat` this module serves.
@@ -161,8 +176,9 @@ fn max_fds() -> Option<f64> {
 }
 
 /// Entries of a `/proc/self` directory (open files).
-fn count_entries(dir: &str) -> Option<f64> {
-    fs::read_dir(dir).ok().map(|d| d.count() as f64)
+/// The number of entries in `/proc/self/fd` (its own descriptor included).
+fn listed_fds() -> Option<f64> {
+    fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as f64)
 }
 
 /// Seconds since the Unix epoch of a start `ticks` clock ticks after boot (`/proc/self/stat`
@@ -246,6 +262,26 @@ mod tests {
         barrier.wait();
         spawned.into_iter().for_each(|t| t.join().unwrap());
         assert!(during >= before + 3.0, "{before} → {during}");
+    }
+
+    #[test]
+    fn open_descriptors_are_counted_as_they_open_and_close() {
+        let metrics = ProcessMetrics::new();
+        let counts = || (metrics.open_fds().unwrap(), listed_fds().unwrap());
+        let (before, listed_before) = counts();
+        let files: Vec<File> = (0..200)
+            .map(|_| File::open("/proc/self/stat").unwrap())
+            .collect();
+        let (during, listed_during) = counts();
+        drop(files);
+        let (after, _) = counts();
+        // Other tests of this binary open and close files meanwhile, hence the margins.
+        assert!(during >= before + 150.0, "{before} → {during}");
+        assert!(
+            listed_during >= listed_before + 150.0,
+            "{listed_before} → {listed_during}"
+        );
+        assert!(after <= during - 150.0, "{during} → {after}");
     }
 
     #[test]
