@@ -1,12 +1,13 @@
-//! The sampling loop: NVML initialisation with backoff, one long-lived worker thread per device,
-//! a coordinator that asks every idle worker for a reading each tick and waits until the
-//! per-device deadline, and the XID event thread. Every tick ends in a complete [`Snapshot`]
-//! handed to `publish`.
+//! The sampling loop: NVML initialisation with backoff, a coordinator that has every idle device
+//! read each tick (by the reader threads of [`readers`]) and waits until the per-device
+//! deadline, and the XID event thread. Every tick ends in a complete [`Snapshot`] handed to
+//! `publish`.
 //!
 //! Isolation: NVML calls block, and a failing GPU can hang one for seconds. A device that misses
 //! the deadline is served from its last reading marked `stale` (and `up = false` once that is
-//! older than the grace period); a worker still inside a call gets no new request, and its late
-//! result is taken when it arrives. No thread here runs on an async runtime.
+//! older than the grace period); a device whose read is still inside a call is not asked again,
+//! and its late result is taken at the next tick. A hung call holds one reader thread; the other
+//! devices are read by another (see [`readers`]). No thread here runs on an async runtime.
 //!
 //! A session is one NVML initialisation with its threads. It ends when every device answers
 //! UNINITIALIZED / DRIVER_NOT_LOADED (a driver restart: initialise again with backoff) or when a
@@ -20,8 +21,8 @@
 //! 503 once it is older than the readiness limit: nothing fresh is being served.
 //!
 //! GPM saturation metrics are averages between a device's samples of two consecutive ticks, so
-//! each request carries the tick number and each worker keeps its previous GPM sample on its
-//! own stack, next to the `Nvml` it borrows; a worker that missed a tick starts a new window.
+//! each read carries the tick number and each device keeps its previous GPM sample; a device
+//! that missed a tick starts a new window.
 
 use std::collections::HashSet;
 use std::io;
@@ -37,18 +38,21 @@ use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, LogLimiter, classify, error_name};
 use crate::nvml::events::{XidLog, unix_now, watch_xids};
-use crate::nvml::gpm::GpmState;
 use crate::sample::{DeviceSample, Snapshot, SystemInfo};
+
+mod readers;
+
+use readers::{DeviceWork, Inbox, Readers, Reading};
 
 /// First wait after a failed NVML initialisation; doubled after each failure.
 const INIT_BACKOFF_START: Duration = Duration::from_secs(1);
 /// Longest wait between two initialisation attempts.
 const INIT_BACKOFF_MAX: Duration = Duration::from_secs(30);
-/// How long stopping a generation of workers (and the XID thread) may take before the threads
+/// How long stopping a generation of readers (and the XID thread) may take before the threads
 /// still inside a hung NVML call are left behind.
-const WORKER_STOP_BOUND: Duration = Duration::from_secs(2);
+const READER_STOP_BOUND: Duration = Duration::from_secs(2);
 /// How long `Sampler::shutdown` waits for the coordinator (which itself waits up to
-/// `WORKER_STOP_BOUND` for its workers).
+/// `READER_STOP_BOUND` for its readers).
 const SHUTDOWN_BOUND: Duration = Duration::from_secs(4);
 
 /// How the sampler runs.
@@ -81,10 +85,10 @@ impl Default for SamplerOptions {
     }
 }
 
-/// The running sampler: a coordinator thread and, while NVML is up, one worker per device and
+/// The running sampler: a coordinator thread and, while NVML is up, the device readers and
 /// the XID thread. Stops on [`Sampler::shutdown`] or when dropped.
 pub struct Sampler {
-    control: Sender<Msg>,
+    inbox: Arc<Inbox>,
     threads: Option<ThreadGroup>,
 }
 
@@ -96,13 +100,12 @@ impl Sampler {
         opts: SamplerOptions,
         publish: impl Fn(Snapshot) + Send + 'static,
     ) -> io::Result<Sampler> {
-        let (tx, rx) = mpsc::channel();
+        let inbox = Arc::new(Inbox::default());
         let mut threads = ThreadGroup::new();
         let coordinator = Coordinator {
             opts,
             publish,
-            rx,
-            tx: tx.clone(),
+            inbox: Arc::clone(&inbox),
             errors: Arc::new(ErrorCounter::default()),
             xids: Arc::new(XidLog::default()),
             generation: 0,
@@ -110,12 +113,12 @@ impl Sampler {
         };
         threads.spawn("nvml-sampler".into(), move || coordinator.run())?;
         Ok(Sampler {
-            control: tx,
+            inbox,
             threads: Some(threads),
         })
     }
 
-    /// Signals every thread and joins those that return within a short bound; a worker stuck
+    /// Signals every thread and joins those that return within a short bound; a reader stuck
     /// inside a hung NVML call is left detached (it holds its own reference to the library and
     /// exits by itself if the call ever returns). Idempotent / also on Drop.
     pub fn shutdown(mut self) {
@@ -126,8 +129,8 @@ impl Sampler {
         let Some(threads) = self.threads.take() else {
             return;
         };
-        // The coordinator may already be gone (e.g. `publish` panicked): nothing to signal then.
-        let _ = self.control.send(Msg::Shutdown);
+        // The coordinator may already be gone (e.g. `publish` panicked): then nobody reads this.
+        self.inbox.shut_down();
         if !threads.join_within(SHUTDOWN_BOUND) {
             tracing::warn!("sampler did not stop within {SHUTDOWN_BOUND:?}; left detached");
         }
@@ -151,15 +154,17 @@ pub fn sample_once(opts: &SamplerOptions) -> Snapshot {
         Ok(n) => Arc::new(n),
         Err(reason) => return down_snapshot(reason, &errors),
     };
-    let (tx, rx) = mpsc::channel();
-    let mut session = match Session::start(nvml, 1, &tx, &errors, None, opts.processes.as_deref()) {
+    let inbox = Arc::new(Inbox::default());
+    let processes = opts.processes.as_deref();
+    let timeout = opts.device_timeout;
+    let mut session = match Session::start(nvml, 1, &inbox, timeout, &errors, None, processes) {
         Ok(s) => s,
         Err(reason) => return down_snapshot(reason, &errors),
     };
     let started = Instant::now();
-    let snapshot = match session.tick(&rx, started + opts.device_timeout) {
+    let snapshot = match session.tick(&inbox, started + opts.device_timeout) {
         TickEnd::Done => session.snapshot(started, opts.stale_grace, &errors),
-        // Nobody else holds `tx`, so no shutdown can arrive; keep the types honest anyway.
+        // Nobody else holds `inbox`, so no shutdown can arrive; keep the types honest anyway.
         TickEnd::Shutdown => down_snapshot("shut down".into(), &errors),
     };
     session.stop();
@@ -174,17 +179,6 @@ fn down_snapshot(reason: String, errors: &ErrorCounter) -> Snapshot {
         nvml_errors: errors.snapshot(),
         ..Snapshot::default()
     }
-}
-
-/// Messages to the coordinator.
-enum Msg {
-    Shutdown,
-    /// A worker's reading; `generation` tells results of a previous NVML session apart.
-    Reading {
-        generation: u64,
-        index: u32,
-        outcome: Box<ReadOutcome>,
-    },
 }
 
 /// Exponential backoff for NVML initialisation.
@@ -221,9 +215,8 @@ enum SessionEnd {
 struct Coordinator<P> {
     opts: SamplerOptions,
     publish: P,
-    rx: Receiver<Msg>,
-    /// Cloned into every worker so its readings come back on `rx`.
-    tx: Sender<Msg>,
+    /// Shared with every reader and with the [`Sampler`] (for shutdown).
+    inbox: Arc<Inbox>,
     /// Cumulative over the whole life of the sampler, across re-initialisations.
     errors: Arc<ErrorCounter>,
     xids: Arc<XidLog>,
@@ -254,7 +247,7 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                 tracing::warn!(retry_in = ?delay, "NVML not available: {reason}");
             }
             (self.publish)(down_snapshot(reason, &self.errors));
-            if self.wait_until(Instant::now() + delay, None) {
+            if self.inbox.wait(Instant::now() + delay).shutdown {
                 return;
             }
         }
@@ -266,7 +259,8 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
         let mut session = match Session::start(
             nvml,
             self.generation,
-            &self.tx,
+            &self.inbox,
+            self.opts.device_timeout,
             &self.errors,
             Some(&self.xids),
             self.opts.processes.as_deref(),
@@ -275,14 +269,15 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
             Err(reason) => return SessionEnd::Reinit(reason),
         };
         tracing::info!(
-            gpus = session.workers.len(),
+            gpus = session.devices.len(),
             driver = %session.system.driver_version,
             "devices discovered"
         );
         let mut xids_pruned = false;
         loop {
             let started = Instant::now();
-            if let TickEnd::Shutdown = session.tick(&self.rx, started + self.opts.device_timeout) {
+            if let TickEnd::Shutdown = session.tick(&self.inbox, started + self.opts.device_timeout)
+            {
                 session.stop();
                 return SessionEnd::Shutdown;
             }
@@ -312,7 +307,7 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                     "NVML answered UNINITIALIZED / DRIVER_NOT_LOADED on every call".into(),
                 );
             }
-            if self.wait_until(started + self.opts.interval, Some(&mut session)) {
+            if self.inbox.wait(started + self.opts.interval).shutdown {
                 session.stop();
                 return SessionEnd::Shutdown;
             }
@@ -326,26 +321,6 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
             }
         }
     }
-
-    /// Waits until `deadline`, taking late readings into `session` as they come. True on shutdown.
-    fn wait_until(&self, deadline: Instant, mut session: Option<&mut Session>) -> bool {
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.rx.recv_timeout(left) {
-                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => return true,
-                Ok(Msg::Reading {
-                    generation,
-                    index,
-                    outcome,
-                }) => {
-                    if let Some(s) = session.as_deref_mut() {
-                        s.take(generation, index, *outcome);
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => return false,
-            }
-        }
-    }
 }
 
 /// How a tick ended.
@@ -354,14 +329,12 @@ enum TickEnd {
     Shutdown,
 }
 
-/// One device's worker as seen by the coordinator.
+/// One device as seen by the coordinator.
 struct Slot {
     index: u32,
-    /// "Read now, as tick N"; dropping it ends the worker once it is idle.
-    requests: Sender<u64>,
-    /// A request is outstanding (the worker is inside NVML).
+    /// Queued or being read (a reader is inside NVML for it).
     busy: bool,
-    /// A request was sent this tick and its answer arrived this tick.
+    /// It was asked this tick and answered this tick.
     fresh: bool,
     last: Option<ReadOutcome>,
     last_at: Option<Instant>,
@@ -371,7 +344,8 @@ struct Slot {
 struct Session {
     generation: u64,
     system: SystemInfo,
-    workers: Vec<Slot>,
+    devices: Vec<Slot>,
+    readers: Readers,
     /// Ticks started in this session; the number of the next one.
     ticks: u64,
     /// End of the last complete tick (Unix seconds), if any in this session.
@@ -379,15 +353,18 @@ struct Session {
     threads: ThreadGroup,
     /// Dropping it tells the XID thread to stop.
     xid_stop: Option<Sender<()>>,
+    /// Readings taken from the inbox, kept for its capacity.
+    readings: Vec<Reading>,
 }
 
 impl Session {
-    /// Reads system info and the device count, then starts one worker per device (reading
-    /// processes too when `host_proc` is given) and, when `xids` is given, the XID thread.
+    /// Reads system info and the device count, then prepares each device's reader (reading
+    /// processes too when `host_proc` is given) and, when `xids` is given, starts the XID thread.
     fn start(
         nvml: Arc<Nvml>,
         generation: u64,
-        tx: &Sender<Msg>,
+        inbox: &Arc<Inbox>,
+        device_timeout: Duration,
         errors: &Arc<ErrorCounter>,
         xids: Option<&Arc<XidLog>>,
         host_proc: Option<&Path>,
@@ -400,44 +377,23 @@ impl Session {
             format!("nvmlDeviceGetCount failed: {} ({e})", error_name(&e))
         })?;
         let mut threads = ThreadGroup::new();
-        let mut workers = Vec::new();
+        let mut slots = Vec::new();
+        let mut devices = Vec::new();
         for index in 0..count {
-            let (req_tx, req_rx) = mpsc::channel::<u64>();
-            let nvml = Arc::clone(&nvml);
-            let tx = tx.clone();
             let mut reader = DeviceReader::new(index, Arc::clone(errors));
             if let Some(root) = host_proc {
                 reader = reader.with_processes(root);
             }
-            let spawned = threads.spawn(format!("nvml-gpu{index}"), move || {
-                // Borrows `nvml`, so it lives here rather than in the reader; it is dropped
-                // (freeing its sample) before this thread's reference to the library.
-                let mut gpm = GpmState::new();
-                while let Ok(tick) = req_rx.recv() {
-                    let outcome = Box::new(reader.read(&nvml, tick, &mut gpm));
-                    let msg = Msg::Reading {
-                        generation,
-                        index,
-                        outcome,
-                    };
-                    if tx.send(msg).is_err() {
-                        return;
-                    }
-                }
-            });
-            if let Err(e) = spawned {
-                // Without its thread the device is simply never fresh (served up = false).
-                tracing::error!(gpu = index, "cannot start device worker: {e}");
-            }
-            workers.push(Slot {
+            devices.push(DeviceWork::new(reader, Arc::clone(&nvml)));
+            slots.push(Slot {
                 index,
-                requests: req_tx,
                 busy: false,
                 fresh: false,
                 last: None,
                 last_at: None,
             });
         }
+        let readers = Readers::new(generation, devices, Arc::clone(inbox), device_timeout);
         let xid_stop = match xids {
             Some(log) => {
                 let (stop_tx, stop_rx) = mpsc::channel();
@@ -457,75 +413,77 @@ impl Session {
         Ok(Session {
             generation,
             system,
-            workers,
+            devices: slots,
+            readers,
             ticks: 0,
             last_complete: None,
             threads,
             xid_stop,
+            readings: Vec::new(),
         })
     }
 
-    /// Asks every idle worker for a reading and waits for the answers until `deadline`.
-    fn tick(&mut self, rx: &Receiver<Msg>, deadline: Instant) -> TickEnd {
-        let mut pending: HashSet<u32> = HashSet::new();
+    /// Has every idle device read and waits for the answers until `deadline`.
+    fn tick(&mut self, inbox: &Inbox, deadline: Instant) -> TickEnd {
         let tick = self.ticks;
         self.ticks += 1;
-        for w in &mut self.workers {
+        // Late answers of earlier ticks first, so their devices are idle again.
+        if inbox.collect(&mut self.readings) {
+            return TickEnd::Shutdown;
+        }
+        self.take_readings(None);
+        // A busy device is stuck in an earlier call: asking again would only queue up. Its late
+        // answer is taken at a later tick, and does not count as that tick's reading.
+        let mut asked = Vec::with_capacity(self.devices.len());
+        for w in &mut self.devices {
             w.fresh = false;
-            // A busy worker is stuck in an earlier call: asking again would only queue up. Its
-            // late answer is still taken below, but does not count as this tick's reading.
-            if !w.busy && w.requests.send(tick).is_ok() {
+            if !w.busy {
                 w.busy = true;
-                pending.insert(w.index);
+                asked.push(w.index);
             }
         }
-        while !pending.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(Msg::Shutdown) | Err(RecvTimeoutError::Disconnected) => {
-                    return TickEnd::Shutdown;
-                }
-                Ok(Msg::Reading {
-                    generation,
-                    index,
-                    outcome,
-                }) => {
-                    if self.take(generation, index, *outcome) && pending.remove(&index) {
-                        if let Some(w) = self.workers.get_mut(index as usize) {
-                            w.fresh = true;
-                        }
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => break,
+        let (unstarted, shutdown) = self.readers.read(tick, &asked, deadline, &mut self.threads);
+        for index in unstarted {
+            if let Some(w) = self.devices.get_mut(index as usize) {
+                w.busy = false;
             }
         }
-        TickEnd::Done
+        let shutdown = inbox.collect(&mut self.readings) || shutdown;
+        self.take_readings(Some(tick));
+        if shutdown {
+            TickEnd::Shutdown
+        } else {
+            TickEnd::Done
+        }
     }
 
-    /// Takes a worker's reading; false when it belongs to an earlier session.
-    fn take(&mut self, generation: u64, index: u32, outcome: ReadOutcome) -> bool {
-        if generation != self.generation {
-            return false;
+    /// Takes the collected readings of this session; those answering `tick` make their device
+    /// fresh.
+    fn take_readings(&mut self, tick: Option<u64>) {
+        for r in self.readings.drain(..) {
+            if r.generation != self.generation {
+                continue;
+            }
+            let Some(w) = self.devices.get_mut(r.index as usize) else {
+                continue;
+            };
+            w.busy = false;
+            w.fresh = tick == Some(r.tick);
+            w.last = Some(r.outcome);
+            w.last_at = Some(r.at);
         }
-        let Some(w) = self.workers.get_mut(index as usize) else {
-            return false;
-        };
-        w.busy = false;
-        w.last = Some(outcome);
-        w.last_at = Some(Instant::now());
-        true
     }
 
     /// True when every device that answered this tick says the driver is gone.
     fn driver_gone(&self) -> bool {
-        let mut fresh = self.workers.iter().filter(|w| w.fresh).peekable();
+        let mut fresh = self.devices.iter().filter(|w| w.fresh).peekable();
         fresh.peek().is_some() && fresh.all(|w| w.last.as_ref().is_some_and(|o| o.driver_gone))
     }
 
     /// True when a device answered this tick that its index no longer exists (e.g. after a
     /// driver restart that every device answered GPU_IS_LOST, a GPU is missing).
     fn device_set_changed(&self) -> bool {
-        self.workers
+        self.devices
             .iter()
             .any(|w| w.fresh && w.last.as_ref().is_some_and(|o| o.vanished))
     }
@@ -534,7 +492,7 @@ impl Session {
     /// answered in it (see the module doc).
     fn snapshot(&mut self, started: Instant, grace: Duration, errors: &ErrorCounter) -> Snapshot {
         let now = Instant::now();
-        if self.workers.is_empty() || self.workers.iter().any(|w| w.fresh) {
+        if self.devices.is_empty() || self.devices.iter().any(|w| w.fresh) {
             self.last_complete = Some(unix_now());
         }
         Snapshot {
@@ -542,7 +500,7 @@ impl Session {
             nvml_error: None,
             system: self.system.clone(),
             devices: self
-                .workers
+                .devices
                 .iter()
                 .map(|w| device_view(w.index, w.fresh, w.last.as_ref(), w.last_at, now, grace))
                 .collect(),
@@ -554,14 +512,14 @@ impl Session {
         }
     }
 
-    /// Stops the workers and the XID thread; those that do not return within the bound (stuck in
+    /// Stops the readers and the XID thread; those that do not return within the bound (stuck in
     /// NVML) are left detached and exit by themselves when their call returns.
     fn stop(self) {
-        drop(self.workers);
+        self.readers.stop();
         drop(self.xid_stop);
-        if !self.threads.join_within(WORKER_STOP_BOUND) {
+        if !self.threads.join_within(READER_STOP_BOUND) {
             tracing::warn!(
-                "a device worker is stuck in an NVML call; left detached after {WORKER_STOP_BOUND:?}"
+                "a device reader is stuck in an NVML call; left detached after {READER_STOP_BOUND:?}"
             );
         }
     }

@@ -142,18 +142,20 @@ xid = 79
 repeat = 1
 "#;
 
-/// Waits until the process has exactly `want` threads (workers of a finished NVML session may
-/// take up to their stop bound to end), failing with the last count.
-fn wait_threads(e: &Exporter, want: u64, what: &str) {
+/// Waits until the process has exactly `want` threads besides its device readers (the threads
+/// of a finished NVML session may take up to their stop bound to end), and one or two readers
+/// (a second is started when a tick is slow, as on a loaded machine, and ends after 10 s idle),
+/// failing with the last counts.
+fn wait_threads(e: &Exporter, want: usize, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let n = proc_status(e, "Threads");
-        if n == want {
+        let (all, readers) = common::thread_counts(e);
+        if all - readers == want && (1..=2).contains(&readers) {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "{what}: {n} threads, want {want}"
+            "{what}: {all} threads of which {readers} readers, want {want} besides 1 or 2 readers"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -176,8 +178,9 @@ fn repeated_driver_restarts_leak_no_threads_and_no_series() {
             && m.gpu_value("nvidia_gpu_xid_errors_total", 1, &[("xid", "79")])
                 .is_some()
     });
-    let baseline_threads = proc_status(&e, "Threads");
-    eprintln!("threads with two GPUs before any restart: {baseline_threads}");
+    let (all, readers) = common::thread_counts(&e);
+    let baseline_threads = all - readers;
+    eprintln!("threads with two GPUs before any restart: {all}, of which {readers} readers");
     let mut baseline_series = gpu_series(&first);
     // XID series come and go with the events; compare the rest.
     baseline_series.retain(|s| !s.contains("xid"));
@@ -207,8 +210,9 @@ fn repeated_driver_restarts_leak_no_threads_and_no_series() {
                     .all(|s| s.labels.get("gpu").is_none_or(|g| g == "0")),
                 "only GPU 0's series remain"
             );
-            // One worker fewer while one GPU is present.
-            wait_threads(&e, baseline_threads - 1, "one GPU");
+            // The same threads with one GPU: readers do not grow with the GPUs, and the
+            // previous session's have ended.
+            wait_threads(&e, baseline_threads, "one GPU");
         }
         last_count = want;
         restarts_seen += 1;
@@ -230,6 +234,79 @@ fn repeated_driver_restarts_leak_no_threads_and_no_series() {
             baseline_series.difference(&series).collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Three GPUs; on the last, an nvmlDeviceGetTemperature call made at t = 2–3 s blocks 4 s.
+const ONE_HANG: &str = r#"
+[[gpu]]
+model = "L4"
+uuid = "GPU-aaaaaaaa-0000-4000-8000-00000000000a"
+pci_bus_id = "01:00.0"
+serial = "1"
+
+[[gpu]]
+model = "L4"
+uuid = "GPU-bbbbbbbb-0000-4000-8000-00000000000b"
+pci_bus_id = "02:00.0"
+serial = "2"
+
+[[gpu]]
+model = "L4"
+uuid = "GPU-cccccccc-0000-4000-8000-00000000000c"
+pci_bus_id = "03:00.0"
+serial = "3"
+
+[[fault]]
+kind = "hang"
+gpu = 2
+function = "nvmlDeviceGetTemperature"
+seconds = 4
+from = 2
+to = 3
+"#;
+
+#[test]
+fn a_hung_call_holds_one_reader_and_the_spare_ends_after_it_returns() {
+    let dir = std::env::temp_dir().join(format!("nvml-exporter-hang-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("one-hang.toml");
+    std::fs::write(&path, ONE_HANG).unwrap();
+    let e = Exporter::start(
+        &[("NVML_SIM_SCENARIO", path.to_str().unwrap())],
+        &["--interval", "250ms", "--stale-grace", "1s"],
+    );
+    let up = |m: &Exposition, g| m.gpu_value("nvidia_gpu_up", g, &[]);
+    e.wait_metrics(WAIT, "GPU 2 down while its call hangs", |m| {
+        up(m, 2) == Some(0.0)
+    });
+    let during = common::reader_threads(&e);
+    let m = e.metrics();
+    assert!(
+        up(&m, 0) == Some(1.0) && up(&m, 1) == Some(1.0),
+        "the other GPUs stay up"
+    );
+    // Held by the hung call, and reading the others (a loaded machine may add a spare).
+    assert!(
+        (2..=3).contains(&during),
+        "{during} readers during the hang"
+    );
+    e.wait_metrics(WAIT, "GPU 2 back once its call returned", |m| {
+        up(m, 2) == Some(1.0)
+    });
+    // Only one reader has work each tick; the other is idle and ends after 10 s.
+    let back = Instant::now();
+    loop {
+        let n = common::reader_threads(&e);
+        if n == 1 {
+            break;
+        }
+        assert!(
+            back.elapsed() < Duration::from_secs(20),
+            "{n} readers 20 s after the hang ended"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

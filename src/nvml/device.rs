@@ -49,8 +49,8 @@ pub struct ReadOutcome {
     pub vanished: bool,
 }
 
-/// Reads one device, tick after tick, remembering what it does not support. Lives on the
-/// device's worker thread for as long as the `Nvml` it reads from.
+/// Reads one device, tick after tick, remembering what it does not support. Lives as long as
+/// the `Nvml` it reads from (one NVML session).
 pub struct DeviceReader {
     index: u32,
     errors: Arc<ErrorCounter>,
@@ -100,7 +100,7 @@ impl DeviceReader {
     /// fails: what cannot be read is `None`/empty.
     ///
     /// `gpm` holds the previous GPM sample; it borrows `nvml`, so the caller keeps it next to
-    /// its `Nvml` (on the worker's stack) and passes it to every read.
+    /// its `Nvml` and passes it to every read.
     pub fn read<'nvml>(
         &mut self,
         nvml: &'nvml Nvml,

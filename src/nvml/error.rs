@@ -101,7 +101,7 @@ pub fn init_failure_reason(lib: &Path, error: &NvmlError) -> String {
 const LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Cumulative count of failed NVML calls by (C function name, error name), shared by every
-/// device worker and kept across re-initialisations (the metric is a counter).
+/// device reader and kept across re-initialisations (the metric is a counter).
 #[derive(Debug, Default)]
 pub struct ErrorCounter {
     inner: Mutex<ErrorCounterInner>,

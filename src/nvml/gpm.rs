@@ -2,8 +2,8 @@
 //!
 //! GPM values are not read directly: NVML takes a sample of the device's performance counters
 //! (`nvmlGpmSampleGet`) and `nvmlGpmMetricsGet` turns two samples into averages over the time
-//! between them. So each device worker keeps its previous sample in a [`GpmState`] on its own
-//! stack frame (a `GpmSample<'nvml>` borrows the `Nvml` the worker holds), and every tick
+//! between them. So each device keeps its previous sample in a [`GpmState`] (a
+//! `GpmSample<'nvml>` borrows the `Nvml` that the device's reading state holds), and every tick
 //! yields the averages over the last interval. The first tick after a (re)start, after the
 //! device missed a tick and after it was lost yields none: there is no previous sample, or the
 //! one there is does not close a window of one tick.
@@ -136,7 +136,7 @@ impl<S> Default for Window<S> {
 
 impl<S> Window<S> {
     /// Starts tick number `tick`: the previous sample is forgotten unless it was taken in tick
-    /// `tick - 1`, so that a device that missed a tick (its worker was stuck in a call) starts
+    /// `tick - 1`, so that a device that missed a tick (its read was stuck in a call) starts
     /// over rather than averaging over a hang.
     pub fn begin_tick(&mut self, tick: u64) {
         if self.last_tick.and_then(|t| t.checked_add(1)) != Some(tick) {
@@ -164,7 +164,7 @@ impl<S> Window<S> {
     }
 }
 
-/// One device's GPM state, kept on its worker's stack for one NVML session: whether the device
+/// One device's GPM state, kept with its reader for one NVML session: whether the device
 /// supports GPM (asked once per session) and the previous sample.
 #[derive(Debug, Default)]
 pub struct GpmState<'nvml> {
@@ -445,7 +445,7 @@ mod tests {
         );
         w.begin_tick(2);
         assert_eq!(w.advance(20, |a, b| (*a, *b)), Some((10, 20)));
-        // Tick 3 missed (the worker was stuck): tick 4 starts over.
+        // Tick 3 missed (the read was stuck): tick 4 starts over.
         w.begin_tick(4);
         assert!(!w.has_previous());
         assert_eq!(w.advance(40, |a, b| (*a, *b)), None);

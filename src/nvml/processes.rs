@@ -40,7 +40,7 @@ const NAME_LENGTH: usize = 64;
 const COMPUTE: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
 const GRAPHICS: &str = "nvmlDeviceGetGraphicsRunningProcesses_v3";
 
-/// Reads one device's processes, tick after tick. Lives in the device's worker.
+/// Reads one device's processes, tick after tick. Part of the device's [`super::device::DeviceReader`].
 #[derive(Debug)]
 pub struct ProcessReader {
     procfs: ProcTable,

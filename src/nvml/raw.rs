@@ -139,6 +139,11 @@ pub fn field_values(
 /// code and value.
 pub struct GpmRequest(Box<nvmlGpmMetricsGet_t>);
 
+// SAFETY: the request owns no memory through its pointers: the sample handles are only passed
+// to NVML (which may be called from any thread), and the name pointers NVML sets are never read.
+// `&mut self` keeps it to one thread at a time.
+unsafe impl Send for GpmRequest {}
+
 impl std::fmt::Debug for GpmRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpmRequest").finish_non_exhaustive()

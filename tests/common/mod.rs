@@ -462,3 +462,19 @@ impl Exposition {
             .collect()
     }
 }
+
+/// How many threads `e` has, and how many of them are device readers (`nvml-reader…`), from
+/// one listing of `/proc/<pid>/task`.
+pub fn thread_counts(e: &Exporter) -> (usize, usize) {
+    let names: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", e.child.id()))
+        .expect("list /proc/<pid>/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .collect();
+    let readers = names.iter().filter(|n| n.starts_with("nvml-reader")).count();
+    (names.len(), readers)
+}
+
+/// How many device reader threads `e` has.
+pub fn reader_threads(e: &Exporter) -> usize {
+    thread_counts(e).1
+}
