@@ -4,17 +4,21 @@
 //! That collector, called once per tick, cost more than a fifth of the sampling thread's CPU time
 //! at 8 GPUs (~220 µs per tick, measured with `perf stat --per-thread`): it opens `/proc/<pid>`,
 //! lists `/proc/<pid>/fd`, and has the kernel format and then parses `/proc/<pid>/limits` and the
-//! 52 fields of `/proc/<pid>/stat`. Here CPU time and the file limit are single system calls
-//! (`clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, `getrlimit`); memory and threads come from
-//! `/proc/self/stat` through a descriptor opened once and read again from offset 0 each tick
-//! (a `/proc` file is generated anew by every read from its start); the start time is read
-//! once. Open descriptors are the size the kernel reports for the `/proc/self/fd` directory
-//! (Linux 6.2 and later; one `fstat` of a descriptor kept open), listed only on older kernels,
-//! which report 0. CPU time is also exact to the nanosecond, where the collector truncated it to whole
-//! seconds.
+//! 52 fields of `/proc/<pid>/stat`. Here each value is one system call on a descriptor opened
+//! once (a `/proc` file is generated anew by every read from its start):
+//! - CPU time: `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, exact to the nanosecond (the collector
+//!   truncated it to whole seconds); the file limit: `getrlimit`.
+//! - Memory: `/proc/self/statm`. Not `/proc/self/stat`: the kernel checks ptrace access on every
+//!   read of it (run through any BPF security hooks installed, as on this benchmark machine) and
+//!   formats 52 fields; it cost ten times a read of `statm` there.
+//! - Threads: the link count of `/proc/self/task` (the kernel adds one per thread to the
+//!   directory's two); `/proc/self/stat` where that reads less than three.
+//! - Open descriptors: the size of `/proc/self/fd` (Linux 6.2 and later); its listing on older
+//!   kernels, which report 0.
+//! - Start time: `/proc/self/stat`, once.
 
 use std::fs::{self, File};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 
 use super::text;
 use crate::processes::procfs::{parse_start_time, stat_fields};
@@ -64,47 +68,50 @@ const FAMILIES: [(&str, &str, &str); 7] = [
 pub(super) struct ProcessMetrics {
     /// Seconds since the Unix epoch at which the process started; `None` if unreadable.
     start_time: Option<f64>,
-    /// Bytes per page (`stat` counts resident memory in pages).
+    /// Bytes per page (`statm` counts memory in pages).
     page_size: f64,
-    /// `/proc/self/stat`, open for the process's life; `None` if it could not be opened.
-    stat: Option<File>,
-    /// What it is read into, kept across ticks.
-    buffer: Vec<u8>,
-    /// `/proc/self/fd`, open for the process's life (so it counts itself, as a listing does).
+    /// `/proc/self/statm`, `/proc/self/task` and `/proc/self/fd`, open for the process's life
+    /// (`fd_dir` counts itself, as a listing does); `None` where one could not be opened.
+    statm: Option<File>,
+    task_dir: Option<File>,
     fd_dir: Option<File>,
+    /// What `statm` is read into, kept across ticks.
+    buffer: [u8; 128],
 }
 
 impl ProcessMetrics {
     pub(super) fn new() -> ProcessMetrics {
         // SAFETY: sysconf only reads configuration values.
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let mut metrics = ProcessMetrics {
-            start_time: None,
+        let stat = fs::read_to_string("/proc/self/stat").ok();
+        ProcessMetrics {
+            start_time: stat
+                .as_deref()
+                .and_then(parse_start_time)
+                .and_then(start_time),
             page_size: if page_size > 0 {
                 page_size as f64
             } else {
                 4096.0
             },
-            stat: File::open("/proc/self/stat").ok(),
-            buffer: vec![0; 4096],
+            statm: File::open("/proc/self/statm").ok(),
+            task_dir: File::open("/proc/self/task").ok(),
             fd_dir: File::open("/proc/self/fd").ok(),
-        };
-        let start_ticks = metrics.read_stat().and_then(parse_start_time);
-        metrics.start_time = start_ticks.and_then(start_time);
-        metrics
+            buffer: [0; 128],
+        }
     }
 
     /// Appends every family that could be read, in [`FAMILIES`] order.
     pub(super) fn write(&mut self, out: &mut Vec<u8>) {
-        let stat = self.stat();
+        let memory = self.memory();
         let values = [
             cpu_seconds(),
             max_fds(),
             self.open_fds(),
-            stat.map(|s| s.resident_pages * self.page_size),
+            memory.map(|(_, resident)| resident),
             self.start_time,
-            stat.map(|s| s.threads),
-            stat.map(|s| s.virtual_bytes),
+            self.threads(),
+            memory.map(|(size, _)| size),
         ];
         for ((name, help, kind), value) in FAMILIES.iter().zip(values) {
             if let Some(v) = value {
@@ -114,10 +121,26 @@ impl ProcessMetrics {
         }
     }
 
-    /// `/proc/self/stat` as it is now, read again from offset 0 of the open file.
-    fn read_stat(&mut self) -> Option<&str> {
-        let n = self.stat.as_ref()?.read_at(&mut self.buffer, 0).ok()?;
-        std::str::from_utf8(&self.buffer[..n]).ok()
+    /// (virtual, resident) bytes: the first two fields of `/proc/self/statm`, read again from
+    /// offset 0 of the open file.
+    fn memory(&mut self) -> Option<(f64, f64)> {
+        let n = self.statm.as_ref()?.read_at(&mut self.buffer, 0).ok()?;
+        let mut pages = std::str::from_utf8(&self.buffer[..n])
+            .ok()?
+            .split_ascii_whitespace();
+        let mut next = || pages.next()?.parse::<f64>().ok();
+        Some((next()? * self.page_size, next()? * self.page_size))
+    }
+
+    /// The number of threads: the link count of `/proc/self/task` less its own two, or field 20
+    /// of `/proc/self/stat` where that is not how the kernel counts.
+    fn threads(&self) -> Option<f64> {
+        let links = self
+            .task_dir
+            .as_ref()
+            .and_then(|d| d.metadata().ok())
+            .map(|m| m.nlink());
+        thread_count(links, || fs::read_to_string("/proc/self/stat").ok())
     }
 
     /// The number of open descriptors: the size of `/proc/self/fd` where the kernel reports it,
@@ -129,28 +152,15 @@ impl ProcessMetrics {
         }
         listed_fds()
     }
-
-    /// The fields of `/proc/self/stat` this module serves.
-    fn stat(&mut self) -> Option<Stat> {
-        let mut fields = stat_fields(self.read_stat()?)?;
-        // Fields 20, 23 and 24 of proc(5); the first of `fields` is field 3.
-        let threads = fields.nth(17)?.parse().ok()?;
-        let virtual_bytes = fields.nth(2)?.parse().ok()?;
-        let resident_pages = fields.next()?.parse().ok()?;
-        Some(Stat {
-            threads,
-            virtual_bytes,
-            resident_pages,
-        })
-    }
 }
 
-/// What is taken from `/proc/self/stat`.
-#[derive(Debug, Clone, Copy)]
-struct Stat {
-    threads: f64,
-    virtual_bytes: f64,
-    resident_pages: f64,
+/// Threads from the link count of the task directory when it counts them, else from a `stat`
+/// line (field 20).
+fn thread_count(task_links: Option<u64>, stat: impl FnOnce() -> Option<String>) -> Option<f64> {
+    match task_links {
+        Some(links) if links > 2 => Some((links - 2) as f64),
+        _ => stat_fields(&stat()?)?.nth(17)?.parse().ok(),
+    }
 }
 
 /// User and system CPU time of all threads, seconds.
@@ -241,7 +251,37 @@ mod tests {
     }
 
     #[test]
-    fn the_open_stat_file_gives_fresh_values_each_tick() {
+    fn threads_come_from_the_task_links_or_else_from_stat() {
+        let stat = || Some(crate::processes::procfs::tests::stat_line(7, "x", 99));
+        assert_eq!(thread_count(Some(14), stat), Some(12.0));
+        // `stat_line` says 8 threads (field 20).
+        assert_eq!(thread_count(Some(2), stat), Some(8.0));
+        assert_eq!(thread_count(None, stat), Some(8.0));
+        assert_eq!(thread_count(None, || None), None);
+    }
+
+    #[test]
+    fn memory_agrees_with_the_kernels_status_file() {
+        let t = read();
+        let status = fs::read_to_string("/proc/self/status").unwrap();
+        let kib = |field: &str| -> f64 {
+            let line = status.lines().find_map(|l| l.strip_prefix(field)).unwrap();
+            line.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .unwrap()
+                * 1024.0
+        };
+        let near = |a: f64, b: f64| (a - b).abs() <= 0.2 * b;
+        let rss = value(&t, "process_resident_memory_bytes");
+        let vsize = value(&t, "process_virtual_memory_bytes");
+        assert!(near(rss, kib("VmRSS:")), "rss {rss}");
+        assert!(near(vsize, kib("VmSize:")), "vsize {vsize}");
+    }
+
+    #[test]
+    fn the_open_files_give_fresh_values_each_tick() {
         let mut metrics = ProcessMetrics::new();
         let mut threads_now = || {
             let mut out = Vec::new();

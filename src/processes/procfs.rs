@@ -94,7 +94,7 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A `stat` line of `name` started at `start`, shaped like the kernel's.
