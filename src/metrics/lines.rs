@@ -7,11 +7,13 @@
 //! series it was (family, device position, label values) and where its prefix lies in the text;
 //! the next encoding, walking the series in the same order, copies the prefix when the series at
 //! that place is the same one and the device's shared label pairs (`gpu`, `uuid`, pod labels)
-//! did not change, and writes it from scratch otherwise. The output is byte for byte what
-//! writing every line from scratch gives (the unit tests encode changing snapshots both ways).
+//! did not change, and writes it from scratch otherwise. When the value is the same too (most
+//! are: limits, link states, error counters, clocks at rest), the whole line is copied and the
+//! number is not formatted again. The output is byte for byte what writing every line from
+//! scratch gives (the unit tests encode changing snapshots both ways).
 //!
 //! The previous text is the exposition already published (a shared `Bytes`, not a copy), so this
-//! costs no second buffer of the body's size: only the entries (20 bytes per series) and the
+//! costs no second buffer of the body's size: only the entries (32 bytes per series) and the
 //! label values. The entries are updated in place, so a steady tick allocates nothing here.
 
 use axum::body::Bytes;
@@ -29,9 +31,13 @@ struct Entry {
     device: u32,
     /// Range of the label values in the keys (each followed by [`END`]).
     key: (u32, u32),
-    /// Where the line starts in the text, and the length of its prefix (`name{…} `).
+    /// Where the line starts in the text, the length of its prefix (`name{…} `) and of the
+    /// whole line with its newline.
     line: u32,
     prefix: u32,
+    len: u32,
+    /// The bits of the value written (equal bits: the same text).
+    value: u64,
 }
 
 /// The lines of the previous encoding, updated in place by the one being written; see the
@@ -118,14 +124,24 @@ impl Lines {
                     values.clone(),
                 )
         });
-        let prefix = previous.and_then(|e| {
+        let bits = value.to_bits();
+        let copy = previous.and_then(|e| {
             let line = e.line as usize;
-            self.source.get(line..line + e.prefix as usize)
+            let end = line + if e.value == bits { e.len } else { e.prefix } as usize;
+            self.source.get(line..end)
         });
-        if let Some(prefix) = prefix {
-            out.extend_from_slice(prefix);
+        if let Some(copied) = copy {
+            out.extend_from_slice(copied);
+            let e = &mut self.entries[at];
             // Offsets fit: `end` keeps no entries of a text past u32::MAX.
-            self.entries[at].line = start as u32;
+            e.line = start as u32;
+            if e.value == bits {
+                return;
+            }
+            super::text::number(out, value);
+            out.push(b'\n');
+            e.value = bits;
+            e.len = (out.len() - start) as u32;
         } else {
             render(out);
             let k0 = self.keys.len() as u32;
@@ -133,20 +149,23 @@ impl Lines {
                 self.keys.extend_from_slice(v.as_bytes());
                 self.keys.push(END);
             }
+            let prefix = (out.len() - start) as u32;
+            super::text::number(out, value);
+            out.push(b'\n');
             let entry = Entry {
                 family,
                 device,
                 key: (k0, self.keys.len() as u32),
                 line: start as u32,
-                prefix: (out.len() - start) as u32,
+                prefix,
+                len: (out.len() - start) as u32,
+                value: bits,
             };
             match self.entries.get_mut(at) {
                 Some(e) => *e = entry,
                 None => self.entries.push(entry),
             }
         }
-        super::text::number(out, value);
-        out.push(b'\n');
     }
 }
 
@@ -168,13 +187,53 @@ mod tests {
 
     /// Writes one line of family 0, GPU 0 with label value `v`; true when it was copied.
     fn write(lines: &mut Lines, out: &mut Vec<u8>, v: &str) -> bool {
+        write_value(lines, out, v, 1.0)
+    }
+
+    /// [`write`] with the value `value`.
+    fn write_value(lines: &mut Lines, out: &mut Vec<u8>, v: &str, value: f64) -> bool {
         let mut rendered = false;
         let render = |out: &mut Vec<u8>| {
             rendered = true;
             out.extend_from_slice(format!("m{{l=\"{v}\"}} ").as_bytes());
         };
-        lines.line(out, 0, 0, true, [v].into_iter(), render, 1.0);
+        lines.line(out, 0, 0, true, [v].into_iter(), render, value);
         !rendered
+    }
+
+    #[test]
+    fn each_value_is_written_as_a_fresh_line_would_be_whether_it_changed_or_not() {
+        let mut lines = Lines::default();
+        let values = [
+            1.0,
+            2.5,
+            2.5,
+            -0.0,
+            0.0,
+            0.0,
+            f64::NAN,
+            f64::NAN,
+            1e300,
+            7.0,
+            7.0,
+        ];
+        for (tick, value) in values.into_iter().enumerate() {
+            let mut out = Vec::new();
+            lines.begin();
+            // Two series, so that a copy from the wrong place would show.
+            let copied = write_value(&mut lines, &mut out, "a", value);
+            write_value(&mut lines, &mut out, "b", 3.0);
+            lines.end(Bytes::from(out.clone()));
+            assert_eq!(copied, tick > 0, "tick {tick}");
+            let mut fresh = b"m{l=\"a\"} ".to_vec();
+            crate::metrics::text::number(&mut fresh, value);
+            fresh.extend_from_slice(b"\nm{l=\"b\"} 3\n");
+            assert_eq!(
+                String::from_utf8(out).unwrap(),
+                String::from_utf8(fresh).unwrap(),
+                "tick {tick}: {value}"
+            );
+        }
     }
 
     #[test]
