@@ -358,6 +358,50 @@ def tick_profile(ctx, gpus, window):
     return row
 
 
+def perf_split(script_text, nvml_object):
+    """(samples, samples with `nvml_object` anywhere in their stack) from `perf script` output."""
+    total = inside = 0
+    for block in script_text.split("\n\n"):
+        lines = [line for line in block.strip().splitlines() if line.strip()]
+        if len(lines) < 2:
+            continue
+        total += 1
+        if any(nvml_object in line for line in lines[1:]):
+            inside += 1
+    return total, inside
+
+
+def time_profile(ctx, gpus, window):
+    """perf samples (CPU clock, with call stacks) of the exporter over `window` seconds of steady
+    ticking: the share of its CPU time whose stack is inside NVML, kernel time included. Unlike
+    the instruction share, this charges the exporter with the system calls and context switches
+    it causes and weighs each instruction by what it costs. None without a usable `perf`."""
+    if not shutil.which("perf"):
+        log("perf not found: no time split (apt-get install linux-perf)")
+        return None
+    data = Path(tempfile.mkdtemp(prefix="bench-perf-")) / "perf.data"
+    t = Target("exporter", gpus, ctx, interval="1s")
+    try:
+        t.wait_complete(60)
+        time.sleep(2)
+        c0 = histogram_totals(t.port)[1]
+        rec = subprocess.run(["perf", "record", "-F", "4999", "-g", "-p", str(t.pid), "-o", str(data), "--", "sleep", str(window)],
+                             capture_output=True, text=True)
+        c1 = histogram_totals(t.port)[1]
+    finally:
+        t.stop()
+    if rec.returncode != 0:
+        log(f"perf record failed, no time split: {rec.stderr.strip()[-300:]}")
+        shutil.rmtree(data.parent, ignore_errors=True)
+        return None
+    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,ip,sym,dso"], capture_output=True, text=True).stdout
+    shutil.rmtree(data.parent, ignore_errors=True)
+    total, inside = perf_split(script, "libnvml_sim.so")
+    row = dict(gpus=gpus, window_s=window, ticks=c1 - c0, samples=total, samples_nvml=inside, nvml_time_share=inside / total if total else None)
+    log(f"perf {gpus} GPUs: {total} samples, NVML {100 * inside / max(total, 1):.1f} % of CPU time")
+    return row
+
+
 def startup(ctx, runs=5):
     rows = []
     for kind in ("exporter", "python"):
@@ -409,6 +453,9 @@ def main():
         result["footprint"] = footprint(ctx)
     if "ticks" in only:
         result["tick_profile"] = [tick_profile(ctx, g, ctx.profile_seconds) for g in (8, 64)]
+        splits = [time_profile(ctx, g, ctx.footprint_seconds) for g in (8, 64)]
+        if all(splits):
+            result["time_profile"] = splits
     if "startup" in only:
         result["startup"] = startup(ctx)
     result["machine"]["loadavg_end"] = os.getloadavg()

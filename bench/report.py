@@ -53,7 +53,11 @@ def targets(res):
         r = pick(fp, target="exporter", gpus=8, scrape="idle")
         prof = pick(tp, gpus=8)
         own = r["cpu_per_tick_per_gpu_s"] * (1 - prof["nvml_share"])
-        out.append(("exporter work per GPU per tick ≤ 50 µs (8 GPUs, NVML excluded)", f"{own * 1e6:.1f} µs", verdict(own <= 50e-6)))
+        out.append(("exporter work per GPU per tick ≤ 50 µs (8 GPUs, NVML excluded by instruction share)", f"{own * 1e6:.1f} µs", verdict(own <= 50e-6)))
+        if res.get("time_profile"):
+            split = pick(res["time_profile"], gpus=8)
+            own = r["cpu_per_tick_per_gpu_s"] * (1 - split["nvml_time_share"])
+            out.append(("exporter work per GPU per tick ≤ 50 µs (8 GPUs, NVML excluded by perf time share)", f"{own * 1e6:.1f} µs", verdict(own <= 50e-6)))
     out.append(("RSS after the reliability soak within 10 % of start", "not in this harness (the soak belongs to the reliability issue)", "NOT MEASURED"))
     return out
 
@@ -97,6 +101,15 @@ def main():
                          f"{prof['ir_exporter_per_tick_per_gpu']:.0f}"])
         print(table(["GPUs", "tick wall ms (histogram)", "wall per GPU µs", "process CPU per tick per GPU µs", "NVML share of instructions %",
                      "NVML µs per GPU", "exporter µs per GPU", "exporter instructions per tick per GPU"], rows))
+        if res.get("time_profile"):
+            print("\nThe same split by time: the share of `perf` CPU-clock samples whose call stack is inside NVML (kernel time "
+                  "included, charged to whoever's stack it is on).\n")
+            rows = []
+            for split in res["time_profile"]:
+                r = pick(res["footprint"], target="exporter", gpus=split["gpus"], scrape="idle")
+                cpu, share = r["cpu_per_tick_per_gpu_s"], split["nvml_time_share"]
+                rows.append([split["gpus"], split["samples"], f"{100 * share:.1f}", f"{cpu * share * 1e6:.1f}", f"{cpu * (1 - share) * 1e6:.1f}"])
+            print(table(["GPUs", "perf samples", "NVML share of CPU time %", "NVML µs per GPU", "exporter µs per GPU"], rows))
         for prof in res["tick_profile"]:
             print(f"\nSelf cost, top functions ({prof['gpus']} GPUs, callgrind, {prof['ticks']:.0f} ticks):\n\n```text")
             print("\n".join(prof["top_self"][:15]))
