@@ -470,7 +470,10 @@ pub fn thread_counts(e: &Exporter) -> (usize, usize) {
         .expect("list /proc/<pid>/task")
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
         .collect();
-    let readers = names.iter().filter(|n| n.starts_with("nvml-reader")).count();
+    let readers = names
+        .iter()
+        .filter(|n| n.starts_with("nvml-reader"))
+        .count();
     (names.len(), readers)
 }
 
