@@ -1,5 +1,5 @@
 //! The sampling loop: NVML initialisation with backoff, a coordinator that has every idle device
-//! read each tick (by the reader threads of [`readers`]) and waits until the per-device
+//! read each tick (by the reader threads of `readers.rs`) and waits until the per-device
 //! deadline, and the XID event thread. Every tick ends in a complete [`Snapshot`] handed to
 //! `publish`.
 //!
@@ -7,7 +7,7 @@
 //! the deadline is served from its last reading marked `stale` (and `up = false` once that is
 //! older than the grace period); a device whose read is still inside a call is not asked again,
 //! and its late result is taken at the next tick. A hung call holds one reader thread; the other
-//! devices are read by another (see [`readers`]). No thread here runs on an async runtime.
+//! devices are read by another (see `readers.rs`). No thread here runs on an async runtime.
 //!
 //! A session is one NVML initialisation with its threads. It ends when every device answers
 //! UNINITIALIZED / DRIVER_NOT_LOADED (a driver restart: initialise again with backoff) or when a
