@@ -36,6 +36,15 @@ fn proc_status(e: &Exporter, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc status"))
 }
 
+/// Writes scenario `toml` into a fresh temporary directory named after `tag`: (directory, file).
+fn write_scenario(tag: &str, toml: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("nvml-exporter-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("scenario.toml");
+    std::fs::write(&path, toml).unwrap();
+    (dir, path)
+}
+
 fn gpus(m: &Exposition) -> Option<f64> {
     m.value("nvml_exporter_gpus", &[])
 }
@@ -163,10 +172,7 @@ fn wait_threads(e: &Exporter, want: usize, what: &str) {
 
 #[test]
 fn repeated_driver_restarts_leak_no_threads_and_no_series() {
-    let dir = std::env::temp_dir().join(format!("nvml-exporter-restarts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("restarts.toml");
-    std::fs::write(&path, RESTARTS).unwrap();
+    let (dir, path) = write_scenario("restarts", RESTARTS);
     let e = Exporter::start(
         &[("NVML_SIM_SCENARIO", path.to_str().unwrap())],
         &["--interval", "250ms"],
@@ -238,8 +244,10 @@ fn repeated_driver_restarts_leak_no_threads_and_no_series() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Three GPUs; on the last, an nvmlDeviceGetTemperature call made at t = 2–3 s blocks 4 s.
-const ONE_HANG: &str = r#"
+/// The three L4s of the scenarios below (a literal, so that `concat!` can join it).
+macro_rules! three_l4 {
+    () => {
+        r#"
 [[gpu]]
 model = "L4"
 uuid = "GPU-aaaaaaaa-0000-4000-8000-00000000000a"
@@ -257,7 +265,14 @@ model = "L4"
 uuid = "GPU-cccccccc-0000-4000-8000-00000000000c"
 pci_bus_id = "03:00.0"
 serial = "3"
+"#
+    };
+}
 
+/// Three GPUs; on the last, an nvmlDeviceGetTemperature call made at t = 2–3 s blocks 4 s.
+const ONE_HANG: &str = concat!(
+    three_l4!(),
+    r#"
 [[fault]]
 kind = "hang"
 gpu = 2
@@ -265,14 +280,12 @@ function = "nvmlDeviceGetTemperature"
 seconds = 4
 from = 2
 to = 3
-"#;
+"#
+);
 
 #[test]
 fn a_hung_call_holds_one_reader_and_the_spare_ends_after_it_returns() {
-    let dir = std::env::temp_dir().join(format!("nvml-exporter-hang-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("one-hang.toml");
-    std::fs::write(&path, ONE_HANG).unwrap();
+    let (dir, path) = write_scenario("hang", ONE_HANG);
     let e = Exporter::start(
         &[("NVML_SIM_SCENARIO", path.to_str().unwrap())],
         &["--interval", "250ms", "--stale-grace", "1s"],
@@ -313,39 +326,21 @@ fn a_hung_call_holds_one_reader_and_the_spare_ends_after_it_returns() {
 
 /// Three GPUs; from t = 2 s to 3 s every call answers GPU_IS_LOST (no UNINITIALIZED to say the
 /// driver went away) and afterwards the middle GPU is gone, so the last one is now index 1.
-const LOST_RESTART: &str = r#"
-[[gpu]]
-model = "L4"
-uuid = "GPU-aaaaaaaa-0000-4000-8000-00000000000a"
-pci_bus_id = "01:00.0"
-serial = "1"
-
-[[gpu]]
-model = "L4"
-uuid = "GPU-bbbbbbbb-0000-4000-8000-00000000000b"
-pci_bus_id = "02:00.0"
-serial = "2"
-
-[[gpu]]
-model = "L4"
-uuid = "GPU-cccccccc-0000-4000-8000-00000000000c"
-pci_bus_id = "03:00.0"
-serial = "3"
-
+const LOST_RESTART: &str = concat!(
+    three_l4!(),
+    r#"
 [[fault]]
 kind = "driver_restart"
 error = "GPU_IS_LOST"
 from = 2
 to = 3
 drop_gpus = [1]
-"#;
+"#
+);
 
 #[test]
 fn a_restart_seen_as_lost_gpus_renumbers_and_rediscovers() {
-    let dir = std::env::temp_dir().join(format!("nvml-exporter-lost-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("lost-restart.toml");
-    std::fs::write(&path, LOST_RESTART).unwrap();
+    let (dir, path) = write_scenario("lost", LOST_RESTART);
     let mut e = Exporter::start(
         &[("NVML_SIM_SCENARIO", path.to_str().unwrap())],
         &["--interval", "250ms"],
