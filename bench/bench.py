@@ -385,7 +385,7 @@ def time_profile(ctx, gpus, window):
         t.wait_complete(60)
         time.sleep(2)
         c0 = histogram_totals(t.port)[1]
-        rec = subprocess.run(["perf", "record", "-F", "4999", "-g", "-p", str(t.pid), "-o", str(data), "--", "sleep", str(window)],
+        rec = subprocess.run(["perf", "record", "-F", "19999", "-g", "-p", str(t.pid), "-o", str(data), "--", "sleep", str(window)],
                              capture_output=True, text=True)
         c1 = histogram_totals(t.port)[1]
     finally:
