@@ -138,10 +138,6 @@ impl Lines {
             if e.value == bits {
                 return;
             }
-            super::text::number(out, value);
-            out.push(b'\n');
-            e.value = bits;
-            e.len = (out.len() - start) as u32;
         } else {
             render(out);
             let k0 = self.keys.len() as u32;
@@ -149,23 +145,26 @@ impl Lines {
                 self.keys.extend_from_slice(v.as_bytes());
                 self.keys.push(END);
             }
-            let prefix = (out.len() - start) as u32;
-            super::text::number(out, value);
-            out.push(b'\n');
             let entry = Entry {
                 family,
                 device,
                 key: (k0, self.keys.len() as u32),
                 line: start as u32,
-                prefix,
-                len: (out.len() - start) as u32,
-                value: bits,
+                prefix: (out.len() - start) as u32,
+                // Both set below, with the value.
+                len: 0,
+                value: 0,
             };
             match self.entries.get_mut(at) {
                 Some(e) => *e = entry,
                 None => self.entries.push(entry),
             }
         }
+        super::text::number(out, value);
+        out.push(b'\n');
+        let e = &mut self.entries[at];
+        e.value = bits;
+        e.len = (out.len() - start) as u32;
     }
 }
 
