@@ -434,15 +434,15 @@ impl Session {
         self.take_readings(None);
         // A busy device is stuck in an earlier call: asking again would only queue up. Its late
         // answer is taken at a later tick, and does not count as that tick's reading.
-        let mut asked = Vec::with_capacity(self.devices.len());
         for w in &mut self.devices {
             w.fresh = false;
-            if !w.busy {
-                w.busy = true;
-                asked.push(w.index);
-            }
         }
-        let (unstarted, shutdown) = self.readers.read(tick, &asked, deadline, &mut self.threads);
+        // Marked busy as the readers' queue takes them.
+        let asked = self.devices.iter_mut().filter(|w| !w.busy).map(|w| {
+            w.busy = true;
+            w.index
+        });
+        let (unstarted, shutdown) = self.readers.read(tick, asked, deadline, &mut self.threads);
         for index in unstarted {
             if let Some(w) = self.devices.get_mut(index as usize) {
                 w.busy = false;

@@ -217,19 +217,21 @@ impl Readers {
     pub fn read(
         &self,
         tick: u64,
-        devices: &[u32],
+        devices: impl IntoIterator<Item = u32>,
         deadline: Instant,
         threads: &mut ThreadGroup,
     ) -> (Vec<u32>, bool) {
-        // Before queueing, so that no answer comes before it is awaited.
-        self.shared
-            .inbox
-            .expect(self.shared.generation, tick, devices.len());
         {
             let mut queue = self.shared.lock_queue();
             queue.tick = tick;
             queue.next.clear();
             queue.next.extend(devices);
+            // Before a reader can take one (the queue is still locked), so that no answer comes
+            // before it is awaited.
+            let count = queue.next.len();
+            self.shared
+                .inbox
+                .expect(self.shared.generation, tick, count);
         }
         let mut next_check = Instant::now();
         loop {
