@@ -17,25 +17,12 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
 use crate::metrics::{CONTENT_TYPE, Encoder, Exposition, ScrapeCounter, VERSION};
-use crate::sample::{KubernetesState, Snapshot};
+use crate::sample::{DeviceSample, KubernetesState, Snapshot};
 
 /// `/readyz` fails once the last complete tick is older than this: three missed intervals, but
 /// never less than 10 s so that a short interval plus one slow tick does not flap readiness.
 pub fn readiness_max_age(interval: Duration) -> Duration {
     (interval * 3).max(Duration::from_secs(10))
-}
-
-/// One GPU as listed on the landing page.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GpuSummary {
-    /// NVML index.
-    pub index: u32,
-    /// Product name, e.g. "NVIDIA H100 80GB HBM3".
-    pub name: String,
-    /// "GPU-…".
-    pub uuid: String,
-    /// Read by the last tick.
-    pub up: bool,
 }
 
 /// Everything a request needs, published together so a response never mixes two ticks.
@@ -44,10 +31,8 @@ struct Published {
     exposition: Exposition,
     /// False only for the placeholder served before the sampler's first publish.
     sampled: bool,
-    nvml_up: bool,
-    nvml_error: Option<String>,
-    last_tick_timestamp_seconds: Option<f64>,
-    gpus: Vec<GpuSummary>,
+    /// What was encoded (for `/readyz` and the landing page).
+    snapshot: Arc<Snapshot>,
 }
 
 /// Shared state of the HTTP server.
@@ -57,7 +42,7 @@ pub struct AppState {
     /// The last snapshot the sampler published, kept so that a change of the kubelet's
     /// assignments can be served at once instead of at the next tick. Its lock also orders
     /// publishes: whoever encodes under it swaps in a newer exposition than the one before.
-    last: Mutex<Option<Snapshot>>,
+    last: Mutex<Option<Arc<Snapshot>>>,
     encoder: Encoder,
     scrapes: ScrapeCounter,
     interval: Duration,
@@ -67,7 +52,7 @@ impl AppState {
     /// State serving the exposition of an empty snapshot (`nvml_exporter_nvml_up 0`) until the
     /// first [`publish`](Self::publish). `interval` is the sampling interval (for `/readyz`).
     pub fn new(encoder: Encoder, interval: Duration) -> Arc<AppState> {
-        let mut placeholder = published(&encoder, &Snapshot::default());
+        let mut placeholder = published(&encoder, Arc::default());
         placeholder.sampled = false;
         Arc::new(AppState {
             current: RwLock::new(Arc::new(placeholder)),
@@ -80,9 +65,10 @@ impl AppState {
 
     /// Encodes `snap` and makes it what every following request sees. Called once per tick from
     /// the sampler thread: the encoding happens here, outside the lock.
-    pub fn publish(&self, snap: Snapshot) {
+    pub fn publish(&self, snap: impl Into<Arc<Snapshot>>) {
+        let snap = snap.into();
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let next = Arc::new(published(&self.encoder, &snap));
+        let next = Arc::new(published(&self.encoder, Arc::clone(&snap)));
         *last = Some(snap);
         self.swap(next);
     }
@@ -92,11 +78,13 @@ impl AppState {
     /// waiting for the next tick. The tick's duration is not observed a second time.
     pub fn republish_kubernetes(&self, state: KubernetesState) {
         let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(snap) = last.as_mut() else { return };
+        let Some(last) = last.as_mut() else { return };
+        // A copy: the sampler holds the snapshot too (to serve stale devices from).
+        let mut snap = Snapshot::clone(last);
         snap.kubernetes = Some(state);
-        let duration = snap.tick_duration_seconds.take();
-        let next = Arc::new(published(&self.encoder, snap));
-        snap.tick_duration_seconds = duration;
+        snap.tick_duration_seconds = None;
+        *last = Arc::new(snap);
+        let next = Arc::new(published(&self.encoder, Arc::clone(last)));
         self.swap(next);
     }
 
@@ -129,26 +117,11 @@ impl AppState {
     }
 }
 
-fn published(encoder: &Encoder, snap: &Snapshot) -> Published {
-    let exposition = encoder.encode(snap);
-    let mut gpus: Vec<GpuSummary> = snap
-        .devices
-        .iter()
-        .map(|d| GpuSummary {
-            index: d.index,
-            name: d.info.name.clone(),
-            uuid: d.uuid.clone(),
-            up: d.up,
-        })
-        .collect();
-    gpus.sort_by_key(|g| g.index);
+fn published(encoder: &Encoder, snapshot: Arc<Snapshot>) -> Published {
     Published {
-        exposition,
+        exposition: encoder.encode(&snapshot),
         sampled: true,
-        nvml_up: snap.nvml_up,
-        nvml_error: snap.nvml_error.clone(),
-        last_tick_timestamp_seconds: snap.last_tick_timestamp_seconds,
-        gpus,
+        snapshot,
     }
 }
 
@@ -157,13 +130,14 @@ fn readiness(p: &Published, now_unix_seconds: f64, interval: Duration) -> Result
     if !p.sampled {
         return Err("no sample yet".into());
     }
-    if !p.nvml_up {
-        return Err(match &p.nvml_error {
+    let snap = &p.snapshot;
+    if !snap.nvml_up {
+        return Err(match &snap.nvml_error {
             Some(e) => format!("NVML not initialised: {}", one_line(e)),
             None => "NVML not initialised".into(),
         });
     }
-    let Some(last) = p.last_tick_timestamp_seconds else {
+    let Some(last) = snap.last_tick_timestamp_seconds else {
         return Err("no sample yet".into());
     };
     // A clock stepped backwards makes the age negative: that is fresh, not stale.
@@ -285,20 +259,23 @@ async fn index(State(state): State<Arc<AppState>>) -> Html<String> {
          <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>\n",
         escape_html(VERSION)
     );
-    if let Some(e) = current.nvml_error.as_deref().filter(|_| !current.nvml_up) {
+    let snap = &current.snapshot;
+    if let Some(e) = snap.nvml_error.as_deref().filter(|_| !snap.nvml_up) {
         let _ = writeln!(page, "<p>NVML not initialised: {}</p>", escape_html(e));
     }
-    let _ = writeln!(page, "<h2>GPUs ({})</h2>", current.gpus.len());
-    if !current.gpus.is_empty() {
+    let mut gpus: Vec<&DeviceSample> = snap.devices.iter().collect();
+    gpus.sort_by_key(|d| d.index);
+    let _ = writeln!(page, "<h2>GPUs ({})</h2>", gpus.len());
+    if !gpus.is_empty() {
         page.push_str("<table>\n<tr><th>index</th><th>name</th><th>uuid</th><th>up</th></tr>\n");
-        for g in &current.gpus {
+        for d in gpus {
             let _ = writeln!(
                 page,
                 "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                g.index,
-                escape_html(&g.name),
-                escape_html(&g.uuid),
-                if g.up { "yes" } else { "no" }
+                d.index,
+                escape_html(&d.info.name),
+                escape_html(&d.uuid),
+                if d.up { "yes" } else { "no" }
             );
         }
         page.push_str("</table>\n");
@@ -559,7 +536,7 @@ mod tests {
     fn readiness_rule() {
         let mut p = published(
             &Encoder::new(MetricsOptions::default()),
-            &healthy_snapshot(1000.0),
+            Arc::new(healthy_snapshot(1000.0)),
         );
         let one_s = Duration::from_secs(1);
         assert_eq!(readiness(&p, 1000.0, one_s), Ok(()));
@@ -570,10 +547,11 @@ mod tests {
         assert!(readiness(&p, 1091.0, Duration::from_secs(30)).is_err());
         // A clock that stepped back is not "stale".
         assert_eq!(readiness(&p, 900.0, one_s), Ok(()));
-        p.last_tick_timestamp_seconds = None;
+        Arc::make_mut(&mut p.snapshot).last_tick_timestamp_seconds = None;
         assert_eq!(readiness(&p, 1000.0, one_s), Err("no sample yet".into()));
-        p.nvml_up = false;
-        p.nvml_error = Some("multi\nline".into());
+        let snap = Arc::make_mut(&mut p.snapshot);
+        snap.nvml_up = false;
+        snap.nvml_error = Some("multi\nline".into());
         assert_eq!(
             readiness(&p, 1000.0, one_s),
             Err("NVML not initialised: multi line".into())

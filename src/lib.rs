@@ -15,6 +15,7 @@ pub mod sampler;
 pub mod web;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use config::Config;
@@ -82,7 +83,9 @@ pub async fn run(
     let kubelet = watcher.as_ref().map(kubernetes::Watcher::state);
     let sampler = sampler::Sampler::start(sampler_options(&config), move |mut snapshot| {
         snapshot.kubernetes = kubelet.as_ref().map(kubernetes::StateHandle::current);
-        publisher.publish(snapshot)
+        let snapshot = Arc::new(snapshot);
+        publisher.publish(Arc::clone(&snapshot));
+        snapshot
     })?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

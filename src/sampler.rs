@@ -96,9 +96,13 @@ impl Sampler {
     /// Starts sampling on dedicated threads. `publish` is called after every tick with a complete
     /// Snapshot — also while NVML is not (yet) initialised: then nvml_up=false and nvml_error says
     /// why, once per retry. Never blocks the caller.
+    ///
+    /// `publish` returns the snapshot as it published it, shared: the sampler keeps it to serve a
+    /// device that misses the next deadline from, so that a tick moves each reading into its
+    /// snapshot instead of copying it.
     pub fn start(
         opts: SamplerOptions,
-        publish: impl Fn(Snapshot) + Send + 'static,
+        publish: impl Fn(Snapshot) -> Arc<Snapshot> + Send + 'static,
     ) -> io::Result<Sampler> {
         let inbox = Arc::new(Inbox::default());
         let mut threads = ThreadGroup::new();
@@ -163,7 +167,7 @@ pub fn sample_once(opts: &SamplerOptions) -> Snapshot {
     };
     let started = Instant::now();
     let snapshot = match session.tick(&inbox, started + opts.device_timeout) {
-        TickEnd::Done => session.snapshot(started, opts.stale_grace, &errors),
+        TickEnd::Done => session.snapshot(started, opts.stale_grace, &errors, None),
         // Nobody else holds `inbox`, so no shutdown can arrive; keep the types honest anyway.
         TickEnd::Shutdown => down_snapshot("shut down".into(), &errors),
     };
@@ -225,7 +229,7 @@ struct Coordinator<P> {
     log: LogLimiter,
 }
 
-impl<P: Fn(Snapshot)> Coordinator<P> {
+impl<P: Fn(Snapshot) -> Arc<Snapshot>> Coordinator<P> {
     fn run(mut self) {
         let mut backoff = Backoff::new();
         loop {
@@ -274,6 +278,8 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
             "devices discovered"
         );
         let mut xids_pruned = false;
+        // The last snapshot this session published: stale devices are served from it.
+        let mut published: Option<Arc<Snapshot>> = None;
         loop {
             let started = Instant::now();
             if let TickEnd::Shutdown = session.tick(&self.inbox, started + self.opts.device_timeout)
@@ -281,7 +287,9 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                 session.stop();
                 return SessionEnd::Shutdown;
             }
-            let mut snapshot = session.snapshot(started, self.opts.stale_grace, &self.errors);
+            let previous = published.as_deref();
+            let grace = self.opts.stale_grace;
+            let mut snapshot = session.snapshot(started, grace, &self.errors, previous);
             self.xids.fill(&mut snapshot.devices);
             // Once every device is identified, drop XID counts of devices that went away.
             if !xids_pruned && snapshot.devices.iter().all(|d| !d.uuid.is_empty()) {
@@ -300,7 +308,7 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                     Some("NVML stopped answering (driver unloaded?); re-initialising".into());
                 snapshot.devices.clear();
             }
-            (self.publish)(snapshot);
+            published = Some((self.publish)(snapshot));
             if driver_gone {
                 session.stop();
                 return SessionEnd::Reinit(
@@ -336,8 +344,69 @@ struct Slot {
     busy: bool,
     /// It was asked this tick and answered this tick.
     fresh: bool,
-    last: Option<ReadOutcome>,
+    /// The last reading, until a snapshot takes it; from then on the last published snapshot
+    /// holds it.
+    unpublished: Option<DeviceSample>,
+    /// What the last reading said of the driver and of the device's index.
+    driver_gone: bool,
+    vanished: bool,
     last_at: Option<Instant>,
+}
+
+impl Slot {
+    fn new(index: u32) -> Slot {
+        Slot {
+            index,
+            busy: false,
+            fresh: false,
+            unpublished: None,
+            driver_gone: false,
+            vanished: false,
+            last_at: None,
+        }
+    }
+
+    fn take(&mut self, reading: ReadOutcome, at: Instant) {
+        self.unpublished = Some(reading.sample);
+        self.driver_gone = reading.driver_gone;
+        self.vanished = reading.vanished;
+        self.last_at = Some(at);
+    }
+
+    /// What the device looks like in this tick's snapshot: its last reading, moved in when no
+    /// snapshot has it yet, else copied from `previous` (its place in the last published
+    /// snapshot); marked stale unless it is this tick's.
+    fn view(
+        &mut self,
+        previous: Option<&DeviceSample>,
+        now: Instant,
+        grace: Duration,
+    ) -> DeviceSample {
+        let mut s = match self.unpublished.take() {
+            Some(sample) => sample,
+            None => match previous.filter(|p| p.index == self.index) {
+                // Already marked stale, with `up` cut by its age then: the rule below gives the
+                // same again, as the age only grows.
+                Some(p) => p.clone(),
+                // Never answered yet: known only by its index.
+                None => {
+                    return DeviceSample {
+                        index: self.index,
+                        stale: true,
+                        ..DeviceSample::default()
+                    };
+                }
+            },
+        };
+        if !self.fresh {
+            s.stale = true;
+            let age = self
+                .last_at
+                .map_or(Duration::MAX, |at| now.duration_since(at));
+            s.up = s.up && age <= grace;
+        }
+        s
+    }
 }
 
 /// The threads and state of one NVML initialisation.
@@ -385,13 +454,7 @@ impl Session {
                 reader = reader.with_processes(root);
             }
             devices.push(DeviceWork::new(reader, Arc::clone(&nvml)));
-            slots.push(Slot {
-                index,
-                busy: false,
-                fresh: false,
-                last: None,
-                last_at: None,
-            });
+            slots.push(Slot::new(index));
         }
         let readers = Readers::new(generation, devices, Arc::clone(inbox), device_timeout);
         let xid_stop = match xids {
@@ -469,28 +532,32 @@ impl Session {
             };
             w.busy = false;
             w.fresh = tick == Some(r.tick);
-            w.last = Some(r.outcome);
-            w.last_at = Some(r.at);
+            w.take(r.outcome, r.at);
         }
     }
 
     /// True when every device that answered this tick says the driver is gone.
     fn driver_gone(&self) -> bool {
         let mut fresh = self.devices.iter().filter(|w| w.fresh).peekable();
-        fresh.peek().is_some() && fresh.all(|w| w.last.as_ref().is_some_and(|o| o.driver_gone))
+        fresh.peek().is_some() && fresh.all(|w| w.driver_gone)
     }
 
     /// True when a device answered this tick that its index no longer exists (e.g. after a
     /// driver restart that every device answered GPU_IS_LOST, a GPU is missing).
     fn device_set_changed(&self) -> bool {
-        self.devices
-            .iter()
-            .any(|w| w.fresh && w.last.as_ref().is_some_and(|o| o.vanished))
+        self.devices.iter().any(|w| w.fresh && w.vanished)
     }
 
     /// The snapshot of the tick that started at `started`; marks the tick complete when a device
-    /// answered in it (see the module doc).
-    fn snapshot(&mut self, started: Instant, grace: Duration, errors: &ErrorCounter) -> Snapshot {
+    /// answered in it (see the module doc). `previous` is the last snapshot published in this
+    /// session, which holds the readings earlier snapshots took.
+    fn snapshot(
+        &mut self,
+        started: Instant,
+        grace: Duration,
+        errors: &ErrorCounter,
+        previous: Option<&Snapshot>,
+    ) -> Snapshot {
         let now = Instant::now();
         if self.devices.is_empty() || self.devices.iter().any(|w| w.fresh) {
             self.last_complete = Some(unix_now());
@@ -501,8 +568,9 @@ impl Session {
             system: self.system.clone(),
             devices: self
                 .devices
-                .iter()
-                .map(|w| device_view(w.index, w.fresh, w.last.as_ref(), w.last_at, now, grace))
+                .iter_mut()
+                .enumerate()
+                .map(|(i, w)| w.view(previous.and_then(|p| p.devices.get(i)), now, grace))
                 .collect(),
             nvml_errors: errors.snapshot(),
             tick_duration_seconds: Some(now.duration_since(started).as_secs_f64()),
@@ -523,32 +591,6 @@ impl Session {
             );
         }
     }
-}
-
-/// What a device looks like in a snapshot, given its last reading and whether it is this tick's.
-fn device_view(
-    index: u32,
-    fresh: bool,
-    last: Option<&ReadOutcome>,
-    last_at: Option<Instant>,
-    now: Instant,
-    grace: Duration,
-) -> DeviceSample {
-    let Some(last) = last else {
-        // Never answered yet: known only by its index.
-        return DeviceSample {
-            index,
-            stale: true,
-            ..DeviceSample::default()
-        };
-    };
-    let mut s = last.sample.clone();
-    if !fresh {
-        s.stale = true;
-        let age = last_at.map_or(Duration::MAX, |at| now.duration_since(at));
-        s.up = s.up && age <= grace;
-    }
-    s
 }
 
 /// Threads whose end can be awaited with a time bound. Each thread holds a clone of a sender
@@ -624,13 +666,13 @@ mod tests {
         assert_eq!(delays, vec![1, 2, 4, 8, 16, 30, 30, 30]);
     }
 
-    fn outcome(up: bool) -> ReadOutcome {
+    fn outcome(up: bool, power: f64) -> ReadOutcome {
         ReadOutcome {
             sample: DeviceSample {
                 index: 2,
                 uuid: "GPU-x".into(),
                 up,
-                power_watts: Some(100.0),
+                power_watts: Some(power),
                 ..Default::default()
             },
             lost: !up,
@@ -641,32 +683,46 @@ mod tests {
 
     #[test]
     fn a_late_device_is_stale_then_down_after_the_grace() {
-        let now = Instant::now();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
         let grace = Duration::from_secs(5);
-        let o = outcome(true);
-        let fresh = device_view(2, true, Some(&o), Some(now), now, grace);
+        let mut slot = Slot::new(2);
+        slot.take(outcome(true, 100.0), t0);
+        slot.fresh = true;
+        let fresh = slot.view(None, t0, grace);
         assert!(fresh.up && !fresh.stale);
 
-        let recent = now - Duration::from_secs(2);
-        let stale = device_view(2, false, Some(&o), Some(recent), now, grace);
+        // The next ticks miss the deadline: served from the last published snapshot.
+        slot.fresh = false;
+        let stale = slot.view(Some(&fresh), at(2), grace);
         assert!(stale.up && stale.stale);
         assert_eq!(
             stale.power_watts,
             Some(100.0),
             "served from the last reading"
         );
-
-        let old = now - Duration::from_secs(6);
-        let down = device_view(2, false, Some(&o), Some(old), now, grace);
+        let down = slot.view(Some(&stale), at(6), grace);
         assert!(!down.up && down.stale);
+        assert_eq!(down.power_watts, Some(100.0));
+
+        // A late answer arrives between ticks: the next snapshot serves it (stale, but within
+        // the grace again) rather than the older reading the last snapshot had.
+        slot.take(outcome(true, 200.0), at(7));
+        let late = slot.view(Some(&down), at(8), grace);
+        assert!(late.up && late.stale);
+        assert_eq!(late.power_watts, Some(200.0));
     }
 
     #[test]
     fn a_device_never_read_is_down() {
         let now = Instant::now();
-        let d = device_view(4, false, None, None, now, Duration::from_secs(5));
-        assert_eq!(d.index, 4);
-        assert!(!d.up);
+        let grace = Duration::from_secs(5);
+        let d = Slot::new(4).view(None, now, grace);
+        assert_eq!((d.index, d.up, d.stale), (4, false, true));
+        // Nor is another device's last reading served for it.
+        let other = outcome(true, 100.0).sample;
+        let d = Slot::new(4).view(Some(&other), now, grace);
+        assert_eq!((d.index, d.up, d.power_watts), (4, false, None));
     }
 
     #[test]
@@ -703,7 +759,9 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let tx = Mutex::new(tx);
         let sampler = Sampler::start(opts, move |s| {
-            let _ = tx.lock().unwrap().send(s);
+            let s = Arc::new(s);
+            let _ = tx.lock().unwrap().send(Snapshot::clone(&s));
+            s
         })
         .unwrap();
         (sampler, rx)
