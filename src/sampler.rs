@@ -26,7 +26,7 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
@@ -159,14 +159,17 @@ pub fn sample_once(opts: &SamplerOptions) -> Snapshot {
         Err(reason) => return down_snapshot(reason, &errors),
     };
     let inbox = Arc::new(Inbox::default());
-    let processes = opts.processes.as_deref();
-    let timeout = opts.device_timeout;
-    let mut session = match Session::start(nvml, 1, &inbox, timeout, &errors, None, processes) {
+    let mut session = match Session::start(nvml, 1, &inbox, opts, &errors, None) {
         Ok(s) => s,
         Err(reason) => return down_snapshot(reason, &errors),
     };
     let started = Instant::now();
-    let snapshot = match session.tick(&inbox, started + opts.device_timeout) {
+    let deadline = started + opts.device_timeout;
+    let end = match session.ask(&inbox, started) {
+        Some(asked) => session.finish(&inbox, asked, deadline),
+        None => TickEnd::Shutdown,
+    };
+    let snapshot = match end {
         TickEnd::Done => session.snapshot(started, opts.stale_grace, &errors, None),
         // Nobody else holds `inbox`, so no shutdown can arrive; keep the types honest anyway.
         TickEnd::Shutdown => down_snapshot("shut down".into(), &errors),
@@ -264,10 +267,9 @@ impl<P: Fn(Snapshot) -> Arc<Snapshot>> Coordinator<P> {
             nvml,
             self.generation,
             &self.inbox,
-            self.opts.device_timeout,
+            &self.opts,
             &self.errors,
             Some(&self.xids),
-            self.opts.processes.as_deref(),
         ) {
             Ok(s) => s,
             Err(reason) => return SessionEnd::Reinit(reason),
@@ -280,10 +282,14 @@ impl<P: Fn(Snapshot) -> Arc<Snapshot>> Coordinator<P> {
         let mut xids_pruned = false;
         // The last snapshot this session published: stale devices are served from it.
         let mut published: Option<Arc<Snapshot>> = None;
+        let mut started = Instant::now();
+        let Some(mut asked) = session.ask(&self.inbox, started) else {
+            session.stop();
+            return SessionEnd::Shutdown;
+        };
         loop {
-            let started = Instant::now();
-            if let TickEnd::Shutdown = session.tick(&self.inbox, started + self.opts.device_timeout)
-            {
+            let deadline = started + self.opts.device_timeout;
+            if let TickEnd::Shutdown = session.finish(&self.inbox, asked, deadline) {
                 session.stop();
                 return SessionEnd::Shutdown;
             }
@@ -315,20 +321,38 @@ impl<P: Fn(Snapshot) -> Arc<Snapshot>> Coordinator<P> {
                     "NVML answered UNINITIALIZED / DRIVER_NOT_LOADED on every call".into(),
                 );
             }
-            if self.inbox.wait(started + self.opts.interval).shutdown {
-                session.stop();
-                return SessionEnd::Shutdown;
-            }
+            // The next tick starts an interval after this one did, or now if this one overran.
+            let next = (started + self.opts.interval).max(Instant::now());
             if session.device_set_changed() {
                 let message = "a device index no longer exists; rediscovering the devices";
                 if self.log.allow(message, Instant::now()) {
                     tracing::warn!("{message}");
                 }
+                // Once the interval is over, so that rediscovering cannot spin.
+                let shutdown = self.inbox.wait(next).shutdown;
                 session.stop();
-                return SessionEnd::Rediscover;
+                return if shutdown {
+                    SessionEnd::Shutdown
+                } else {
+                    SessionEnd::Rediscover
+                };
             }
+            // Queued now, read from `next` on: see `readers.rs`.
+            let Some(next_asked) = session.ask(&self.inbox, next) else {
+                session.stop();
+                return SessionEnd::Shutdown;
+            };
+            (started, asked) = (next, next_asked);
         }
     }
+}
+
+/// A tick queued to the readers.
+struct Asked {
+    tick: u64,
+    start: Instant,
+    /// How many devices it asked.
+    queued: usize,
 }
 
 /// How a tick ended.
@@ -428,15 +452,14 @@ struct Session {
 
 impl Session {
     /// Reads system info and the device count, then prepares each device's reader (reading
-    /// processes too when `host_proc` is given) and, when `xids` is given, starts the XID thread.
+    /// processes too when `opts` say so) and, when `xids` is given, starts the XID thread.
     fn start(
         nvml: Arc<Nvml>,
         generation: u64,
         inbox: &Arc<Inbox>,
-        device_timeout: Duration,
+        opts: &SamplerOptions,
         errors: &Arc<ErrorCounter>,
         xids: Option<&Arc<XidLog>>,
-        host_proc: Option<&Path>,
     ) -> Result<Session, String> {
         let system = discovery::system_info(&nvml, errors);
         let count = nvml.device_count().map_err(|e| {
@@ -450,13 +473,20 @@ impl Session {
         let mut devices = Vec::new();
         for index in 0..count {
             let mut reader = DeviceReader::new(index, Arc::clone(errors));
-            if let Some(root) = host_proc {
+            if let Some(root) = opts.processes.as_deref() {
                 reader = reader.with_processes(root);
             }
             devices.push(DeviceWork::new(reader, Arc::clone(&nvml)));
             slots.push(Slot::new(index));
         }
-        let readers = Readers::new(generation, devices, Arc::clone(inbox), device_timeout);
+        let inbox = Arc::clone(inbox);
+        let readers = Readers::new(
+            generation,
+            devices,
+            inbox,
+            opts.interval,
+            opts.device_timeout,
+        );
         let xid_stop = match xids {
             Some(log) => {
                 let (stop_tx, stop_rx) = mpsc::channel();
@@ -486,13 +516,14 @@ impl Session {
         })
     }
 
-    /// Has every idle device read and waits for the answers until `deadline`.
-    fn tick(&mut self, inbox: &Inbox, deadline: Instant) -> TickEnd {
+    /// Queues every idle device to be read by the tick that starts at `start`. `None` on
+    /// shutdown.
+    fn ask(&mut self, inbox: &Inbox, start: Instant) -> Option<Asked> {
         let tick = self.ticks;
         self.ticks += 1;
         // Late answers of earlier ticks first, so their devices are idle again.
         if inbox.collect(&mut self.readings) {
-            return TickEnd::Shutdown;
+            return None;
         }
         self.take_readings(None);
         // A busy device is stuck in an earlier call: asking again would only queue up. Its late
@@ -505,7 +536,23 @@ impl Session {
             w.busy = true;
             w.index
         });
-        let (unstarted, shutdown) = self.readers.read(tick, asked, deadline, &mut self.threads);
+        let queued = self.readers.ask(tick, asked, start, &mut self.threads);
+        Some(Asked {
+            tick,
+            start,
+            queued,
+        })
+    }
+
+    /// Waits for the answers to the tick `asked` until `deadline`, and takes them.
+    fn finish(&mut self, inbox: &Inbox, asked: Asked, deadline: Instant) -> TickEnd {
+        let Asked {
+            tick,
+            start,
+            queued,
+        } = asked;
+        let threads = &mut self.threads;
+        let (unstarted, shutdown) = self.readers.wait(queued, start, deadline, threads);
         for index in unstarted {
             if let Some(w) = self.devices.get_mut(index as usize) {
                 w.busy = false;

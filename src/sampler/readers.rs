@@ -5,6 +5,11 @@
 //! wake-up of a sleeping thread is a context switch; with a thread per device, at 8 GPUs those
 //! cost more CPU than the exporter's own work of reading the devices.
 //!
+//! A tick is queued ahead, as soon as the previous one is published, with the time it starts.
+//! The reader that read the last tick sleeps until the next one is due (the last start plus the
+//! interval) and takes it then: the coordinator sleeps from one publish until the next tick's
+//! answers, and does not have to wake at the start of a tick to wake a reader.
+//!
 //! Isolation: a device's state ([`DeviceWork`]) is not tied to a thread, so when a read takes
 //! longer than the stall limit the coordinator wakes another reader (starting one when none is
 //! idle) for the devices still queued. A hung GPU thus holds one thread (as many as there are
@@ -168,15 +173,18 @@ pub(super) struct Readers {
 
 struct Shared {
     generation: u64,
+    /// The sampling interval: a tick is expected this long after the last one started.
+    interval: Duration,
     devices: Vec<Mutex<DeviceWork>>,
     queue: Mutex<Queue>,
     inbox: Arc<Inbox>,
 }
 
-#[derive(Default)]
 struct Queue {
     /// The tick the queued devices are read for.
     tick: u64,
+    /// When that tick starts: its devices are not read before.
+    start: Instant,
     /// Device positions not yet taken by a reader.
     next: VecDeque<u32>,
     /// Readers alive.
@@ -184,65 +192,116 @@ struct Queue {
     /// Readers waiting for work (parked), by number; the last one idle is woken first, so a
     /// surplus reader stays idle long enough to end.
     idle: Vec<(usize, Thread)>,
+    /// The idle reader that wakes by itself, and when: at the start of the queued tick, or,
+    /// with nothing queued, when the next one is expected. A tick queued to start then needs no
+    /// other wake-up.
+    timer: Option<(usize, Instant)>,
     /// Numbers the readers (and names their threads).
     started: usize,
     stop: bool,
 }
 
+impl Queue {
+    /// Takes the idle reader woken last-idle-first off the idle list, for its waker to unpark.
+    fn pop_idle(&mut self) -> Option<Thread> {
+        let (number, reader) = self.idle.pop()?;
+        if self.timer.is_some_and(|(n, _)| n == number) {
+            self.timer = None;
+        }
+        Some(reader)
+    }
+}
+
 impl Readers {
-    /// The readers of `devices` (by position); the first reader starts with the first tick.
+    /// The readers of `devices` (by position), sampled every `interval`; the first reader
+    /// starts with the first tick.
     pub fn new(
         generation: u64,
         devices: Vec<DeviceWork>,
         inbox: Arc<Inbox>,
+        interval: Duration,
         device_timeout: Duration,
     ) -> Self {
         Readers {
             shared: Arc::new(Shared {
                 generation,
+                interval,
                 devices: devices.into_iter().map(Mutex::new).collect(),
-                queue: Mutex::new(Queue::default()),
+                queue: Mutex::new(Queue {
+                    tick: 0,
+                    start: Instant::now(),
+                    next: VecDeque::new(),
+                    readers: 0,
+                    idle: Vec::new(),
+                    timer: None,
+                    started: 0,
+                    stop: false,
+                }),
                 inbox,
             }),
             stall: STALL_LIMIT.min(device_timeout / 4),
         }
     }
 
-    /// Queues `devices` (positions) for `tick`, wakes or starts a reader for them, and waits
-    /// until every one is answered, `deadline` passes or shutdown. Every stall limit without
-    /// all answers, another reader is woken for what is still queued.
-    ///
-    /// Returns the positions that no reader started on (still queued at the deadline), and
-    /// whether to shut down.
-    pub fn read(
+    /// Queues `devices` (positions) to be read for `tick` from `start` on. Unless an idle
+    /// reader wakes by itself by then, wakes one, or starts one when none is idle. Returns how
+    /// many were queued.
+    pub fn ask(
         &self,
         tick: u64,
         devices: impl IntoIterator<Item = u32>,
-        deadline: Instant,
+        start: Instant,
         threads: &mut ThreadGroup,
-    ) -> (Vec<u32>, bool) {
-        {
-            let mut queue = self.shared.lock_queue();
-            queue.tick = tick;
-            queue.next.clear();
-            queue.next.extend(devices);
+    ) -> usize {
+        let mut queue = self.shared.lock_queue();
+        queue.tick = tick;
+        queue.start = start;
+        queue.next.clear();
+        queue.next.extend(devices);
+        let count = queue.next.len();
+        if count > 0 {
             // Before a reader can take one (the queue is still locked), so that no answer comes
             // before it is awaited.
-            let count = queue.next.len();
             self.shared
                 .inbox
                 .expect(self.shared.generation, tick, count);
         }
-        let mut next_check = Instant::now();
+        let timed = queue.timer.is_some_and(|(_, at)| at <= start);
+        drop(queue);
+        if !timed {
+            self.wake_or_start(threads);
+        }
+        count
+    }
+
+    /// Waits until every device queued for the tick that starts at `start` is answered,
+    /// `deadline` passes or shutdown; with none queued, until `start`. Every stall limit after
+    /// the start without all answers, another reader is woken for what is still queued.
+    ///
+    /// Returns the positions that no reader started on (still queued at the deadline), and
+    /// whether to shut down.
+    pub fn wait(
+        &self,
+        queued: usize,
+        start: Instant,
+        deadline: Instant,
+        threads: &mut ThreadGroup,
+    ) -> (Vec<u32>, bool) {
+        if queued == 0 {
+            // Nothing is awaited, so this sleeps until the start (a tick is not over before).
+            return (Vec::new(), self.shared.inbox.wait(start).shutdown);
+        }
+        let mut next_check = start + self.stall;
         loop {
-            if Instant::now() >= next_check {
-                self.wake_or_start(threads);
-                next_check += self.stall;
-            }
             let waited = self.shared.inbox.wait(next_check.min(deadline));
-            if waited.shutdown || waited.answered || Instant::now() >= deadline {
+            let now = Instant::now();
+            if waited.shutdown || waited.answered || now >= deadline {
                 let mut queue = self.shared.lock_queue();
                 return (queue.next.drain(..).collect(), waited.shutdown);
+            }
+            if now >= next_check {
+                self.wake_or_start(threads);
+                next_check += self.stall;
             }
         }
     }
@@ -253,7 +312,7 @@ impl Readers {
         if queue.next.is_empty() {
             return;
         }
-        if let Some((_, reader)) = queue.idle.pop() {
+        if let Some(reader) = queue.pop_idle() {
             drop(queue);
             reader.unpark();
             return;
@@ -275,6 +334,7 @@ impl Readers {
     pub fn stop(&self) {
         let mut queue = self.shared.lock_queue();
         queue.stop = true;
+        queue.timer = None;
         for (_, reader) in queue.idle.drain(..) {
             reader.unpark();
         }
@@ -287,9 +347,9 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Reader thread `number`: takes queued devices one at a time, reads each and delivers the
-    /// reading, then waits for more. Ends on stop, or after [`READER_IDLE_LIMIT`] without work
-    /// while another reader is left.
+    /// Reader thread `number`: takes the queued devices one at a time once their tick has
+    /// started, reads each and delivers the reading, then waits for more. Ends on stop, or after
+    /// [`READER_IDLE_LIMIT`] without work while another reader is left.
     fn run(&self, number: usize) {
         let mut queue = self.lock_queue();
         loop {
@@ -297,7 +357,9 @@ impl Shared {
                 queue.readers -= 1;
                 return;
             }
-            if let Some(position) = queue.next.pop_front() {
+            if Instant::now() >= queue.start
+                && let Some(position) = queue.next.pop_front()
+            {
                 let tick = queue.tick;
                 drop(queue);
                 self.read(position, tick);
@@ -307,25 +369,59 @@ impl Shared {
             queue.idle.push((number, thread::current()));
             let mut idle_since = Instant::now();
             loop {
+                let wake = self.set_timer(&mut queue, number);
+                let limit = idle_since + READER_IDLE_LIMIT;
+                let until = wake.map_or(limit, |at| at.min(limit));
                 drop(queue);
-                thread::park_timeout(READER_IDLE_LIMIT.saturating_sub(idle_since.elapsed()));
+                thread::park_timeout(until.saturating_duration_since(Instant::now()));
                 queue = self.lock_queue();
                 // Woken: whoever unparked it took it off the idle list.
                 let Some(at) = queue.idle.iter().position(|(n, _)| *n == number) else {
                     break;
                 };
-                if idle_since.elapsed() >= READER_IDLE_LIMIT {
-                    if queue.readers > 1 {
+                let now = Instant::now();
+                if queue
+                    .timer
+                    .is_some_and(|(n, due)| n == number && now >= due)
+                {
+                    // Its own timer: the tick it waited for is due.
+                    queue.timer = None;
+                    queue.idle.remove(at);
+                    break;
+                }
+                if now >= limit {
+                    if queue.readers > 1 && queue.timer.is_none_or(|(n, _)| n != number) {
                         queue.idle.remove(at);
                         queue.readers -= 1;
                         return;
                     }
                     // The last reader stays, idle for another period.
-                    idle_since = Instant::now();
+                    idle_since = now;
                 }
                 // Woken early without being taken off the list (park may): wait on.
             }
         }
+    }
+
+    /// Makes idle reader `number` the one that wakes by itself for the next tick, unless another
+    /// idle reader already is: at the queued tick's start, or with nothing queued, when the next
+    /// is expected. Returns when it is to wake, if it is that reader.
+    fn set_timer(&self, queue: &mut Queue, number: usize) -> Option<Instant> {
+        if queue.timer.is_some_and(|(n, _)| n != number) {
+            return None;
+        }
+        let due = if queue.next.is_empty() {
+            queue.start + self.interval
+        } else {
+            queue.start
+        };
+        if due <= Instant::now() {
+            // Past: a tick queued from now on wakes a reader itself.
+            queue.timer = None;
+            return None;
+        }
+        queue.timer = Some((number, due));
+        Some(due)
     }
 
     /// Reads the device at `position` for `tick` and delivers the reading. A panic (a bug) is
