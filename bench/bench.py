@@ -236,20 +236,27 @@ def footprint(ctx):
     try:
         for kind, gpus, _ in configs:
             targets.append(Target(kind, gpus, ctx))
+            # An exporter ticks on a fixed schedule from its start. Started together, the six
+            # would tick in lockstep, six at once on two cores, which no node sees (it runs one):
+            # spread the starts, and so the ticks, over the interval.
+            time.sleep(1 / len(configs))
         for t in targets:
             t.wait_complete(60)
         time.sleep(2)  # past start-up allocations and the first GPM window
 
-        def scraper(port):
-            # Prometheus-like: one scrape per second, gzip accepted, on a fixed schedule.
-            next_at = time.monotonic()
+        def scraper(port, offset):
+            # Prometheus-like: one scrape per second, gzip accepted, on a fixed schedule; the
+            # scrapers' schedules spread over the second like the exporters' ticks.
+            next_at = time.monotonic() + offset
+            stop.wait(offset)
             while not stop.is_set():
                 fetch(port, gzip=True)
                 next_at += 1
                 stop.wait(max(0, next_at - time.monotonic()))
 
         hist0 = {i: histogram_totals(t.port) for i, t in enumerate(targets) if t.kind == "exporter"}
-        threads = [threading.Thread(target=scraper, args=(t.port,), daemon=True) for t, c in zip(targets, configs) if c[2]]
+        scraped = [t for t, c in zip(targets, configs) if c[2]]
+        threads = [threading.Thread(target=scraper, args=(t.port, n / len(scraped)), daemon=True) for n, t in enumerate(scraped)]
         series = {i: [] for i in range(len(targets))}
         start = time.monotonic()
         first = {i: proc_sample(t.pid) for i, t in enumerate(targets)}
