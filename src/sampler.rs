@@ -282,12 +282,12 @@ impl<P: Fn(Snapshot) -> Arc<Snapshot>> Coordinator<P> {
         let mut xids_pruned = false;
         // The last snapshot this session published: stale devices are served from it.
         let mut published: Option<Arc<Snapshot>> = None;
-        let mut started = Instant::now();
-        let Some(mut asked) = session.ask(&self.inbox, started) else {
+        let Some(mut asked) = session.ask(&self.inbox, Instant::now()) else {
             session.stop();
             return SessionEnd::Shutdown;
         };
         loop {
+            let started = asked.start;
             let deadline = started + self.opts.device_timeout;
             if let TickEnd::Shutdown = session.finish(&self.inbox, asked, deadline) {
                 session.stop();
@@ -342,7 +342,7 @@ impl<P: Fn(Snapshot) -> Arc<Snapshot>> Coordinator<P> {
                 session.stop();
                 return SessionEnd::Shutdown;
             };
-            (started, asked) = (next, next_asked);
+            asked = next_asked;
         }
     }
 }
