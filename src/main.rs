@@ -53,9 +53,9 @@ fn main() -> ExitCode {
         };
     }
 
-    // Two workers are plenty: a scrape copies bytes that the sampler threads prepared.
+    let workers = async_workers(std::thread::available_parallelism().ok());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
     {
@@ -96,9 +96,19 @@ fn main() -> ExitCode {
     })
 }
 
+/// How many async workers serve HTTP: two are plenty, since a scrape copies bytes that the
+/// sampler threads prepared; one where the process may use a single CPU (`available` counts the
+/// CPUs of its affinity mask and its cgroup quota, so a Kubernetes CPU limit of 1 or less gives
+/// 1). Two busy workers on one CPU take turns by scheduler time slices, and the connections of
+/// the one waiting wait a whole slice: p99 at 16 clients, pinned to one CPU, 2.6–3.8 ms with two
+/// workers against 1.5–2.3 ms with one (BENCHMARKS.md).
+fn async_workers(available: Option<std::num::NonZeroUsize>) -> usize {
+    available.map_or(2, |n| n.get().min(2))
+}
+
 /// glibc gives threads that allocate at the same time arenas of their own, up to eight per core,
-/// and each keeps its freed memory. Here one worker thread per GPU allocates a little every tick,
-/// at the same moment as the others, so arenas multiply with the GPU count; two are plenty for
+/// and each keeps its freed memory. Here the reader threads allocate a little every tick, at the
+/// same moment as each other, so arenas multiply with the readers; two are plenty for
 /// that traffic. Measured (BENCHMARKS.md): ~0.3–0.5 MiB less resident memory at 8–64 GPUs, the
 /// same CPU. Called first thing, before any thread exists.
 fn limit_malloc_arenas() {
@@ -138,5 +148,24 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::async_workers;
+    use std::num::NonZeroUsize;
+
+    #[test]
+    fn one_async_worker_on_one_cpu_two_otherwise() {
+        let cpus = |n| NonZeroUsize::new(n);
+        assert_eq!(async_workers(cpus(1)), 1);
+        assert_eq!(async_workers(cpus(2)), 2);
+        assert_eq!(async_workers(cpus(64)), 2);
+        assert_eq!(
+            async_workers(None),
+            2,
+            "unknown: as many as the usual node gives"
+        );
     }
 }

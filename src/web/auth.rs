@@ -1,7 +1,7 @@
 //! HTTP basic auth against bcrypt hashes (`basic_auth_users`).
 //!
 //! bcrypt is slow on purpose (tens of milliseconds at cost 10), so:
-//! - verification runs on tokio's blocking pool, never on the two async workers, and at most
+//! - verification runs on tokio's blocking pool, never on the (one or two) async workers, and at most
 //!   [`MAX_CONCURRENT_VERIFY`] at once, so a flood of wrong passwords queues instead of taking
 //!   every core and hundreds of threads;
 //! - a successful `Authorization` header is remembered by its SHA-256, so Prometheus scraping
