@@ -60,10 +60,27 @@ def gpus_up(port):
         return -1
 
 
+def cpu_split():
+    """(server CPUs, load CPUs) for the scrape phase: the upper half of this process's CPUs for the
+    server under test, the lower half for wrk, so that the load generator never takes a core the
+    server is waiting for (on two cores: one each). None on a single CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    half = len(cpus) // 2
+    return cpus[half:], cpus[:half]
+
+
+def pinned(cpus):
+    """A `preexec_fn` that confines the child (and every thread it starts) to `cpus`; None for
+    no pinning."""
+    return None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
+
+
 class Target:
     """A server process under test: the exporter, the Python peer, or nginx."""
 
-    def __init__(self, kind, gpus, ctx, interval="1s", wrapper=()):
+    def __init__(self, kind, gpus, ctx, interval="1s", wrapper=(), cpus=None):
         self.kind, self.gpus, self.port = kind, gpus, free_port()
         env = dict(os.environ, NVML_SIM_SCENARIO=str(SCENARIOS.get(gpus, "")))
         if kind == "exporter":
@@ -75,7 +92,8 @@ class Target:
             raise ValueError(kind)
         self.cmd = cmd
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if wrapper else subprocess.DEVNULL)
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if wrapper else subprocess.DEVNULL,
+                                     preexec_fn=pinned(cpus))
         self.pid = self.proc.pid
 
     def wait_complete(self, timeout=30.0):
@@ -100,9 +118,11 @@ class Target:
 
 
 class Nginx:
-    """nginx as a plain process on a free port serving a captured body (and its .gz) as static files."""
+    """nginx as a plain process on a free port serving a captured body (and its .gz) as static files,
+    with the Debian package's `sendfile on; tcp_nopush on;` (its shipped nginx.conf has both): the
+    file is sent from the page cache, not read into a buffer and written."""
 
-    def __init__(self, plain, gzipped, headers):
+    def __init__(self, plain, gzipped, headers, cpus=None):
         self.dir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
         self.dir.chmod(0o755)  # the workers run as nobody
         (self.dir / "metrics").write_bytes(plain)
@@ -110,11 +130,12 @@ class Nginx:
         self.port = free_port()
         ctype = headers.get("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
         (self.dir / "nginx.conf").write_text(f"""
-worker_processes auto;
+worker_processes {len(cpus) if cpus else "auto"};
 pid {self.dir}/nginx.pid;
 error_log {self.dir}/error.log warn;
 events {{ worker_connections 1024; }}
 http {{
+  sendfile on; tcp_nopush on;
   access_log off;
   client_body_temp_path {self.dir}; proxy_temp_path {self.dir}; fastcgi_temp_path {self.dir};
   uwsgi_temp_path {self.dir}; scgi_temp_path {self.dir};
@@ -125,7 +146,8 @@ http {{
   }}
 }}
 """)
-        self.proc = subprocess.Popen(["nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(["nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL,
+                                     preexec_fn=pinned(cpus))
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
@@ -141,11 +163,13 @@ http {{
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def wrk(port, conns, seconds, gzip):
-    """One wrk run; its JSON line plus requests per second."""
-    threads = 1 if conns == 1 else 2
+def wrk(port, conns, seconds, gzip, cpus=None):
+    """One wrk run, one thread per CPU in `cpus` (all when None); its JSON line plus requests per
+    second."""
+    threads = 1 if conns == 1 else len(cpus or os.sched_getaffinity(0))
     cmd = ["wrk", "-t", str(threads), "-c", str(conns), "-d", f"{seconds}s", "--timeout", "10s", "-s", str(BENCH / "wrk-report.lua"), f"http://127.0.0.1:{port}/metrics"]
-    out = subprocess.run(cmd, env=dict(os.environ, WRK_GZIP="1" if gzip else "0"), capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(cmd, env=dict(os.environ, WRK_GZIP="1" if gzip else "0"), capture_output=True, text=True, check=True,
+                         preexec_fn=pinned(cpus)).stdout
     res = json.loads(out.split("WRK_JSON ", 1)[1].splitlines()[0])
     res["rps"] = res["requests"] / (res["duration_us"] / 1e6)
     res["command"] = " ".join(cmd)
@@ -153,12 +177,14 @@ def wrk(port, conns, seconds, gzip):
 
 
 def scrape_cost(ctx):
-    """Throughput and latency of exporter, nginx (same body) and Python peer, 8 and 64 GPUs."""
+    """Throughput and latency of exporter, nginx (same body) and Python peer, 8 and 64 GPUs; each
+    server on the CPUs of `cpu_split`, wrk on the others."""
+    server_cpus, load_cpus = ctx.scrape_cpus or (None, None)
     rows = []
     for gpus in (8, 64):
         servers = []
         try:
-            exp = Target("exporter", gpus, ctx)
+            exp = Target("exporter", gpus, ctx, cpus=server_cpus)
             servers.append(exp)
             exp.wait_complete()
             time.sleep(2.5)  # two more ticks: GPM averages present, the body at its steady size
@@ -166,14 +192,14 @@ def scrape_cost(ctx):
             _, zipped, zheaders = fetch(exp.port, gzip=True)
             assert zheaders.get("Content-Encoding") == "gzip", zheaders
             assert gz.decompress(zipped).count(b"\n") > 0
-            servers.append(Nginx(plain, zipped, headers))
-            servers.append(Target("python", gpus, ctx))
+            servers.append(Nginx(plain, zipped, headers, cpus=server_cpus))
+            servers.append(Target("python", gpus, ctx, cpus=server_cpus))
             servers[-1].wait_complete()
             for name, server in zip(("exporter", "nginx", "python"), servers):
                 sizes = {False: len(fetch(server.port)[1]), True: len(fetch(server.port, gzip=True)[1])}
                 for gzip in (False, True):
                     for conns in (1, 16, 64):
-                        r = wrk(server.port, conns, ctx.scrape_seconds, gzip)
+                        r = wrk(server.port, conns, ctx.scrape_seconds, gzip, cpus=load_cpus)
                         r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=sizes[gzip])
                         log(f"scrape {name:8} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
                         rows.append(r)
@@ -448,12 +474,15 @@ def main():
     p.add_argument("--profile-seconds", type=int, default=20)
     p.add_argument("--only", default="scrape,footprint,ticks,startup")
     p.add_argument("--out", type=Path, default=BENCH / "results" / f"{datetime.date.today()}.json")
+    p.add_argument("--no-pin", action="store_true", help="scrape phase: let wrk and the server share every CPU")
     ctx = p.parse_args()
+    ctx.scrape_cpus = None if ctx.no_pin else cpu_split()
     ctx.fake_driver = tempfile.mkdtemp(prefix="bench-driver-")
     os.symlink(os.path.abspath(ctx.sim), os.path.join(ctx.fake_driver, "libnvidia-ml.so.1"))
     only = ctx.only.split(",")
     result = dict(date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"), machine=machine(),
-                  command=" ".join(sys.argv), settings=dict(scrape_seconds=ctx.scrape_seconds, footprint_seconds=ctx.footprint_seconds, profile_seconds=ctx.profile_seconds))
+                  command=" ".join(sys.argv), settings=dict(scrape_seconds=ctx.scrape_seconds, footprint_seconds=ctx.footprint_seconds, profile_seconds=ctx.profile_seconds,
+                                scrape_cpus=dict(zip(("server", "wrk"), ctx.scrape_cpus)) if ctx.scrape_cpus else None))
     if "scrape" in only:
         result["scrape"] = scrape_cost(ctx)
     if "footprint" in only:

@@ -79,6 +79,9 @@ def main():
     print(table(["target", "measured", "verdict"], targets(res)))
     if "scrape" in res:
         print("\n### Scrape cost (wrk, requests/s and latency)\n")
+        pins = res["settings"].get("scrape_cpus")
+        print(f"Servers on CPUs {pins['server']}, wrk on CPUs {pins['wrk']} (one wrk thread per CPU).\n" if pins
+              else "wrk and the servers share every CPU.\n")
         rows = []
         for r in res["scrape"]:
             n = pick(res["scrape"], target="nginx", gpus=r["gpus"], encoding=r["encoding"], conns=r["conns"])["rps"]
