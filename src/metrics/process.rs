@@ -185,7 +185,6 @@ fn max_fds() -> Option<f64> {
     (rc == 0 && limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur as f64)
 }
 
-/// Entries of a `/proc/self` directory (open files).
 /// The number of entries in `/proc/self/fd` (its own descriptor included).
 fn listed_fds() -> Option<f64> {
     fs::read_dir("/proc/self/fd").ok().map(|d| d.count() as f64)
