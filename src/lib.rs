@@ -12,7 +12,7 @@ pub mod nvml;
 pub mod processes;
 pub mod sample;
 pub mod sampler;
-pub mod web;
+
 
 use std::future::Future;
 use std::sync::Arc;
@@ -57,10 +57,10 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
 ///
 /// The HTTP server answers from the first moment, before NVML is initialised (`/readyz` says why it
 /// is not ready); the sampler publishes a new encoded exposition after every tick. `web` adds TLS
-/// and basic auth (see [`web`]); `WebSettings::default()` serves plain HTTP to anyone.
+/// and basic auth (see [`http::web_config`]); `WebSettings::default()` serves plain HTTP to anyone.
 pub async fn run(
     config: Config,
-    web: web::WebSettings,
+    web: http::WebSettings,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -97,10 +97,10 @@ pub async fn run(
     if let Some(auth) = web.auth {
         app = app.layer(axum::middleware::from_fn_with_state(
             auth,
-            web::auth::require,
+            http::auth::require,
         ));
     }
-    web::serve::serve(listener, app, web.tls, stop_rx).await;
+    http::server::serve(listener, app, web.tls, stop_rx).await;
     tokio::task::spawn_blocking(move || sampler.shutdown()).await?;
     drop(watcher);
     Ok(())

@@ -6,7 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use nvml_exporter::config::{self, Config, ConfigError, LogFormat};
-use nvml_exporter::web::WebSettings;
+use nvml_exporter::http::WebSettings;
 
 fn main() -> ExitCode {
     limit_malloc_arenas();

@@ -22,8 +22,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use nvml_exporter::config::{self, Config, ConfigError, LogFormat, MIN_INTERVAL, NvmlSource};
-use nvml_exporter::web::WebSettings;
-use nvml_exporter::web::file::{ClientAuth, WebConfigFile};
+use nvml_exporter::http::WebSettings;
+use nvml_exporter::http::web_config::{ClientAuth, WebConfigFile};
 use proptest::prelude::*;
 use proptest::test_runner::Config as ProptestConfig;
 

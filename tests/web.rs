@@ -18,8 +18,8 @@ use rcgen::{
 };
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
-/// The exporter's header-read timeout (`web::serve::HEADER_READ_TIMEOUT`).
-const HEADER_TIMEOUT: Duration = nvml_exporter::web::serve::HEADER_READ_TIMEOUT;
+/// The exporter's header-read timeout (`http::server::HEADER_READ_TIMEOUT`).
+const HEADER_TIMEOUT: Duration = nvml_exporter::http::server::HEADER_READ_TIMEOUT;
 
 // ---------------------------------------------------------------------------------------------
 // Certificates

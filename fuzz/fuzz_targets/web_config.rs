@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use nvml_exporter::web::WebSettings;
+use nvml_exporter::http::WebSettings;
 
 /// One file rewritten for every input: the parser only takes a path.
 fn file() -> &'static PathBuf {

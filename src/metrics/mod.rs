@@ -3,7 +3,7 @@
 //! The [`catalog`] declares every family once; [`Encoder::encode`] walks it in order and writes
 //! the text format 0.0.4 of a [`Snapshot`] straight into a buffer it keeps across ticks
 //! (`text`), appending the text of its own registry's families (tick-duration histogram,
-//! scrape counter) where they belong and the `process_*` families last (module `process`).
+//! scrape counter) where they belong and the `process_*` families last (module `exporter_process`).
 //! Series lines that repeat from the last tick are copied from its text (module `lines`). That
 //! buffer is published as it is (and comes back through [`Encoder::recycle`]); a scrape only
 //! serves those bytes; the gzip form is made on demand, at most once per exposition
@@ -38,7 +38,7 @@ pub mod dcgm;
 pub mod docs;
 mod lines;
 #[cfg(target_os = "linux")]
-mod process;
+mod exporter_process;
 pub mod samples;
 mod text;
 
@@ -182,7 +182,7 @@ struct Scratch {
     last_len: usize,
     /// The `process_*` metrics, made on the first encoding.
     #[cfg(target_os = "linux")]
-    process: Option<process::ProcessMetrics>,
+    process: Option<exporter_process::ProcessMetrics>,
 }
 
 /// The label pairs every series of a device starts with (`gpu="…",uuid="…"`) and, with pod
@@ -590,7 +590,7 @@ impl Encoder {
         }
         #[cfg(target_os = "linux")]
         process
-            .get_or_insert_with(process::ProcessMetrics::new)
+            .get_or_insert_with(exporter_process::ProcessMetrics::new)
             .write(out);
         if self.opts.dcgm_compat != DcgmCompat::Off {
             let compat: Vec<dcgm::Device<'_>> = devices

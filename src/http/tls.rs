@@ -20,7 +20,7 @@ use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
 use tokio_rustls::TlsAcceptor;
 
-use super::file::{ClientAuth, TlsSettings, TlsVersion};
+use super::web_config::{ClientAuth, TlsSettings, TlsVersion};
 
 /// How often, at most, a handshake looks at the files' modification times.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);

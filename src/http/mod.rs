@@ -1,9 +1,20 @@
 //! The HTTP side: serves what the sampler last published, never touching NVML or encoding.
 //!
+//! [`web_config`] reads the `--web-config` file (TLS, client certificates, basic auth, in the
+//! Prometheus exporter-toolkit format), [`tls`] builds and rebuilds the rustls configuration,
+//! [`auth`] checks basic-auth credentials and [`server`] runs the accept loop with its bounds.
+//!
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
 //! and a recent tick completed), `/` (landing page). The sampler thread calls
 //! [`AppState::publish`] once per tick; a request clones an `Arc` under a read lock and serves
 //! bytes from it.
+
+pub mod auth;
+pub mod server;
+pub mod tls;
+pub mod web_config;
+
+pub use web_config::WebSettings;
 
 use std::fmt::Write;
 use std::sync::{Arc, Mutex, RwLock};

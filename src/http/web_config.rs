@@ -8,8 +8,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::config::one_line;
+use std::sync::Arc;
+
 use serde::Deserialize;
+
+use super::auth::BasicAuth;
+use super::tls::TlsReloader;
+use crate::config::one_line;
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -224,6 +229,41 @@ fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, String> {
         min_version: t.min_version,
         max_version,
     })
+}
+
+/// Everything `--web-config` asks for, loaded and checked: what [`super::server::serve`] needs.
+#[derive(Debug, Default, Clone)]
+pub struct WebSettings {
+    /// Serve HTTPS with these certificates instead of plain HTTP.
+    pub tls: Option<Arc<TlsReloader>>,
+    /// Require one of these users on every path but `/healthz` and `/readyz`.
+    pub auth: Option<Arc<BasicAuth>>,
+}
+
+impl WebSettings {
+    /// Reads and validates the web-config file, or plain HTTP without auth when there is none.
+    ///
+    /// Everything that can be wrong is found here, before serving: YAML syntax, unknown keys,
+    /// unreadable or mismatched certificate and key, a bad client CA, a malformed bcrypt hash.
+    /// The error is one line naming the file (and the line, for YAML errors).
+    pub fn load(path: Option<&Path>) -> Result<WebSettings, String> {
+        let Some(path) = path else {
+            return Ok(WebSettings::default());
+        };
+        let parsed = WebConfigFile::read(path)?;
+        let in_file = |msg: String| format!("--web-config {}: {msg}", path.display());
+        let tls = parsed
+            .tls
+            .map(|settings| TlsReloader::new(settings).map(Arc::new))
+            .transpose()
+            .map_err(in_file)?;
+        let auth = parsed
+            .basic_auth_users
+            .map(|users| BasicAuth::new(users).map(Arc::new))
+            .transpose()
+            .map_err(in_file)?;
+        Ok(WebSettings { tls, auth })
+    }
 }
 
 #[cfg(test)]
