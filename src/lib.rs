@@ -1,8 +1,9 @@
 //! nvml-exporter: a Prometheus exporter for NVIDIA GPUs.
 //!
 //! Data flows one way: [`config`] → [`sampler`] (the only user of NVML, through [`nvml`]) →
-//! [`sample::Snapshot`] → [`metrics`] (encoded once per tick) → [`http`] (serves the bytes).
-//! A scrape never calls NVML and never encodes.
+//! [`sample::Snapshot`] → [`publish`] (encoded once per tick by [`metrics`], with the kubelet's
+//! answer from [`kubernetes`]) → [`http`] (serves the bytes). A scrape never calls NVML and never
+//! encodes.
 
 pub mod config;
 pub mod http;
@@ -10,9 +11,9 @@ pub mod kubernetes;
 pub mod metrics;
 pub mod nvml;
 pub mod processes;
+pub mod publish;
 pub mod sample;
 pub mod sampler;
-
 
 use std::future::Future;
 use std::sync::Arc;
@@ -64,36 +65,40 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let state = http::AppState::new(
+    // The kubelet is asked on this runtime, never on the sampler threads.
+    let kubelet = config
+        .kubernetes
+        .enabled
+        .then(|| kubernetes::StateHandle::new(&config.kubernetes));
+    let publisher = publish::Publisher::new(
         metrics::Encoder::new(metrics_options(&config)),
-        config.interval,
+        kubelet.clone(),
     );
-    let publisher = state.clone();
-    // The kubelet is asked on this runtime, never on the sampler threads; each published snapshot
-    // carries the latest answer.
-    // A change of assignments is served at once (re-encoding the last snapshot off the runtime's
-    // workers), not at the next tick.
-    let republisher = state.clone();
-    let watcher = config.kubernetes.enabled.then(|| {
-        kubernetes::Watcher::spawn(&config.kubernetes, move |kubelet| {
-            let state = republisher.clone();
-            tokio::task::spawn_blocking(move || state.republish_kubernetes(kubelet));
+    // A change of assignments is served at once (encoded off the runtime's workers), not at the
+    // next tick.
+    let watcher = kubelet.map(|state| {
+        let publisher = Arc::clone(&publisher);
+        kubernetes::Watcher::spawn(&config.kubernetes, state, move || {
+            let publisher = Arc::clone(&publisher);
+            tokio::task::spawn_blocking(move || publisher.kubelet_changed());
         })
     });
-    let kubelet = watcher.as_ref().map(kubernetes::Watcher::state);
-    let sampler = sampler::Sampler::start(sampler_options(&config), move |mut snapshot| {
-        snapshot.kubernetes = kubelet.as_ref().map(kubernetes::StateHandle::current);
-        let snapshot = Arc::new(snapshot);
-        publisher.publish(Arc::clone(&snapshot));
-        snapshot
-    })?;
+    let sampler = {
+        let publisher = Arc::clone(&publisher);
+        sampler::Sampler::start(sampler_options(&config), move |snapshot| {
+            // The sampler serves a device that misses a deadline from what it published last.
+            let published = Arc::new(snapshot.clone());
+            publisher.tick(snapshot);
+            published
+        })?
+    };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let mut app = http::router(state);
+    let mut app = http::router(publisher, config.interval);
     if let Some(auth) = web.auth {
         app = app.layer(axum::middleware::from_fn_with_state(
             auth,
@@ -113,12 +118,14 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     if config.kubernetes.enabled {
         snapshot.kubernetes = Some(kubelet_once(config));
     }
-    let nvml_up = snapshot.nvml_up;
     if let Some(reason) = &snapshot.nvml_error {
         tracing::error!(reason = %reason, "NVML is not available");
     }
-    let exposition = metrics::Encoder::new(metrics_options(config)).encode(&snapshot);
-    (exposition.text.to_vec(), nvml_up)
+    let encoder = metrics::Encoder::new(metrics_options(config));
+    if let Some(seconds) = snapshot.tick_duration_seconds {
+        encoder.observe_tick(seconds);
+    }
+    (encoder.encode(&snapshot), snapshot.nvml_up)
 }
 
 /// One `List` call on a runtime of its own (`--once` runs without one).

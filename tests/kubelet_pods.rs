@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use kubelet::FakeKubelet;
 use kubelet::https::{Ca, FakeKubeletApi, Reply};
 use nvml_exporter::config::KubernetesConfig;
-use nvml_exporter::kubernetes::Watcher;
 use nvml_exporter::kubernetes::pods::{MAX_BODY_BYTES, PodsClient, PodsError};
+use nvml_exporter::kubernetes::{StateHandle, Watcher};
 use nvml_exporter::sample::{ContainerIdentity, KubeletError, KubernetesState, PodIdentity};
 
 /// A kubelet `/pods` answer: five pods, of which three still run containers.
@@ -335,13 +335,13 @@ fn no_kubelet_listening_is_unavailable() {
 
 /// Waits up to 10 s for the watcher's state to satisfy `cond`.
 fn wait_state(
-    watcher: &Watcher,
+    handle: &StateHandle,
     what: &str,
     cond: impl Fn(&KubernetesState) -> bool,
 ) -> KubernetesState {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let state = watcher.state().current();
+        let state = handle.current();
         if cond(&state) {
             return state;
         }
@@ -373,9 +373,11 @@ fn the_watcher_fills_refreshes_and_keeps_the_pod_list_apart_from_kubernetes_up()
     };
     let rt = runtime();
     let (changes, changed) = std::sync::mpsc::channel();
-    let watcher = rt.block_on(async {
-        Watcher::spawn(&config, move |state| {
-            let _ = changes.send(state.pods.len());
+    let watcher = StateHandle::new(&config);
+    let handle = watcher.clone();
+    let _task = rt.block_on(async {
+        Watcher::spawn(&config, handle.clone(), move || {
+            let _ = changes.send(handle.current().pods.len());
         })
     });
 
@@ -426,7 +428,8 @@ fn pods_reasons_are_only_served_when_the_pod_list_is_fetched() {
         ..KubernetesConfig::default()
     };
     let rt = runtime();
-    let watcher = rt.block_on(async { Watcher::spawn(&config, |_| {}) });
+    let watcher = StateHandle::new(&config);
+    let _task = rt.block_on(async { Watcher::spawn(&config, watcher.clone(), || {}) });
     let state = wait_state(&watcher, "a failed List", |s| {
         errors(s, KubeletError::Unavailable) > 0
     });

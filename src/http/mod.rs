@@ -5,9 +5,8 @@
 //! [`auth`] checks basic-auth credentials and [`server`] runs the accept loop with its bounds.
 //!
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
-//! and a recent tick completed), `/` (landing page). The sampler thread calls
-//! [`AppState::publish`] once per tick; a request clones an `Arc` under a read lock and serves
-//! bytes from it.
+//! and a recent tick completed), `/` (landing page). Every route reads what the [`Publisher`]
+//! holds now: a request clones an `Arc` and serves bytes from it.
 
 pub mod auth;
 pub mod server;
@@ -17,7 +16,7 @@ pub mod web_config;
 pub use web_config::WebSettings;
 
 use std::fmt::Write;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -27,8 +26,9 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
-use crate::metrics::{CONTENT_TYPE, Encoder, Exposition, ScrapeCounter, VERSION};
-use crate::sample::{DeviceSample, KubernetesState, Snapshot};
+use crate::metrics::{CONTENT_TYPE, VERSION};
+use crate::publish::{Published, Publisher};
+use crate::sample::{DeviceSample, Snapshot};
 
 /// `/readyz` fails once the last complete tick is older than this: three missed intervals, but
 /// never less than 10 s so that a short interval plus one slow tick does not flap readiness.
@@ -36,112 +36,25 @@ pub fn readiness_max_age(interval: Duration) -> Duration {
     (interval * 3).max(Duration::from_secs(10))
 }
 
-/// Everything a request needs, published together so a response never mixes two ticks.
-#[derive(Debug)]
-struct Published {
-    exposition: Exposition,
-    /// False only for the placeholder served before the sampler's first publish.
-    sampled: bool,
-    /// What was encoded (for `/readyz` and the landing page).
-    snapshot: Arc<Snapshot>,
-}
-
-/// Shared state of the HTTP server.
-#[derive(Debug)]
-pub struct AppState {
-    current: RwLock<Arc<Published>>,
-    /// The last snapshot the sampler published, kept so that a change of the kubelet's
-    /// assignments can be served at once instead of at the next tick. Its lock also orders
-    /// publishes: whoever encodes under it swaps in a newer exposition than the one before.
-    last: Mutex<Option<Arc<Snapshot>>>,
-    encoder: Encoder,
-    scrapes: ScrapeCounter,
+/// What the routes share.
+#[derive(Debug, Clone)]
+struct AppState {
+    publisher: Arc<Publisher>,
+    /// The sampling interval, for `/readyz`.
     interval: Duration,
 }
 
-impl AppState {
-    /// State serving the exposition of an empty snapshot (`nvml_exporter_nvml_up 0`) until the
-    /// first [`publish`](Self::publish). `interval` is the sampling interval (for `/readyz`).
-    pub fn new(encoder: Encoder, interval: Duration) -> Arc<AppState> {
-        let mut placeholder = published(&encoder, Arc::default());
-        placeholder.sampled = false;
-        Arc::new(AppState {
-            current: RwLock::new(Arc::new(placeholder)),
-            last: Mutex::new(None),
-            scrapes: encoder.scrape_counter(),
-            encoder,
-            interval,
-        })
-    }
-
-    /// Encodes `snap` and makes it what every following request sees. Called once per tick from
-    /// the sampler thread: the encoding happens here, outside the lock.
-    pub fn publish(&self, snap: impl Into<Arc<Snapshot>>) {
-        let snap = snap.into();
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let next = Arc::new(published(&self.encoder, Arc::clone(&snap)));
-        *last = Some(snap);
-        self.swap(next);
-    }
-
-    /// Serves the last published snapshot again with the kubelet's new `state` (called when the
-    /// GPU assignments change), so pod labels follow the kubelet within one refresh rather than
-    /// waiting for the next tick. The tick's duration is not observed a second time.
-    pub fn republish_kubernetes(&self, state: KubernetesState) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(last) = last.as_mut() else { return };
-        // A copy: the sampler holds the snapshot too (to serve stale devices from).
-        let mut snap = Snapshot::clone(last);
-        snap.kubernetes = Some(state);
-        snap.tick_duration_seconds = None;
-        *last = Arc::new(snap);
-        let next = Arc::new(published(&self.encoder, Arc::clone(last)));
-        self.swap(next);
-    }
-
-    fn swap(&self, next: Arc<Published>) {
-        // A poisoned lock only means a writer panicked mid-swap of an Arc; the value is whole.
-        let previous = std::mem::replace(
-            &mut *self.current.write().unwrap_or_else(|e| e.into_inner()),
-            next,
-        );
-        // Unless a request still serves it, the previous text buffer becomes the next tick's.
-        if let Some(previous) = Arc::into_inner(previous) {
-            self.encoder.recycle(previous.exposition);
-        }
-    }
-
-    /// `Ok` when ready to serve meaningful metrics, else the reason (one line).
-    pub fn readiness(&self) -> Result<(), String> {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
-        readiness(&self.current(), now, self.interval)
-    }
-
-    fn current(&self) -> Arc<Published> {
-        // Clone the Arc and drop the guard at once: a slow client never holds up a publish.
-        self.current
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-}
-
-fn published(encoder: &Encoder, snapshot: Arc<Snapshot>) -> Published {
-    Published {
-        exposition: encoder.encode(&snapshot),
-        sampled: true,
-        snapshot,
-    }
-}
-
-/// The readiness rule, on a clock passed in so it is testable.
-fn readiness(p: &Published, now_unix_seconds: f64, interval: Duration) -> Result<(), String> {
-    if !p.sampled {
+/// The readiness rule for the exposition served now (`sampled` false before the first tick), on
+/// a clock passed in so it is testable.
+fn readiness(
+    sampled: bool,
+    snap: &Snapshot,
+    now_unix_seconds: f64,
+    interval: Duration,
+) -> Result<(), String> {
+    if !sampled {
         return Err("no sample yet".into());
     }
-    let snap = &p.snapshot;
     if !snap.nvml_up {
         return Err(match &snap.nvml_error {
             Some(e) => format!("NVML not initialised: {}", one_line(e)),
@@ -164,9 +77,14 @@ fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-/// The exporter's routes. Unknown paths answer 404, other methods 405, and HEAD works wherever
-/// GET does (axum's `get` serves both).
-pub fn router(state: Arc<AppState>) -> Router {
+/// The exporter's routes, serving what `publisher` holds; `interval` is the sampling interval (for
+/// `/readyz`). Unknown paths answer 404, other methods 405, and HEAD works wherever GET does
+/// (axum's `get` serves both).
+pub fn router(publisher: Arc<Publisher>, interval: Duration) -> Router {
+    let state = AppState {
+        publisher,
+        interval,
+    };
     // The layer wraps the whole method router, so a 405 on /metrics is counted too.
     let metrics_route =
         get(metrics).layer(middleware::from_fn_with_state(state.clone(), count_scrape));
@@ -178,14 +96,14 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn count_scrape(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+async fn count_scrape(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let response = next.run(req).await;
-    state.scrapes.inc(response.status().as_u16());
+    state.publisher.count_scrape(response.status().as_u16());
     response
 }
 
-async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
-    let current = state.current();
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let current = state.publisher.current();
     let gzip = headers
         .get_all(header::ACCEPT_ENCODING)
         .iter()
@@ -199,7 +117,7 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
                 .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
             r
         }
-        None => current.exposition.text.clone().into_response(),
+        None => current.text.clone().into_response(),
     };
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
@@ -212,11 +130,11 @@ async fn metrics(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Resp
 /// workers); the rest of that tick's gzip requests reuse the result. `None` only if compressing
 /// panicked, in which case the caller serves plain text.
 async fn gzipped(current: &Arc<Published>) -> Option<axum::body::Bytes> {
-    if let Some(body) = current.exposition.gzip_if_ready() {
+    if let Some(body) = current.gzip_if_ready() {
         return Some(body);
     }
     let current = current.clone();
-    match tokio::task::spawn_blocking(move || current.exposition.gzip()).await {
+    match tokio::task::spawn_blocking(move || current.gzip()).await {
         Ok(body) => Some(body),
         Err(e) => {
             tracing::error!(error = %e, "gzip of the exposition failed; serving plain text");
@@ -253,15 +171,19 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    match state.readiness() {
+async fn readyz(State(state): State<AppState>) -> Response {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let current = state.publisher.current();
+    match readiness(current.sampled, &current.snapshot, now, state.interval) {
         Ok(()) => (StatusCode::OK, "ok\n").into_response(),
         Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
     }
 }
 
-async fn index(State(state): State<Arc<AppState>>) -> Html<String> {
-    let current = state.current();
+async fn index(State(state): State<AppState>) -> Html<String> {
+    let current = state.publisher.current();
     let mut page = String::with_capacity(2048);
     let _ = write!(
         page,
@@ -316,8 +238,8 @@ mod tests {
     use std::io::Read;
 
     use super::*;
-    use crate::metrics::MetricsOptions;
-    use crate::sample::{DeviceInfo, DeviceSample};
+    use crate::metrics::{Encoder, MetricsOptions};
+    use crate::sample::DeviceInfo;
 
     const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -328,8 +250,8 @@ mod tests {
             .as_secs_f64()
     }
 
-    fn state() -> Arc<AppState> {
-        AppState::new(Encoder::new(MetricsOptions::default()), INTERVAL)
+    fn state() -> Arc<Publisher> {
+        Publisher::new(Encoder::new(MetricsOptions::default()), None)
     }
 
     fn healthy_snapshot(last_tick: f64) -> Snapshot {
@@ -352,40 +274,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_kubelet_change_is_served_at_once_without_counting_a_tick() {
-        use crate::sample::{ContainerRef, DeviceRef, PodAssignment};
-        let state = state();
-        state.republish_kubernetes(KubernetesState::new()); // before any tick: nothing to serve
-        assert!(!state.current().sampled);
-
-        state.publish(healthy_snapshot(now()));
-        let mut kubelet = KubernetesState::new();
-        kubelet.up = true;
-        kubelet.assignments = Arc::from(vec![PodAssignment {
-            container: ContainerRef {
-                namespace: "ml".into(),
-                pod: "train-0".into(),
-                container: "main".into(),
-            },
-            device: DeviceRef::GpuUuid("GPU-abc".into()),
-        }]);
-        state.republish_kubernetes(kubelet);
-        let text = String::from_utf8(state.current().exposition.text.to_vec()).unwrap();
-        assert!(text.contains(r#"nvidia_gpu_pod_info{gpu="0",uuid="GPU-abc",namespace="ml",pod="train-0",container="main"} 1"#), "{text}");
-        assert!(
-            text.contains("nvidia_gpu_power_watts{"),
-            "the tick's readings are kept"
-        );
-        assert!(
-            text.contains("nvml_exporter_sample_duration_seconds_count 1\n"),
-            "one tick, not two: {text}"
-        );
-    }
-
     /// Serves `state` on an ephemeral port from a runtime on its own thread; returns the base URL.
     /// The listener is bound before returning, so requests never race the server's start.
-    fn serve(state: Arc<AppState>) -> String {
+    fn serve(state: Arc<Publisher>) -> String {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -396,7 +287,9 @@ mod tests {
                 .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                axum::serve(listener, router(state)).await.unwrap();
+                axum::serve(listener, router(state, INTERVAL))
+                    .await
+                    .unwrap();
             });
         });
         format!("http://{addr}")
@@ -445,7 +338,7 @@ mod tests {
     #[test]
     fn metrics_is_plain_text_without_accept_encoding() {
         let state = state();
-        state.publish(healthy_snapshot(now()));
+        state.tick(healthy_snapshot(now()));
         let r = get(&format!("{}/metrics", serve(state)), None);
         assert_eq!(r.status, 200);
         assert_eq!(
@@ -463,7 +356,7 @@ mod tests {
     #[test]
     fn metrics_gzip_round_trips() {
         let state = state();
-        state.publish(healthy_snapshot(now()));
+        state.tick(healthy_snapshot(now()));
         let base = serve(state);
         let plain = get(&format!("{base}/metrics"), None);
         let r = get(&format!("{base}/metrics"), Some("br;q=1.0, gzip;q=0.8"));
@@ -523,7 +416,7 @@ mod tests {
             (r.status, r.text())
         };
 
-        state.publish(Snapshot {
+        state.tick(Snapshot {
             nvml_up: false,
             nvml_error: Some("driver not loaded".into()),
             ..Default::default()
@@ -533,10 +426,10 @@ mod tests {
             (503, "NVML not initialised: driver not loaded\n".into())
         );
 
-        state.publish(healthy_snapshot(now()));
+        state.tick(healthy_snapshot(now()));
         assert_eq!(readyz(), (200, "ok\n".into()));
 
-        state.publish(healthy_snapshot(now() - 100.0));
+        state.tick(healthy_snapshot(now() - 100.0));
         assert_eq!(
             readyz(),
             (503, "last sample 100 s old (limit 10 s)\n".into())
@@ -545,26 +438,27 @@ mod tests {
 
     #[test]
     fn readiness_rule() {
-        let mut p = published(
-            &Encoder::new(MetricsOptions::default()),
-            Arc::new(healthy_snapshot(1000.0)),
-        );
+        let mut snap = healthy_snapshot(1000.0);
         let one_s = Duration::from_secs(1);
-        assert_eq!(readiness(&p, 1000.0, one_s), Ok(()));
-        assert_eq!(readiness(&p, 1010.0, one_s), Ok(()));
-        assert!(readiness(&p, 1010.5, one_s).is_err());
+        let ready = |snap: &Snapshot, now: f64, interval| readiness(true, snap, now, interval);
+        assert_eq!(ready(&snap, 1000.0, one_s), Ok(()));
+        assert_eq!(ready(&snap, 1010.0, one_s), Ok(()));
+        assert!(ready(&snap, 1010.5, one_s).is_err());
         // A long interval stretches the limit to three intervals.
-        assert_eq!(readiness(&p, 1080.0, Duration::from_secs(30)), Ok(()));
-        assert!(readiness(&p, 1091.0, Duration::from_secs(30)).is_err());
+        assert_eq!(ready(&snap, 1080.0, Duration::from_secs(30)), Ok(()));
+        assert!(ready(&snap, 1091.0, Duration::from_secs(30)).is_err());
         // A clock that stepped back is not "stale".
-        assert_eq!(readiness(&p, 900.0, one_s), Ok(()));
-        Arc::make_mut(&mut p.snapshot).last_tick_timestamp_seconds = None;
-        assert_eq!(readiness(&p, 1000.0, one_s), Err("no sample yet".into()));
-        let snap = Arc::make_mut(&mut p.snapshot);
+        assert_eq!(ready(&snap, 900.0, one_s), Ok(()));
+        assert_eq!(
+            readiness(false, &snap, 1000.0, one_s),
+            Err("no sample yet".into())
+        );
+        snap.last_tick_timestamp_seconds = None;
+        assert_eq!(ready(&snap, 1000.0, one_s), Err("no sample yet".into()));
         snap.nvml_up = false;
         snap.nvml_error = Some("multi\nline".into());
         assert_eq!(
-            readiness(&p, 1000.0, one_s),
+            ready(&snap, 1000.0, one_s),
             Err("NVML not initialised: multi line".into())
         );
         assert_eq!(
@@ -586,7 +480,7 @@ mod tests {
     #[test]
     fn landing_page_lists_gpus_escaped_with_links() {
         let state = state();
-        state.publish(healthy_snapshot(now()));
+        state.tick(healthy_snapshot(now()));
         let r = get(&format!("{}/", serve(state)), None);
         assert_eq!(r.status, 200);
         assert!(r.header("content-type").unwrap().starts_with("text/html"));
@@ -604,7 +498,7 @@ mod tests {
     #[test]
     fn unknown_paths_404_wrong_methods_405_head_works() {
         let state = state();
-        state.publish(healthy_snapshot(now()));
+        state.tick(healthy_snapshot(now()));
         let base = serve(state);
         assert_eq!(get(&format!("{base}/nope"), None).status, 404);
         let post = reply(agent().post(&format!("{base}/metrics")).send_empty());
@@ -626,14 +520,14 @@ mod tests {
     #[test]
     fn scrapes_are_counted_by_code_from_the_next_publish() {
         let state = state();
-        state.publish(healthy_snapshot(now()));
+        state.tick(healthy_snapshot(now()));
         let base = serve(state.clone());
         get(&format!("{base}/metrics"), None);
         get(&format!("{base}/metrics"), Some("gzip"));
         reply(agent().post(&format!("{base}/metrics")).send_empty());
         // Other endpoints are not scrapes.
         get(&format!("{base}/healthz"), None);
-        state.publish(healthy_snapshot(now()));
+        state.tick(healthy_snapshot(now()));
         let text = get(&format!("{base}/metrics"), None).text();
         assert!(
             text.contains("nvml_exporter_scrapes_total{code=\"200\"} 2\n"),

@@ -36,9 +36,20 @@ use pods::PodsClient;
 pub struct StateHandle(Arc<Mutex<KubernetesState>>);
 
 impl StateHandle {
+    /// Nothing asked yet: down, no assignments, every error reason at 0.
+    pub fn new(config: &KubernetesConfig) -> StateHandle {
+        StateHandle(Arc::new(Mutex::new(initial_state(config))))
+    }
+
     /// A copy of the latest state (cheap: the assignment list is shared).
     pub fn current(&self) -> KubernetesState {
         self.lock().clone()
+    }
+
+    /// Replaces the state, as a refresh does.
+    #[cfg(test)]
+    pub(crate) fn replace(&self, state: KubernetesState) {
+        *self.lock() = state;
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, KubernetesState> {
@@ -47,24 +58,30 @@ impl StateHandle {
     }
 }
 
+impl From<KubernetesState> for StateHandle {
+    /// A handle holding `state`, as if the kubelet had answered it.
+    fn from(state: KubernetesState) -> StateHandle {
+        StateHandle(Arc::new(Mutex::new(state)))
+    }
+}
+
 /// The refresh task. Stops when dropped.
 #[derive(Debug)]
 pub struct Watcher {
-    state: StateHandle,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Watcher {
-    /// Starts refreshing on the current tokio runtime. Never fails: a missing socket is one more
-    /// failed call, retried at the next refresh.
+    /// Starts refreshing `state` on the current tokio runtime. Never fails: a missing socket is
+    /// one more failed call, retried at the next refresh.
     ///
-    /// `on_change` is called (on the runtime) with the new state whenever a refresh changes the
-    /// GPU assignments or the pod list, so the publisher can serve them before the next tick.
+    /// `on_change` is called (on the runtime) whenever a refresh changes the GPU assignments or
+    /// the pod list, so the publisher can serve them before the next tick.
     pub fn spawn(
         config: &KubernetesConfig,
-        on_change: impl Fn(KubernetesState) + Send + Sync + 'static,
+        state: StateHandle,
+        on_change: impl Fn() + Send + Sync + 'static,
     ) -> Watcher {
-        let state = StateHandle(Arc::new(Mutex::new(initial_state(config))));
         let mut refresher = Refresher::new(config, state.clone());
         refresher.on_change = Some(Box::new(on_change));
         let refresh = config.refresh;
@@ -78,12 +95,7 @@ impl Watcher {
                 refresher.refresh().await;
             }
         });
-        Watcher { state, task }
-    }
-
-    /// The handle the publisher reads the latest state from.
-    pub fn state(&self) -> StateHandle {
-        self.state.clone()
+        Watcher { task }
     }
 }
 
@@ -95,7 +107,7 @@ impl Drop for Watcher {
 
 /// Calls `List` (and `/pods` when asked to) once and returns the resulting state, for `--once`.
 pub async fn list_once(config: &KubernetesConfig) -> KubernetesState {
-    let state = StateHandle(Arc::new(Mutex::new(initial_state(config))));
+    let state = StateHandle::new(config);
     Refresher::new(config, state.clone()).refresh().await;
     state.current()
 }
@@ -118,7 +130,7 @@ struct Refresher {
     filter: ResourceFilter,
     timeout: std::time::Duration,
     state: StateHandle,
-    /// Told the new state when the assignments or the pod list change.
+    /// Told when the assignments or the pod list change.
     on_change: Option<OnChange>,
     /// The `/pods` client, with `KubernetesConfig::pods`.
     pods: Option<PodsClient>,
@@ -126,7 +138,7 @@ struct Refresher {
     pods_last: Option<Result<(), KubeletError>>,
 }
 
-type OnChange = Box<dyn Fn(KubernetesState) + Send + Sync>;
+type OnChange = Box<dyn Fn() + Send + Sync>;
 
 impl Refresher {
     fn new(config: &KubernetesConfig, state: StateHandle) -> Refresher {
@@ -165,7 +177,7 @@ impl Refresher {
             changed |= self.apply_pods(pods);
         }
         if let (true, Some(on_change)) = (changed, &self.on_change) {
-            on_change(self.state.current());
+            on_change();
         }
     }
 

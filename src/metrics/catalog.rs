@@ -1,13 +1,10 @@
 //! The metric catalog: every series family the exporter serves, declared once.
 //!
 //! Each [`MetricDef`] row carries what Prometheus needs (name, help, type, label names), what the
-//! docs need (unit, the dcgm-exporter equivalent) and how to read the values from a
-//! [`Snapshot`]. The encoder walks this table in order, so the table order *is* the exposition
-//! order; `docs/metrics.md` is rendered from it (see [`super::docs`]).
-//!
-//! Later metric groups (per-process, Kubernetes) slot in as more rows.
-
-use std::borrow::Cow;
+//! docs need (unit, closed label values), how to read the values from a [`Snapshot`], and the
+//! dcgm-exporter fields it is served as under `--dcgm-compat` (name, unit, type, help and how
+//! several series make one, see [`Dcgm`]). The encoder walks this table in order, so the table
+//! order *is* the exposition order; `docs/metrics.md` is rendered from it (see [`super::docs`]).
 
 use crate::sample::{
     ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, KubeletError, MediaEngine,
@@ -16,6 +13,7 @@ use crate::sample::{
 
 use super::samples::Samples;
 use crate::processes::ProcessField;
+use MetricKind::{Counter, Gauge};
 
 /// Prometheus metric type of a family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,36 +84,91 @@ impl Source {
     }
 }
 
-/// The dcgm-exporter field a family (or one label value of it) corresponds to, for a later
-/// `--dcgm-compat` mode and for the docs.
+/// The dcgm-exporter field a family (or the series with one label value of it) corresponds to:
+/// what `--dcgm-compat` serves under that field's name, and what the docs list.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dcgm {
-    /// DCGM field name, e.g. `DCGM_FI_DEV_GPU_UTIL`.
+    /// DCGM field name, e.g. `DCGM_FI_DEV_GPU_UTIL`: the metric name in compatibility mode.
     pub field: &'static str,
     /// The unit DCGM serves it in (often not a base unit: %, MiB, MHz, mJ).
     pub unit: &'static str,
     /// When set, the DCGM field covers only the series whose closed label (the row's first
     /// [`MetricDef::closed_labels`] entry) has this value.
     pub label_value: Option<&'static str>,
+    /// The type dcgm-exporter declares for it.
+    pub kind: MetricKind,
+    /// dcgm-exporter's `# HELP` text ("… (in MHz).").
+    pub help: &'static str,
+    /// How the native series it covers make its one value per GPU.
+    pub combine: Combine,
+}
+
+/// How the native series a DCGM field covers make its one value per GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Combine {
+    /// Their sum: exactly one series, or the total over links for the NVLink counters.
+    Sum,
+    /// The first series in label order: DCGM's fan speed is the first fan's.
+    First,
+    /// Not from the native values but from [`DeviceSample::last_xid`]: DCGM's XID field is a
+    /// gauge of the last XID code. Served once an XID was seen on the GPU: dcgm-exporter serves 0
+    /// before any, but whether a GPU reports XID events at all is not known here, and a reading
+    /// that may be unsupported is never served as 0. GPU instances have none of their own.
+    LastXid,
+    /// Not served, for the reason given (listed in the migration guide).
+    NotServed(&'static str),
 }
 
 /// A DCGM field equivalent to the whole family.
-const fn dcgm(field: &'static str, unit: &'static str) -> Dcgm {
+const fn dcgm(
+    field: &'static str,
+    unit: &'static str,
+    kind: MetricKind,
+    help: &'static str,
+) -> Dcgm {
     Dcgm {
         field,
         unit,
         label_value: None,
+        kind,
+        help,
+        combine: Combine::Sum,
     }
 }
 
 /// A DCGM field equivalent to the series with one label value.
-const fn dcgm_for(label_value: &'static str, field: &'static str, unit: &'static str) -> Dcgm {
+const fn dcgm_for(
+    label_value: &'static str,
+    field: &'static str,
+    unit: &'static str,
+    kind: MetricKind,
+    help: &'static str,
+) -> Dcgm {
     Dcgm {
-        field,
-        unit,
         label_value: Some(label_value),
+        ..dcgm(field, unit, kind, help)
     }
 }
+
+impl Dcgm {
+    /// The same field, its value made by `combine` instead of a sum.
+    const fn combined(self, combine: Combine) -> Dcgm {
+        Dcgm { combine, ..self }
+    }
+}
+
+/// DCGM's raw NVLink bandwidth counter, the equivalent of both NVLink byte counters.
+const NVLINK_BANDWIDTH_TOTAL: Dcgm = dcgm(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "",
+    MetricKind::Counter,
+    "",
+)
+.combined(Combine::NotServed(
+    "DCGM's raw NVLink bandwidth counter has no fixed unit (its counter units are set per \
+     device); serving bytes under its name would silently change what queries compute. Use \
+     nvidia_gpu_nvlink_transmit_bytes_total / _receive_bytes_total.",
+));
 
 /// One metric family.
 #[derive(Debug, Clone, Copy)]
@@ -269,7 +322,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of the last sample period during which at least one kernel ran (not how much of the GPU it used).",
-        [dcgm("DCGM_FI_DEV_GPU_UTIL", "%")],
+        [dcgm(
+            "DCGM_FI_DEV_GPU_UTIL",
+            "%",
+            Gauge,
+            "GPU utilization (in %)."
+        )],
         |_, d, out| out.opt(d.utilization)
     ),
     device!(
@@ -277,7 +335,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of the last sample period during which device memory was read or written.",
-        [dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", "%")],
+        [dcgm(
+            "DCGM_FI_DEV_MEM_COPY_UTIL",
+            "%",
+            Gauge,
+            "Memory utilization (in %)."
+        )],
         |_, d, out| out.opt(d.memory_utilization)
     ),
     device!(
@@ -285,7 +348,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of the last sample period during which the video encoder was busy.",
-        [dcgm("DCGM_FI_DEV_ENC_UTIL", "%")],
+        [dcgm(
+            "DCGM_FI_DEV_ENC_UTIL",
+            "%",
+            Gauge,
+            "Encoder utilization (in %)."
+        )],
         |_, d, out| out.opt(d.encoder_utilization)
     ),
     device!(
@@ -293,7 +361,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of the last sample period during which the video decoder was busy.",
-        [dcgm("DCGM_FI_DEV_DEC_UTIL", "%")],
+        [dcgm(
+            "DCGM_FI_DEV_DEC_UTIL",
+            "%",
+            Gauge,
+            "Decoder utilization (in %)."
+        )],
         |_, d, out| out.opt(d.decoder_utilization)
     ),
     // --- Saturation (NVML GPM, Hopper and newer) -------------------------------------------
@@ -312,7 +385,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of the last sampling interval during which the graphics/compute engine was active (GPM). Like utilization this says busy, not saturated.",
-        [dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "ratio")],
+        [dcgm(
+            "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+            "ratio",
+            Gauge,
+            "Ratio of time the graphics engine is active."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.graphics_engine_active))
     ),
     device!(
@@ -320,7 +398,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of SMs with at least one warp resident, averaged over the last sampling interval (GPM): how much of the GPU the work spreads over. High utilization with low SM activity means busy but far from saturated.",
-        [dcgm("DCGM_FI_PROF_SM_ACTIVE", "ratio")],
+        [dcgm(
+            "DCGM_FI_PROF_SM_ACTIVE",
+            "ratio",
+            Gauge,
+            "Ratio of cycles an SM has at least one warp assigned."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_active))
     ),
     device!(
@@ -328,7 +411,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Resident warps as a share of the maximum the SMs can hold, averaged over the last sampling interval (GPM): how fully the SMs are loaded.",
-        [dcgm("DCGM_FI_PROF_SM_OCCUPANCY", "ratio")],
+        [dcgm(
+            "DCGM_FI_PROF_SM_OCCUPANCY",
+            "ratio",
+            Gauge,
+            "Ratio of warps resident on an SM to the maximum it can hold."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_occupancy))
     ),
     device!(
@@ -336,7 +424,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of the last sampling interval during which any tensor-core pipe was active (GPM): high for dense matrix work, low when the GPU is busy with little math.",
-        [dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "ratio")],
+        [dcgm(
+            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+            "ratio",
+            Gauge,
+            "Ratio of cycles any tensor pipe is active."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.tensor_active))
     ),
     device!(
@@ -344,7 +437,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "ratio",
         "Share of the last sampling interval during which the device memory interface was busy (GPM); near 1 means memory-bandwidth bound.",
-        [dcgm("DCGM_FI_PROF_DRAM_ACTIVE", "ratio")],
+        [dcgm(
+            "DCGM_FI_PROF_DRAM_ACTIVE",
+            "ratio",
+            Gauge,
+            "Ratio of cycles the device memory interface is active sending or receiving data."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.dram_active))
     ),
     MetricDef {
@@ -355,9 +453,27 @@ pub static CATALOG: &[MetricDef] = &[
         labels: &["pipe"],
         closed_labels: &[("pipe", || values_of(GpmPipe::ALL, GpmPipe::label))],
         dcgm: &[
-            dcgm_for("fp64", "DCGM_FI_PROF_PIPE_FP64_ACTIVE", "ratio"),
-            dcgm_for("fp32", "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "ratio"),
-            dcgm_for("fp16", "DCGM_FI_PROF_PIPE_FP16_ACTIVE", "ratio"),
+            dcgm_for(
+                "fp64",
+                "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
+                "ratio",
+                Gauge,
+                "Ratio of cycles the fp64 pipes are active.",
+            ),
+            dcgm_for(
+                "fp32",
+                "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
+                "ratio",
+                Gauge,
+                "Ratio of cycles the fp32 pipes are active.",
+            ),
+            dcgm_for(
+                "fp16",
+                "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
+                "ratio",
+                Gauge,
+                "Ratio of cycles the fp16 pipes are active.",
+            ),
         ],
         source: Source::Device(|_, d, out| {
             for (p, v) in sorted(gpm(d).map_or(&[][..], |g| &g.pipes)) {
@@ -370,7 +486,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes_per_second",
         "PCIe transmit rate (GPU to host) averaged over the whole last sampling interval (GPM).",
-        [dcgm("DCGM_FI_PROF_PCIE_TX_BYTES", "B/s")],
+        [dcgm(
+            "DCGM_FI_PROF_PCIE_TX_BYTES",
+            "B/s",
+            Gauge,
+            "Rate of data transmitted over the PCIe bus (in bytes per second)."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_transmit_bytes_per_second))
     ),
     device!(
@@ -378,7 +499,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes_per_second",
         "PCIe receive rate (host to GPU) averaged over the whole last sampling interval (GPM).",
-        [dcgm("DCGM_FI_PROF_PCIE_RX_BYTES", "B/s")],
+        [dcgm(
+            "DCGM_FI_PROF_PCIE_RX_BYTES",
+            "B/s",
+            Gauge,
+            "Rate of data received over the PCIe bus (in bytes per second)."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_receive_bytes_per_second))
     ),
     device!(
@@ -386,7 +512,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes_per_second",
         "NVLink transmit rate over all links, averaged over the last sampling interval (GPM).",
-        [dcgm("DCGM_FI_PROF_NVLINK_TX_BYTES", "B/s")],
+        [dcgm(
+            "DCGM_FI_PROF_NVLINK_TX_BYTES",
+            "B/s",
+            Gauge,
+            "Rate of data transmitted over NVLink (in bytes per second)."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.nvlink_transmit_bytes_per_second))
     ),
     device!(
@@ -394,7 +525,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes_per_second",
         "NVLink receive rate over all links, averaged over the last sampling interval (GPM).",
-        [dcgm("DCGM_FI_PROF_NVLINK_RX_BYTES", "B/s")],
+        [dcgm(
+            "DCGM_FI_PROF_NVLINK_RX_BYTES",
+            "B/s",
+            Gauge,
+            "Rate of data received over NVLink (in bytes per second)."
+        )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.nvlink_receive_bytes_per_second))
     ),
     MetricDef {
@@ -417,7 +553,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes",
         "Total device (framebuffer) memory.",
-        [dcgm("DCGM_FI_DEV_FB_TOTAL", "MiB")],
+        [dcgm(
+            "DCGM_FI_DEV_FB_TOTAL",
+            "MiB",
+            Gauge,
+            "Framebuffer memory total (in MiB)."
+        )],
         |_, d, out| out.opt(d.memory.map(|m| m.total_bytes))
     ),
     device!(
@@ -425,7 +566,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes",
         "Device memory allocated by processes.",
-        [dcgm("DCGM_FI_DEV_FB_USED", "MiB")],
+        [dcgm(
+            "DCGM_FI_DEV_FB_USED",
+            "MiB",
+            Gauge,
+            "Framebuffer memory used (in MiB)."
+        )],
         |_, d, out| out.opt(d.memory.map(|m| m.used_bytes))
     ),
     device!(
@@ -433,7 +579,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes",
         "Device memory available for allocation.",
-        [dcgm("DCGM_FI_DEV_FB_FREE", "MiB")],
+        [dcgm(
+            "DCGM_FI_DEV_FB_FREE",
+            "MiB",
+            Gauge,
+            "Framebuffer memory free (in MiB)."
+        )],
         |_, d, out| out.opt(d.memory.map(|m| m.free_bytes))
     ),
     device!(
@@ -441,7 +592,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "bytes",
         "Device memory reserved by the driver and firmware.",
-        [dcgm("DCGM_FI_DEV_FB_RESERVED", "MiB")],
+        [dcgm(
+            "DCGM_FI_DEV_FB_RESERVED",
+            "MiB",
+            Gauge,
+            "Framebuffer memory reserved (in MiB)."
+        )],
         |_, d, out| out.opt(d.memory.map(|m| m.reserved_bytes))
     ),
     device!(
@@ -466,7 +622,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "watts",
         "Power drawn by the board.",
-        [dcgm("DCGM_FI_DEV_POWER_USAGE", "W")],
+        [dcgm(
+            "DCGM_FI_DEV_POWER_USAGE",
+            "W",
+            Gauge,
+            "Power draw (in W)."
+        )],
         |_, d, out| out.opt(d.power_watts)
     ),
     device!(
@@ -474,7 +635,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "watts",
         "Power limit the driver enforces.",
-        [dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT", "W")],
+        [dcgm(
+            "DCGM_FI_DEV_POWER_MGMT_LIMIT",
+            "W",
+            Gauge,
+            "Power management limit (in W)."
+        )],
         |_, d, out| out.opt(d.power_limit_watts)
     ),
     device!(
@@ -482,7 +648,12 @@ pub static CATALOG: &[MetricDef] = &[
         Counter,
         "joules",
         "Energy consumed since the driver was loaded.",
-        [dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "mJ")],
+        [dcgm(
+            "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+            "mJ",
+            Counter,
+            "Total energy consumption since boot (in mJ)."
+        )],
         |_, d, out| out.opt(d.energy_joules)
     ),
     // --- Thermals -------------------------------------------------------------------------
@@ -491,7 +662,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "celsius",
         "GPU core temperature.",
-        [dcgm("DCGM_FI_DEV_GPU_TEMP", "°C")],
+        [dcgm(
+            "DCGM_FI_DEV_GPU_TEMP",
+            "°C",
+            Gauge,
+            "GPU temperature (in C)."
+        )],
         |_, d, out| out.opt(d.temperature_celsius)
     ),
     device!(
@@ -499,7 +675,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "celsius",
         "Device memory (HBM) temperature.",
-        [dcgm("DCGM_FI_DEV_MEMORY_TEMP", "°C")],
+        [dcgm(
+            "DCGM_FI_DEV_MEMORY_TEMP",
+            "°C",
+            Gauge,
+            "Memory temperature (in C)."
+        )],
         |_, d, out| out.opt(d.memory_temperature_celsius)
     ),
     MetricDef {
@@ -525,7 +706,9 @@ pub static CATALOG: &[MetricDef] = &[
         unit: "ratio",
         labels: &["fan"],
         closed_labels: &[],
-        dcgm: &[dcgm("DCGM_FI_DEV_FAN_SPEED", "%")],
+        dcgm: &[
+            dcgm("DCGM_FI_DEV_FAN_SPEED", "%", Gauge, "Fan speed (in %).").combined(Combine::First),
+        ],
         source: Source::Device(|_, d, out| {
             for (fan, v) in sorted(&d.fan_speeds) {
                 out.labelled(&[&fan.to_string()], v);
@@ -541,8 +724,20 @@ pub static CATALOG: &[MetricDef] = &[
         labels: &["clock"],
         closed_labels: &[("clock", || values_of(ClockDomain::ALL, ClockDomain::label))],
         dcgm: &[
-            dcgm_for("sm", "DCGM_FI_DEV_SM_CLOCK", "MHz"),
-            dcgm_for("memory", "DCGM_FI_DEV_MEM_CLOCK", "MHz"),
+            dcgm_for(
+                "sm",
+                "DCGM_FI_DEV_SM_CLOCK",
+                "MHz",
+                Gauge,
+                "SM clock frequency (in MHz).",
+            ),
+            dcgm_for(
+                "memory",
+                "DCGM_FI_DEV_MEM_CLOCK",
+                "MHz",
+                Gauge,
+                "Memory clock frequency (in MHz).",
+            ),
         ],
         source: Source::Device(|_, d, out| {
             for (c, v) in sorted(&d.clocks_hertz) {
@@ -569,7 +764,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "",
         "Performance state (P-state), 0 (maximum performance) to 15 (minimum).",
-        [dcgm("DCGM_FI_DEV_PSTATE", "")],
+        [dcgm(
+            "DCGM_FI_DEV_PSTATE",
+            "",
+            Gauge,
+            "Performance state (P-state) 0-15, 0 is the highest."
+        )],
         |_, d, out| out.opt(d.performance_state.map(f64::from))
     ),
     MetricDef {
@@ -598,12 +798,48 @@ pub static CATALOG: &[MetricDef] = &[
             values_of(ThrottleReason::ALL, ThrottleReason::label)
         })],
         dcgm: &[
-            dcgm_for("power", "DCGM_FI_DEV_POWER_VIOLATION", "ns"),
-            dcgm_for("thermal", "DCGM_FI_DEV_THERMAL_VIOLATION", "ns"),
-            dcgm_for("sync_boost", "DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "ns"),
-            dcgm_for("board_limit", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", "ns"),
-            dcgm_for("low_utilization", "DCGM_FI_DEV_LOW_UTIL_VIOLATION", "ns"),
-            dcgm_for("reliability", "DCGM_FI_DEV_RELIABILITY_VIOLATION", "ns"),
+            dcgm_for(
+                "power",
+                "DCGM_FI_DEV_POWER_VIOLATION",
+                "ns",
+                Counter,
+                "Throttling duration due to power constraints (in ns).",
+            ),
+            dcgm_for(
+                "thermal",
+                "DCGM_FI_DEV_THERMAL_VIOLATION",
+                "ns",
+                Counter,
+                "Throttling duration due to thermal constraints (in ns).",
+            ),
+            dcgm_for(
+                "sync_boost",
+                "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
+                "ns",
+                Counter,
+                "Throttling duration due to sync-boost constraints (in ns).",
+            ),
+            dcgm_for(
+                "board_limit",
+                "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+                "ns",
+                Counter,
+                "Throttling duration due to board limit constraints (in ns).",
+            ),
+            dcgm_for(
+                "low_utilization",
+                "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
+                "ns",
+                Counter,
+                "Throttling duration due to low utilization (in ns).",
+            ),
+            dcgm_for(
+                "reliability",
+                "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+                "ns",
+                Counter,
+                "Throttling duration due to reliability constraints (in ns).",
+            ),
         ],
         source: Source::Device(|_, d, out| {
             for (r, v) in sorted(&d.throttle_seconds) {
@@ -633,7 +869,12 @@ pub static CATALOG: &[MetricDef] = &[
         Counter,
         "",
         "PCIe replay (retransmission) events.",
-        [dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "")],
+        [dcgm(
+            "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+            "",
+            Counter,
+            "Total number of PCIe retries."
+        )],
         |_, d, out| out.opt(d.pcie.replay_errors.map(|n| n as f64))
     ),
     MetricDef {
@@ -671,8 +912,20 @@ pub static CATALOG: &[MetricDef] = &[
         labels: &["error_type"],
         closed_labels: &[("error_type", || vec!["corrected", "uncorrected"])],
         dcgm: &[
-            dcgm_for("corrected", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", ""),
-            dcgm_for("uncorrected", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", ""),
+            dcgm_for(
+                "corrected",
+                "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+                "",
+                Counter,
+                "Total number of single-bit volatile ECC errors.",
+            ),
+            dcgm_for(
+                "uncorrected",
+                "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+                "",
+                Counter,
+                "Total number of double-bit volatile ECC errors.",
+            ),
         ],
         source: Source::Device(|_, d, out| {
             if let Some(e) = d.ecc_volatile {
@@ -689,8 +942,20 @@ pub static CATALOG: &[MetricDef] = &[
         labels: &["error_type"],
         closed_labels: &[("error_type", || vec!["corrected", "uncorrected"])],
         dcgm: &[
-            dcgm_for("corrected", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", ""),
-            dcgm_for("uncorrected", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", ""),
+            dcgm_for(
+                "corrected",
+                "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+                "",
+                Counter,
+                "Total number of single-bit persistent ECC errors.",
+            ),
+            dcgm_for(
+                "uncorrected",
+                "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+                "",
+                Counter,
+                "Total number of double-bit persistent ECC errors.",
+            ),
         ],
         source: Source::Device(|_, d, out| {
             if let Some(e) = d.ecc_aggregate {
@@ -707,11 +972,19 @@ pub static CATALOG: &[MetricDef] = &[
         labels: &["error_type"],
         closed_labels: &[("error_type", || vec!["correctable", "uncorrectable"])],
         dcgm: &[
-            dcgm_for("correctable", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", ""),
+            dcgm_for(
+                "correctable",
+                "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+                "",
+                Counter,
+                "Number of remapped rows for correctable errors.",
+            ),
             dcgm_for(
                 "uncorrectable",
                 "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
                 "",
+                Counter,
+                "Number of remapped rows for uncorrectable errors.",
             ),
         ],
         source: Source::Device(|_, d, out| {
@@ -726,7 +999,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "",
         "1 when a row remapping is pending (takes effect at the next GPU reset).",
-        [dcgm("DCGM_FI_DEV_ROW_REMAP_PENDING", "")],
+        [dcgm(
+            "DCGM_FI_DEV_ROW_REMAP_PENDING",
+            "",
+            Gauge,
+            "Whether remapping of rows is pending."
+        )],
         |_, d, out| out.opt_flag(d.remapped_rows.map(|r| r.pending))
     ),
     device!(
@@ -734,7 +1012,12 @@ pub static CATALOG: &[MetricDef] = &[
         Gauge,
         "",
         "1 when a row remapping failed (the GPU needs service).",
-        [dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE", "")],
+        [dcgm(
+            "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+            "",
+            Gauge,
+            "Whether remapping of rows has failed."
+        )],
         |_, d, out| out.opt_flag(d.remapped_rows.map(|r| r.failed))
     ),
     MetricDef {
@@ -745,8 +1028,20 @@ pub static CATALOG: &[MetricDef] = &[
         labels: &["cause"],
         closed_labels: &[("cause", || vec!["single_bit_ecc", "double_bit_ecc"])],
         dcgm: &[
-            dcgm_for("single_bit_ecc", "DCGM_FI_DEV_RETIRED_SBE", ""),
-            dcgm_for("double_bit_ecc", "DCGM_FI_DEV_RETIRED_DBE", ""),
+            dcgm_for(
+                "single_bit_ecc",
+                "DCGM_FI_DEV_RETIRED_SBE",
+                "",
+                Counter,
+                "Total number of retired pages due to single-bit errors.",
+            ),
+            dcgm_for(
+                "double_bit_ecc",
+                "DCGM_FI_DEV_RETIRED_DBE",
+                "",
+                Counter,
+                "Total number of retired pages due to double-bit errors.",
+            ),
         ],
         source: Source::Device(|_, d, out| {
             if let Some(p) = d.retired_pages {
@@ -763,7 +1058,13 @@ pub static CATALOG: &[MetricDef] = &[
         unit: "",
         labels: &["xid"],
         closed_labels: &[],
-        dcgm: &[dcgm("DCGM_FI_DEV_XID_ERRORS", "")],
+        dcgm: &[dcgm(
+            "DCGM_FI_DEV_XID_ERRORS",
+            "",
+            Gauge,
+            "Value of the last XID error encountered.",
+        )
+        .combined(Combine::LastXid)],
         source: Source::Device(|_, d, out| {
             // A BTreeMap iterates in key order: numeric XID order, not string order.
             for (xid, n) in &d.xid_counts {
@@ -790,7 +1091,7 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled(&[&link_label(l.link)], f64::from(u8::from(l.up)));
+                out.labelled(&[&l.link.to_string()], f64::from(u8::from(l.up)));
             }
         }),
     },
@@ -801,10 +1102,10 @@ pub static CATALOG: &[MetricDef] = &[
         unit: "bytes",
         labels: &["link"],
         closed_labels: &[],
-        dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
+        dcgm: &[NVLINK_BANDWIDTH_TOTAL],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled_opt(&[&link_label(l.link)], l.transmit_bytes.map(|b| b as f64));
+                out.labelled_opt(&[&l.link.to_string()], l.transmit_bytes.map(|b| b as f64));
             }
         }),
     },
@@ -815,10 +1116,10 @@ pub static CATALOG: &[MetricDef] = &[
         unit: "bytes",
         labels: &["link"],
         closed_labels: &[],
-        dcgm: &[dcgm("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "")],
+        dcgm: &[NVLINK_BANDWIDTH_TOTAL],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled_opt(&[&link_label(l.link)], l.receive_bytes.map(|b| b as f64));
+                out.labelled_opt(&[&l.link.to_string()], l.receive_bytes.map(|b| b as f64));
             }
         }),
     },
@@ -836,22 +1137,34 @@ pub static CATALOG: &[MetricDef] = &[
                 "crc_flit",
                 "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
                 "",
+                Counter,
+                "Total number of NVLink flow-control CRC errors.",
             ),
             dcgm_for(
                 "crc_data",
                 "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
                 "",
+                Counter,
+                "Total number of NVLink data CRC errors.",
             ),
-            dcgm_for("replay", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", ""),
+            dcgm_for(
+                "replay",
+                "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+                "",
+                Counter,
+                "Total number of NVLink retries.",
+            ),
             dcgm_for(
                 "recovery",
                 "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
                 "",
+                Counter,
+                "Total number of NVLink recovery errors.",
             ),
         ],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                let link = link_label(l.link);
+                let link = l.link.to_string();
                 for (t, n) in l.errors.iter() {
                     out.labelled(&[&link, NvLinkErrorType::label(t)], n as f64);
                 }
@@ -1045,18 +1358,12 @@ pub fn find(name: &str) -> Option<&'static MetricDef> {
 
 /// `(key, value)` pairs sorted by key, first occurrence kept on duplicates: the sampler's order
 /// must not change the exposition, and a duplicate series would make the scrape invalid.
-fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> impl Iterator<Item = (K, V)> + '_ {
-    // The sampler fills these in key order, so the copy is almost never needed: a tick walks
-    // hundreds of these lists, and allocating each one showed in the profile.
-    let pairs: Cow<'_, [(K, V)]> = if pairs.windows(2).all(|w| w[0].0 < w[1].0) {
-        Cow::Borrowed(pairs)
-    } else {
-        let mut v = pairs.to_vec();
-        v.sort_by_key(|(k, _)| *k);
-        v.dedup_by_key(|(k, _)| *k);
-        Cow::Owned(v)
-    };
-    (0..pairs.len()).map(move |i| pairs[i])
+fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> Vec<(K, V)> {
+    let mut pairs = pairs.to_vec();
+    // A stable sort, so that of duplicates the first stays first and is the one kept.
+    pairs.sort_by_key(|(k, _)| *k);
+    pairs.dedup_by_key(|(k, _)| *k);
+    pairs
 }
 
 /// The device's GPM averages, when the last tick closed a GPM window.
@@ -1065,29 +1372,9 @@ fn gpm(d: &DeviceSample) -> Option<&GpmMetrics> {
 }
 
 /// The device's NVLink links by link number, duplicates dropped (see [`sorted`]).
-fn sorted_links(d: &DeviceSample) -> impl Iterator<Item = &crate::sample::NvLinkSample> {
-    let links = &d.nvlinks;
-    // Positions in link order, only when the sampler's order is not already that (see `sorted`).
-    let order: Option<Vec<usize>> = if links.windows(2).all(|w| w[0].link < w[1].link) {
-        None
-    } else {
-        let mut o: Vec<usize> = (0..links.len()).collect();
-        o.sort_by_key(|&i| links[i].link);
-        o.dedup_by_key(|i| links[*i].link);
-        Some(o)
-    };
-    let n = order.as_ref().map_or(links.len(), Vec::len);
-    (0..n).map(move |i| &links[order.as_ref().map_or(i, |o| o[i])])
-}
-
-/// The `link` label value of NVLink link `link`, without formatting the common ones each time.
-fn link_label(link: u32) -> Cow<'static, str> {
-    const LABELS: [&str; 36] = [
-        "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
-        "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31",
-        "32", "33", "34", "35",
-    ];
-    LABELS
-        .get(link as usize)
-        .map_or_else(|| Cow::Owned(link.to_string()), |l| Cow::Borrowed(*l))
+fn sorted_links(d: &DeviceSample) -> Vec<&crate::sample::NvLinkSample> {
+    let mut links: Vec<_> = d.nvlinks.iter().collect();
+    links.sort_by_key(|l| l.link);
+    links.dedup_by_key(|l| l.link);
+    links
 }

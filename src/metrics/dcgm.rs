@@ -1,11 +1,10 @@
 //! dcgm-exporter compatibility (`--dcgm-compat`): the catalog's DCGM column served with
-//! dcgm-exporter's names, units, types and labels, from the same snapshot as the native families.
+//! dcgm-exporter's names, units, types and labels, from the same views as the native families.
 //!
-//! The catalog stays the one source of truth: each [`Dcgm`] entry of a row says which DCGM field
-//! the row (or the series with one label value of it) corresponds to and in which unit DCGM serves
-//! it. [`FIELDS`] adds what the catalog does not know: dcgm-exporter's `# TYPE` and `# HELP` for
-//! the field, and how several native series make the one DCGM value of a GPU (NVLink error counts
-//! are per link natively, per GPU in DCGM). A unit test keeps the two lists in step.
+//! The catalog is the one table: each [`Dcgm`] entry of a row says which DCGM field the row (or
+//! the series with one label value of it) corresponds to, the unit DCGM serves it in, its
+//! `# TYPE` and `# HELP`, and how several native series make the one DCGM value of a GPU (NVLink
+//! error counts are per link natively, per GPU in DCGM). Fields are served in catalog order.
 //!
 //! Labels follow dcgm-exporter's template, in its order: `gpu`, `UUID`, `pci_bus_id`, `device`
 //! (`nvidia<gpu>`), `modelName`, `Hostname` (left out when empty), `DCGM_FI_DRIVER_VERSION`, then
@@ -21,369 +20,27 @@
 //! Like dcgm-exporter, a GPU that is lost (`up == false`) has no series at all, and a reading the
 //! GPU does not support is absent.
 
-use std::ffi::OsString;
-use std::sync::OnceLock;
-
 use crate::sample::{ContainerRef, DeviceSample, Snapshot};
 
-use super::catalog::{CATALOG, Dcgm, MetricDef, MetricKind, Source};
+use super::catalog::{CATALOG, Combine, Dcgm, MetricDef, Source};
+use super::resolve::DeviceView;
 use super::samples::Samples;
 use super::text;
 
-/// How the native series a DCGM field covers make its one value per GPU.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Combine {
-    /// Exactly one native series (or the total over links for the NVLink counters).
-    Sum,
-    /// The first series in label order: DCGM's fan speed is the first fan's.
-    First,
-    /// Not from the native values but from [`DeviceSample::last_xid`]: DCGM's XID field is a gauge
-    /// of the last XID code. Served once an XID was seen on the GPU: dcgm-exporter serves 0
-    /// before any, but whether a GPU reports XID events at all is not known here, and a reading
-    /// that may be unsupported is never served as 0. GPU instances have none of their own.
-    LastXid,
-}
-
-/// One DCGM field served in compatibility mode.
-#[derive(Debug, Clone, Copy)]
-pub struct Field {
-    /// The DCGM field name, which is the metric name.
-    pub name: &'static str,
-    /// The type dcgm-exporter declares for it.
-    pub kind: MetricKind,
-    /// `# HELP` text, in dcgm-exporter's style ("… (in MHz).").
-    pub help: &'static str,
-    /// How the native series are combined.
-    pub combine: Combine,
-}
-
-const fn field(
-    name: &'static str,
-    kind: MetricKind,
-    help: &'static str,
-    combine: Combine,
-) -> Field {
-    Field {
-        name,
-        kind,
-        help,
-        combine,
-    }
-}
-
-use Combine::{First, LastXid, Sum};
-use MetricKind::{Counter, Gauge};
-
-/// Every served DCGM field, in catalog order (which is the exposition order).
-pub static FIELDS: &[Field] = &[
-    field(
-        "DCGM_FI_DEV_GPU_UTIL",
-        Gauge,
-        "GPU utilization (in %).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_MEM_COPY_UTIL",
-        Gauge,
-        "Memory utilization (in %).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_ENC_UTIL",
-        Gauge,
-        "Encoder utilization (in %).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_DEC_UTIL",
-        Gauge,
-        "Decoder utilization (in %).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-        Gauge,
-        "Ratio of time the graphics engine is active.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_SM_ACTIVE",
-        Gauge,
-        "Ratio of cycles an SM has at least one warp assigned.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_SM_OCCUPANCY",
-        Gauge,
-        "Ratio of warps resident on an SM to the maximum it can hold.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-        Gauge,
-        "Ratio of cycles any tensor pipe is active.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_DRAM_ACTIVE",
-        Gauge,
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_PIPE_FP64_ACTIVE",
-        Gauge,
-        "Ratio of cycles the fp64 pipes are active.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_PIPE_FP32_ACTIVE",
-        Gauge,
-        "Ratio of cycles the fp32 pipes are active.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
-        Gauge,
-        "Ratio of cycles the fp16 pipes are active.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_PCIE_TX_BYTES",
-        Gauge,
-        "Rate of data transmitted over the PCIe bus (in bytes per second).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_PCIE_RX_BYTES",
-        Gauge,
-        "Rate of data received over the PCIe bus (in bytes per second).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_NVLINK_TX_BYTES",
-        Gauge,
-        "Rate of data transmitted over NVLink (in bytes per second).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_PROF_NVLINK_RX_BYTES",
-        Gauge,
-        "Rate of data received over NVLink (in bytes per second).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_FB_TOTAL",
-        Gauge,
-        "Framebuffer memory total (in MiB).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_FB_USED",
-        Gauge,
-        "Framebuffer memory used (in MiB).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_FB_FREE",
-        Gauge,
-        "Framebuffer memory free (in MiB).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_FB_RESERVED",
-        Gauge,
-        "Framebuffer memory reserved (in MiB).",
-        Sum,
-    ),
-    field("DCGM_FI_DEV_POWER_USAGE", Gauge, "Power draw (in W).", Sum),
-    field(
-        "DCGM_FI_DEV_POWER_MGMT_LIMIT",
-        Gauge,
-        "Power management limit (in W).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-        Counter,
-        "Total energy consumption since boot (in mJ).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_GPU_TEMP",
-        Gauge,
-        "GPU temperature (in C).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_MEMORY_TEMP",
-        Gauge,
-        "Memory temperature (in C).",
-        Sum,
-    ),
-    field("DCGM_FI_DEV_FAN_SPEED", Gauge, "Fan speed (in %).", First),
-    field(
-        "DCGM_FI_DEV_SM_CLOCK",
-        Gauge,
-        "SM clock frequency (in MHz).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_MEM_CLOCK",
-        Gauge,
-        "Memory clock frequency (in MHz).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_PSTATE",
-        Gauge,
-        "Performance state (P-state) 0-15, 0 is the highest.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_POWER_VIOLATION",
-        Counter,
-        "Throttling duration due to power constraints (in ns).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_THERMAL_VIOLATION",
-        Counter,
-        "Throttling duration due to thermal constraints (in ns).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_SYNC_BOOST_VIOLATION",
-        Counter,
-        "Throttling duration due to sync-boost constraints (in ns).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
-        Counter,
-        "Throttling duration due to board limit constraints (in ns).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_LOW_UTIL_VIOLATION",
-        Counter,
-        "Throttling duration due to low utilization (in ns).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_RELIABILITY_VIOLATION",
-        Counter,
-        "Throttling duration due to reliability constraints (in ns).",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-        Counter,
-        "Total number of PCIe retries.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-        Counter,
-        "Total number of single-bit volatile ECC errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-        Counter,
-        "Total number of double-bit volatile ECC errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
-        Counter,
-        "Total number of single-bit persistent ECC errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-        Counter,
-        "Total number of double-bit persistent ECC errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-        Counter,
-        "Number of remapped rows for correctable errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-        Counter,
-        "Number of remapped rows for uncorrectable errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_ROW_REMAP_PENDING",
-        Gauge,
-        "Whether remapping of rows is pending.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-        Gauge,
-        "Whether remapping of rows has failed.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_RETIRED_SBE",
-        Counter,
-        "Total number of retired pages due to single-bit errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_RETIRED_DBE",
-        Counter,
-        "Total number of retired pages due to double-bit errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_XID_ERRORS",
-        Gauge,
-        "Value of the last XID error encountered.",
-        LastXid,
-    ),
-    field(
-        "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
-        Counter,
-        "Total number of NVLink flow-control CRC errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
-        Counter,
-        "Total number of NVLink data CRC errors.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
-        Counter,
-        "Total number of NVLink retries.",
-        Sum,
-    ),
-    field(
-        "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
-        Counter,
-        "Total number of NVLink recovery errors.",
-        Sum,
-    ),
-];
-
-/// DCGM fields of the catalog's DCGM column that are not served, and why (for the docs).
-pub static NOT_SERVED: &[(&str, &str)] = &[(
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
-    "DCGM's raw NVLink bandwidth counter has no fixed unit (its counter units are set per \
-         device); serving bytes under its name would silently change what queries compute. Use \
-         nvidia_gpu_nvlink_transmit_bytes_total / _receive_bytes_total.",
-)];
-
 /// Where `GPU_I_PROFILE`, `GPU_I_ID` go in a GPU instance's labels: after `modelName`.
 pub const MIG_LABELS_AT: usize = 5;
+
+/// The served DCGM fields, in exposition order, each with the catalog row it is read from.
+pub fn served() -> impl Iterator<Item = (&'static MetricDef, &'static Dcgm)> {
+    all().filter(|(_, d)| !matches!(d.combine, Combine::NotServed(_)))
+}
+
+/// Every DCGM entry of the catalog with its row, in catalog order.
+fn all() -> impl Iterator<Item = (&'static MetricDef, &'static Dcgm)> {
+    CATALOG
+        .iter()
+        .flat_map(|def| def.dcgm.iter().map(move |d| (def, d)))
+}
 
 /// The value of a native reading in DCGM's unit, or `None` when the pair of units has no known
 /// conversion. DCGM serves the converted fields as integers: the percentages, clocks, energy and
@@ -406,28 +63,6 @@ pub fn convert(native_unit: &str, dcgm_unit: &str, value: f64) -> Option<f64> {
     })
 }
 
-/// A catalog row behind a DCGM field, its DCGM entry, and the position among the row's extra
-/// labels of the label that [`Dcgm::label_value`] selects on (the row's closed label).
-type FieldSource = (&'static MetricDef, &'static Dcgm, Option<usize>);
-
-/// The catalog rows behind each of [`FIELDS`], in the same order.
-fn sources() -> &'static [Vec<FieldSource>] {
-    static SOURCES: OnceLock<Vec<Vec<FieldSource>>> = OnceLock::new();
-    SOURCES.get_or_init(|| {
-        FIELDS
-            .iter()
-            .map(|f| {
-                CATALOG
-                    .iter()
-                    .flat_map(|def| def.dcgm.iter().map(move |d| (def, d)))
-                    .filter(|(_, d)| d.field == f.name)
-                    .map(|(def, d)| (def, d, selector_position(def)))
-                    .collect()
-            })
-            .collect()
-    })
-}
-
 /// Position in `def.labels` of its (first) closed label, which `label_value` entries select on.
 fn selector_position(def: &MetricDef) -> Option<usize> {
     let (name, _) = def.closed_labels.first()?;
@@ -437,11 +72,18 @@ fn selector_position(def: &MetricDef) -> Option<usize> {
 /// The `Hostname` label value: the `NODE_NAME` environment variable (a DaemonSet sets it from
 /// `spec.nodeName`), else the OS hostname, as dcgm-exporter does. Read once at start-up.
 pub fn hostname() -> String {
-    hostname_from(std::env::var_os("NODE_NAME"), os_hostname)
+    hostname_from(std::env::var_os("NODE_NAME"), || {
+        hostname::get()
+            .ok()
+            .map(|h| h.to_string_lossy().into_owned())
+    })
 }
 
-/// [`hostname`] with its two sources passed in; an empty `NODE_NAME` counts as unset.
-fn hostname_from(node_name: Option<OsString>, os: impl FnOnce() -> Option<String>) -> String {
+/// [`hostname()`] with its two sources passed in; an empty `NODE_NAME` counts as unset.
+fn hostname_from(
+    node_name: Option<std::ffi::OsString>,
+    os: impl FnOnce() -> Option<String>,
+) -> String {
     node_name
         .map(|n| n.to_string_lossy().into_owned())
         .filter(|n| !n.is_empty())
@@ -449,51 +91,18 @@ fn hostname_from(node_name: Option<OsString>, os: impl FnOnce() -> Option<String
         .unwrap_or_default()
 }
 
-/// `gethostname(2)`; `None` if it fails.
-fn os_hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its whole length; gethostname writes at most that much.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return None;
-    }
-    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
-}
-
-/// A GPU whose DCGM series are written, and the one container its series are labelled with.
-pub(crate) struct Device<'a> {
-    pub sample: &'a DeviceSample,
-    /// `gpu` label value.
-    pub index: &'a str,
-    pub owner: Option<&'a ContainerRef>,
-    /// Its MIG GPU instances, by GI id (empty unless MIG is on).
-    pub instances: Vec<Instance<'a>>,
-}
-
-/// A MIG GPU instance whose DCGM series are written after its GPU's.
-pub(crate) struct Instance<'a> {
-    /// The instance's readings as a device sample (`super::instance_view`).
-    pub view: &'a DeviceSample,
-    /// `GPU_I_ID` label value.
-    pub gpu_instance: &'a str,
-    /// `GPU_I_PROFILE` label value.
-    pub profile: &'a str,
-    pub owner: Option<&'a ContainerRef>,
-}
-
 /// The labels of a whole GPU's series, in dcgm-exporter's order (see the module docs; a GPU
 /// instance inserts its two labels at [`MIG_LABELS_AT`]).
 fn identity_labels<'a>(
     s: &'a DeviceSample,
-    index: &'a str,
+    gpu: &'a str,
     owner: Option<&'a ContainerRef>,
     device: &'a str,
     driver_version: &'a str,
     hostname: &'a str,
 ) -> Vec<(&'static str, &'a str)> {
     let mut labels = vec![
-        ("gpu", index),
+        ("gpu", gpu),
         ("UUID", s.uuid.as_str()),
         ("pci_bus_id", s.info.pci_bus_id.as_str()),
         ("device", device),
@@ -514,73 +123,73 @@ fn identity_labels<'a>(
     labels
 }
 
-/// The DCGM value of `field` (index `i` of [`FIELDS`]) on one GPU, `None` when the GPU has no
+/// The value of DCGM field `dcgm` (of catalog row `def`) on one reading, `None` when it has no
 /// reading for it.
-fn value_of(i: usize, snap: &Snapshot, d: &DeviceSample, samples: &mut Samples) -> Option<f64> {
-    if FIELDS[i].combine == LastXid {
-        return d.last_xid.map(|code| code as f64);
-    }
+fn value_of(
+    def: &MetricDef,
+    dcgm: &Dcgm,
+    snap: &Snapshot,
+    d: &DeviceSample,
+    samples: &mut Samples,
+) -> Option<f64> {
+    let read = match (dcgm.combine, def.source) {
+        (Combine::LastXid, _) => return d.last_xid.map(|code| code as f64),
+        (Combine::NotServed(_), _) => return None,
+        (_, Source::Device(read)) => read,
+        _ => return None,
+    };
+    samples.clear();
+    read(&snap.system, d, samples);
+    let at = selector_position(def);
     let mut total: Option<f64> = None;
-    for &(def, dcgm, at) in &sources()[i] {
-        let Source::Device(read) = def.source else {
+    for (mut labels, value) in samples.iter() {
+        if let Some(wanted) = dcgm.label_value
+            && at.and_then(|at| labels.nth(at)) != Some(wanted)
+        {
+            continue;
+        }
+        let Some(v) = convert(def.unit, dcgm.unit, value) else {
             continue;
         };
-        samples.clear();
-        read(&snap.system, d, samples);
-        for (mut labels, value) in samples.iter() {
-            if let Some(wanted) = dcgm.label_value
-                && at.and_then(|at| labels.nth(at)) != Some(wanted)
-            {
-                continue;
-            }
-            let Some(v) = convert(def.unit, dcgm.unit, value) else {
-                continue;
-            };
-            match FIELDS[i].combine {
-                Combine::First => return Some(v),
-                Combine::Sum => total = Some(total.unwrap_or(0.0) + v),
-                // Answered before the loop.
-                Combine::LastXid => {}
-            }
+        if dcgm.combine == Combine::First {
+            return Some(v);
         }
+        total = Some(total.unwrap_or(0.0) + v);
     }
     total
 }
 
 /// Appends every DCGM family of `snap` to `out`: one series per GPU that is up and has the
-/// reading. Families without a series are left out entirely, as native ones are.
+/// reading (and per MIG instance that has it). Families without a series are left out entirely,
+/// as native ones are.
 pub(crate) fn write(
     out: &mut Vec<u8>,
     snap: &Snapshot,
-    devices: &[Device<'_>],
+    devices: &[DeviceView<'_>],
     hostname: &str,
-    samples: &mut Samples,
 ) {
-    let names: Vec<String> = devices
-        .iter()
-        .map(|d| format!("nvidia{}", d.index))
-        .collect();
     let driver = snap.system.driver_version.as_str();
+    let names: Vec<String> = devices.iter().map(|d| format!("nvidia{}", d.gpu)).collect();
     let labels: Vec<_> = devices
         .iter()
         .zip(&names)
-        .map(|(d, device)| identity_labels(d.sample, d.index, d.owner, device, driver, hostname))
+        .map(|(d, device)| identity_labels(d.sample, &d.gpu, d.owner, device, driver, hostname))
         .collect();
-    // Per instance: the parent's labels with its owner, and GPU_I_PROFILE, GPU_I_ID inserted.
+    // Per instance: the parent's labels with the instance's owner, GPU_I_PROFILE and GPU_I_ID.
     let instance_labels: Vec<Vec<_>> = devices
         .iter()
         .zip(&names)
         .map(|(d, device)| {
             d.instances
                 .iter()
-                .map(|inst| {
+                .map(|instance| {
                     let mut l =
-                        identity_labels(d.sample, d.index, inst.owner, device, driver, hostname);
+                        identity_labels(d.sample, &d.gpu, instance.owner, device, driver, hostname);
                     l.splice(
                         MIG_LABELS_AT..MIG_LABELS_AT,
                         [
-                            ("GPU_I_PROFILE", inst.profile),
-                            ("GPU_I_ID", inst.gpu_instance),
+                            ("GPU_I_PROFILE", instance.profile),
+                            ("GPU_I_ID", instance.gpu_instance.as_str()),
                         ],
                     );
                     l
@@ -588,38 +197,25 @@ pub(crate) fn write(
                 .collect()
         })
         .collect();
-    for (i, f) in FIELDS.iter().enumerate() {
+    let mut samples = Samples::default();
+    for (def, dcgm) in served() {
         let family_start = out.len();
-        text::header(out, f.name, f.help, f.kind.as_str());
+        text::header(out, dcgm.field, dcgm.help, dcgm.kind.as_str());
         let series_start = out.len();
         for ((d, labels), instance_labels) in devices.iter().zip(&labels).zip(&instance_labels) {
             if !d.sample.up {
                 continue;
             }
-            if let Some(v) = value_of(i, snap, d.sample, samples) {
-                text::sample(
-                    out,
-                    f.name,
-                    labels.iter().map(|(n, _)| *n),
-                    labels.iter().map(|(_, v)| *v),
-                    v,
-                );
+            if let Some(v) = value_of(def, dcgm, snap, d.sample, &mut samples) {
+                text::line(out, dcgm.field, labels.iter().copied(), v);
             }
             // XIDs are the GPU's: its instances have no XID field of their own.
-            let instances = if f.combine == LastXid {
-                &[][..]
-            } else {
-                &d.instances[..]
-            };
-            for (inst, labels) in instances.iter().zip(instance_labels) {
-                if let Some(v) = value_of(i, snap, inst.view, samples) {
-                    text::sample(
-                        out,
-                        f.name,
-                        labels.iter().map(|(n, _)| *n),
-                        labels.iter().map(|(_, v)| *v),
-                        v,
-                    );
+            if dcgm.combine == Combine::LastXid {
+                continue;
+            }
+            for (instance, labels) in d.instances.iter().zip(instance_labels) {
+                if let Some(v) = value_of(def, dcgm, snap, &instance.sample, &mut samples) {
+                    text::line(out, dcgm.field, labels.iter().copied(), v);
                 }
             }
         }
@@ -648,57 +244,55 @@ pub fn mapping_markdown() -> String {
     let mut md = String::from(
         "| DCGM field | type | unit | served from | conversion |\n|---|---|---|---|---|\n",
     );
-    for (f, sources) in FIELDS.iter().zip(sources()) {
-        let mut from = Vec::new();
-        let mut how = Vec::new();
-        for (def, d, at) in sources {
-            let selector = match (d.label_value, at) {
-                (Some(v), Some(at)) => format!("{{{}=\"{v}\"}}", def.labels[*at]),
-                _ => String::new(),
-            };
-            from.push(format!("`{}{selector}`", def.name));
-            let mut words = conversion_words(def.unit, d.unit).to_string();
-            if f.combine == LastXid {
-                words = "the code of the last XID event seen; absent before the first (dcgm-exporter: 0)"
+    for (def, d) in served() {
+        let at = selector_position(def);
+        let selector = match (d.label_value, at) {
+            (Some(v), Some(at)) => format!("{{{}=\"{v}\"}}", def.labels[at]),
+            _ => String::new(),
+        };
+        let mut how = conversion_words(def.unit, d.unit).to_string();
+        let other_label = def
+            .labels
+            .iter()
+            .enumerate()
+            .find(|(i, _)| Some(*i) != at)
+            .map(|(_, l)| *l);
+        match (d.combine, other_label) {
+            (Combine::LastXid, _) => {
+                how = "the code of the last XID event seen; absent before the first \
+                       (dcgm-exporter: 0)"
                     .to_string();
             }
-            let others: Vec<&str> = def
-                .labels
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| Some(*i) != *at)
-                .map(|(_, l)| *l)
-                .collect();
-            if let Some(label) = others.first().filter(|_| f.combine != LastXid) {
-                words.push_str(match f.combine {
-                    Combine::First => ", the lowest ",
-                    Combine::Sum => ", summed over ",
-                    Combine::LastXid => "",
-                });
-                let _ = write!(words, "`{label}`");
+            (Combine::First, Some(label)) => {
+                let _ = write!(how, ", the lowest `{label}`");
             }
-            if !how.contains(&words) {
-                how.push(words);
+            (Combine::Sum, Some(label)) => {
+                let _ = write!(how, ", summed over `{label}`");
             }
+            _ => {}
         }
-        let unit = sources.first().map_or("", |(_, d, _)| d.unit);
+        let unit = match (d.combine, d.unit) {
+            (Combine::LastXid, _) => "XID code",
+            (_, "") => "count",
+            (_, unit) => unit,
+        };
         let _ = writeln!(
             md,
-            "| `{}` | {} | {} | {} | {} |",
-            f.name,
-            f.kind.as_str(),
-            match (f.combine, unit) {
-                (LastXid, _) => "XID code",
-                (_, "") => "count",
-                (_, unit) => unit,
-            },
-            from.join(", "),
-            how.join("; ")
+            "| `{}` | {} | {unit} | `{}{selector}` | {how} |",
+            d.field,
+            d.kind.as_str(),
+            def.name,
         );
     }
     md.push_str("\nNot served:\n\n");
-    for (name, why) in NOT_SERVED {
-        let _ = writeln!(md, "- `{name}`: {why}");
+    let mut listed = Vec::new();
+    for (_, d) in all() {
+        if let Combine::NotServed(why) = d.combine
+            && !listed.contains(&d.field)
+        {
+            listed.push(d.field);
+            let _ = writeln!(md, "- `{}`: {why}", d.field);
+        }
     }
     md
 }
@@ -731,61 +325,55 @@ mod tests {
     }
 
     #[test]
-    fn every_dcgm_field_of_the_catalog_is_served_or_explained() {
-        let mut catalog: Vec<&str> = Vec::new();
-        for def in CATALOG {
-            for d in def.dcgm {
-                if !catalog.contains(&d.field) {
-                    catalog.push(d.field);
-                }
+    fn dcgm_fields_map_per_gpu_readings_and_are_named_once() {
+        let mut names = Vec::new();
+        for (def, d) in all() {
+            assert!(
+                matches!(def.source, Source::Device(_)),
+                "{}: only per-GPU readings map to DCGM fields",
+                def.name
+            );
+            if let Combine::NotServed(why) = d.combine {
+                assert!(!why.is_empty(), "{}: say why it is not served", d.field);
+            } else {
                 assert!(
-                    matches!(def.source, Source::Device(_)),
-                    "{}: only per-GPU readings map to DCGM fields",
-                    def.name
+                    !names.contains(&d.field),
+                    "{} is served from two rows",
+                    d.field
                 );
+                names.push(d.field);
             }
         }
-        let served: Vec<&str> = FIELDS.iter().map(|f| f.name).collect();
-        let explained: Vec<&str> = NOT_SERVED.iter().map(|(n, _)| *n).collect();
-        let expected: Vec<&str> = catalog
-            .iter()
-            .copied()
-            .filter(|f| !explained.contains(f))
-            .collect();
-        assert_eq!(
-            served, expected,
-            "FIELDS must list the catalog's DCGM fields in order"
-        );
-        for f in explained {
-            assert!(catalog.contains(&f), "{f} is not in the catalog");
-        }
+        assert!(names.len() > 40, "{names:?}");
     }
 
     #[test]
     fn every_served_field_has_a_unit_conversion_and_a_source_per_label_value() {
-        for (f, sources) in FIELDS.iter().zip(sources()) {
-            assert!(!sources.is_empty(), "{}", f.name);
-            for (def, d, at) in sources {
+        for (def, d) in served() {
+            assert!(
+                convert(def.unit, d.unit, 1.0).is_some(),
+                "{}: no conversion from {:?} to {:?}",
+                d.field,
+                def.unit,
+                d.unit
+            );
+            if let Some(v) = d.label_value {
                 assert!(
-                    convert(def.unit, d.unit, 1.0).is_some(),
-                    "{}: no conversion from {:?} to {:?}",
-                    f.name,
-                    def.unit,
-                    d.unit
+                    selector_position(def).is_some(),
+                    "{}: {} has no closed label",
+                    d.field,
+                    def.name
                 );
-                if let Some(v) = d.label_value {
-                    assert!(at.is_some(), "{}: {} has no closed label", f.name, def.name);
-                    assert!(
-                        def.closed_labels
-                            .first()
-                            .is_some_and(|(_, values)| values().contains(&v)),
-                        "{}: {v} is not a value of {}'s closed label",
-                        f.name,
-                        def.name
-                    );
-                }
+                assert!(
+                    def.closed_labels
+                        .first()
+                        .is_some_and(|(_, values)| values().contains(&v)),
+                    "{}: {v} is not a value of {}'s closed label",
+                    d.field,
+                    def.name
+                );
             }
-            assert!(f.help.ends_with('.'), "{}", f.name);
+            assert!(d.help.ends_with('.'), "{}", d.field);
         }
     }
 
@@ -809,9 +397,12 @@ mod tests {
         assert_eq!(hostname_from(Some("".into()), os), "box");
         assert_eq!(hostname_from(None, os), "box");
         assert_eq!(hostname_from(None, || None), "");
-        // The real OS hostname is what the kernel says.
-        if let Ok(kernel) = std::fs::read_to_string("/proc/sys/kernel/hostname") {
-            assert_eq!(os_hostname().as_deref(), Some(kernel.trim_end()));
+        // Without NODE_NAME, the OS hostname is what the kernel says.
+        if let (Ok(kernel), None) = (
+            std::fs::read_to_string("/proc/sys/kernel/hostname"),
+            std::env::var_os("NODE_NAME"),
+        ) {
+            assert_eq!(hostname(), kernel.trim_end());
         }
     }
 }

@@ -1,16 +1,14 @@
 //! The exporter's own `process_*` metrics (Linux): the families, names and help texts of the
-//! `prometheus` crate's process collector, read the cheap way every tick.
+//! `prometheus` crate's process collector, each value read with one system call on a descriptor
+//! opened once, every tick (a `/proc` file is generated anew by every read from its start).
 //!
-//! That collector, called once per tick, cost more than a fifth of the sampling thread's CPU time
-//! at 8 GPUs (~220 µs per tick, measured with `perf stat --per-thread`): it opens `/proc/<pid>`,
-//! lists `/proc/<pid>/fd`, and has the kernel format and then parses `/proc/<pid>/limits` and the
-//! 52 fields of `/proc/<pid>/stat`. Here each value is one system call on a descriptor opened
-//! once (a `/proc` file is generated anew by every read from its start):
+//! That collector lists `/proc/<pid>/fd` and has the kernel format and then parses
+//! `/proc/<pid>/limits` and the 52 fields of `/proc/<pid>/stat` on every call, a large part of a
+//! tick's own work. Here:
 //! - CPU time: `clock_gettime(CLOCK_PROCESS_CPUTIME_ID)`, exact to the nanosecond (the collector
 //!   truncated it to whole seconds); the file limit: `getrlimit`.
-//! - Memory: `/proc/self/statm`. Not `/proc/self/stat`: the kernel checks ptrace access on every
-//!   read of it (run through any BPF security hooks installed, as on this benchmark machine) and
-//!   formats 52 fields; it cost ten times a read of `statm` there.
+//! - Memory: `/proc/self/statm`. Not `/proc/self/stat`, whose every read makes the kernel check
+//!   ptrace access (through any BPF security hooks installed) and format 52 fields.
 //! - Threads: the link count of `/proc/self/task` (the kernel adds one per thread to the
 //!   directory's two); `/proc/self/stat` where that reads less than three.
 //! - Open descriptors: the size of `/proc/self/fd` (Linux 6.2 and later); its listing on older
@@ -75,8 +73,6 @@ pub(super) struct ProcessMetrics {
     statm: Option<File>,
     task_dir: Option<File>,
     fd_dir: Option<File>,
-    /// What `statm` is read into, kept across ticks.
-    buffer: [u8; 128],
 }
 
 impl ProcessMetrics {
@@ -97,12 +93,11 @@ impl ProcessMetrics {
             statm: File::open("/proc/self/statm").ok(),
             task_dir: File::open("/proc/self/task").ok(),
             fd_dir: File::open("/proc/self/fd").ok(),
-            buffer: [0; 128],
         }
     }
 
     /// Appends every family that could be read, in [`FAMILIES`] order.
-    pub(super) fn write(&mut self, out: &mut Vec<u8>) {
+    pub(super) fn write(&self, out: &mut Vec<u8>) {
         let memory = self.memory();
         let values = [
             cpu_seconds(),
@@ -116,16 +111,17 @@ impl ProcessMetrics {
         for ((name, help, kind), value) in FAMILIES.iter().zip(values) {
             if let Some(v) = value {
                 text::header(out, name, help, kind);
-                text::sample(out, name, [].into_iter(), [].into_iter(), v);
+                text::line(out, name, [], v);
             }
         }
     }
 
     /// (virtual, resident) bytes: the first two fields of `/proc/self/statm`, read again from
     /// offset 0 of the open file.
-    fn memory(&mut self) -> Option<(f64, f64)> {
-        let n = self.statm.as_ref()?.read_at(&mut self.buffer, 0).ok()?;
-        let mut pages = std::str::from_utf8(&self.buffer[..n])
+    fn memory(&self) -> Option<(f64, f64)> {
+        let mut buffer = [0u8; 128];
+        let n = self.statm.as_ref()?.read_at(&mut buffer, 0).ok()?;
+        let mut pages = std::str::from_utf8(&buffer[..n])
             .ok()?
             .split_ascii_whitespace();
         let mut next = || pages.next()?.parse::<f64>().ok();
@@ -281,8 +277,8 @@ mod tests {
 
     #[test]
     fn the_open_files_give_fresh_values_each_tick() {
-        let mut metrics = ProcessMetrics::new();
-        let mut threads_now = || {
+        let metrics = ProcessMetrics::new();
+        let threads_now = || {
             let mut out = Vec::new();
             metrics.write(&mut out);
             value(&String::from_utf8(out).unwrap(), "process_threads")

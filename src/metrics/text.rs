@@ -1,17 +1,11 @@
-//! Writing text exposition format 0.0.4 straight into a byte buffer, byte for byte as the
-//! `prometheus` crate's `TextEncoder` writes it (the golden file and the unit tests compare the
-//! two), without building its `MetricFamily` protobuf values first.
+//! The text exposition format 0.0.4, written straight into a byte buffer byte for byte as the
+//! `prometheus` crate's `TextEncoder` writes it: a family's `# HELP` and `# TYPE` lines
+//! ([`header`]) and one line per series ([`line()`]).
 //!
 //! Values use Rust's `Display` for `f64`, as that encoder does: integers without a fraction
-//! (`250`), no exponent (`85520809984`), shortest round-trip digits (`0.0025`). The encoder
-//! never passes a non-finite value here (readers drop them), so `inf`/`NaN` spellings never
-//! reach a scrape.
-//!
-//! Label pairs that every series of a GPU shares are rendered once ([`label_pairs`]) and copied
-//! raw into each line ([`sample_framed`]); integral values skip float formatting ([`number`]).
-//! The buffer is bytes, not a `String`, so that text already written (those pairs, and whole
-//! line prefixes of the previous exposition, see [`super::lines`]) is copied back in without
-//! checking again that it is UTF-8; everything written is UTF-8 (`&str` pieces and ASCII).
+//! (`250`), no exponent (`85520809984`), shortest round-trip digits (`0.0025`). Readers drop
+//! non-finite values, so `inf`/`NaN` spellings never reach a scrape. Everything written is UTF-8
+//! (`&str` pieces and ASCII).
 
 use std::io::Write;
 
@@ -31,96 +25,36 @@ pub(crate) fn header(out: &mut Vec<u8>, name: &str, help: &str, kind: &str) {
     out.push(b'\n');
 }
 
-/// One sample line: `name{l1="v1",…} value`. Labels pair up name by name; no braces when there
-/// are none.
-pub(crate) fn sample<'a>(
+/// One sample line: `name{n1="v1",n2="v2",…} value`, label values escaped; no braces when there
+/// are no labels. Every series of the exposition is written by this function.
+pub(crate) fn line<'n, 'v>(
     out: &mut Vec<u8>,
     name: &str,
-    label_names: impl Iterator<Item = &'a str>,
-    label_values: impl Iterator<Item = &'a str>,
+    labels: impl IntoIterator<Item = (&'n str, &'v str)>,
     value: f64,
-) {
-    sample_framed(out, name, b"", label_names, label_values, b"", value);
-}
-
-/// Appends `n1="v1",n2="v2",…` (values escaped, no braces): label pairs that many series share,
-/// rendered once and then written raw by [`sample_framed`].
-pub(crate) fn label_pairs<'a>(
-    out: &mut Vec<u8>,
-    label_names: impl Iterator<Item = &'a str>,
-    label_values: impl Iterator<Item = &'a str>,
-) {
-    for (i, (n, v)) in label_names.zip(label_values).enumerate() {
-        if i > 0 {
-            out.push(b',');
-        }
-        pair(out, n, v);
-    }
-}
-
-/// `name="value"`, the value escaped.
-fn pair(out: &mut Vec<u8>, name: &str, value: &str) {
-    out.extend_from_slice(name.as_bytes());
-    out.extend_from_slice(b"=\"");
-    escape(out, value, true);
-    out.push(b'"');
-}
-
-/// The same line as [`sample`] with labels `head`, then the pairs of `label_names` and
-/// `label_values`, then `tail`, where `head` and `tail` are pairs already rendered by
-/// [`label_pairs`] (either may be empty). A GPU's `gpu`/`uuid` pairs and its pod labels are
-/// the same on every one of its ~200 series, so they are escaped once per tick, not per line.
-pub(crate) fn sample_framed<'a>(
-    out: &mut Vec<u8>,
-    name: &str,
-    head: &[u8],
-    label_names: impl Iterator<Item = &'a str>,
-    label_values: impl Iterator<Item = &'a str>,
-    tail: &[u8],
-    value: f64,
-) {
-    prefix_framed(out, name, head, label_names, label_values, tail);
-    number(out, value);
-    out.push(b'\n');
-}
-
-/// The part of a [`sample_framed`] line before the value: `name{…} `. It is the same from tick
-/// to tick for the same series ([`super::lines`] copies it).
-pub(crate) fn prefix_framed<'a>(
-    out: &mut Vec<u8>,
-    name: &str,
-    head: &[u8],
-    label_names: impl Iterator<Item = &'a str>,
-    label_values: impl Iterator<Item = &'a str>,
-    tail: &[u8],
 ) {
     out.extend_from_slice(name.as_bytes());
     let mut separator = b'{';
-    if !head.is_empty() {
+    for (label, label_value) in labels {
         out.push(separator);
-        out.extend_from_slice(head);
-        separator = b',';
-    }
-    for (n, v) in label_names.zip(label_values) {
-        out.push(separator);
-        pair(out, n, v);
-        separator = b',';
-    }
-    if !tail.is_empty() {
-        out.push(separator);
-        out.extend_from_slice(tail);
+        out.extend_from_slice(label.as_bytes());
+        out.extend_from_slice(b"=\"");
+        escape(out, label_value, true);
+        out.push(b'"');
         separator = b',';
     }
     if separator == b',' {
         out.push(b'}');
     }
     out.push(b' ');
+    number(out, value);
+    out.push(b'\n');
 }
 
 /// Appends `value` exactly as `Display` writes it (shortest round-trip digits, never an
 /// exponent). Most values are integers (counters, bytes, flags): below 2^53 an integral `f64`'s
 /// shortest digits are its integer digits, written by `itoa`. Fractions below 2^53 go through
-/// `ryu`, several times faster than `Display`, when its digits are certainly the ones `Display`
+/// `ryu` when its digits are certainly the ones `Display`
 /// picks: with at most 15 significant digits only one decimal of that length lies within the
 /// value's rounding interval, so both find the same one (with 17, two can be equally close and
 /// the two libraries break the tie differently). Everything else (long fractions, exponents,
@@ -204,27 +138,16 @@ mod tests {
     }
 
     #[test]
-    fn sample_lines() {
+    fn lines_with_and_without_labels() {
         let mut out = Vec::new();
-        sample(&mut out, "up", [].into_iter(), [].into_iter(), 1.0);
-        sample(
-            &mut out,
-            "m",
-            ["a", "b"].into_iter(),
-            ["x\"", "2"].into_iter(),
-            0.0025,
-        );
-        sample(
-            &mut out,
-            "big",
-            [].into_iter(),
-            [].into_iter(),
-            85_520_809_984.0,
-        );
-        sample(&mut out, "neg", [].into_iter(), [].into_iter(), -1.5);
+        line(&mut out, "up", [], 1.0);
+        line(&mut out, "m", [("a", "x\""), ("b", "2")], 0.0025);
+        line(&mut out, "big", [], 85_520_809_984.0);
+        line(&mut out, "neg", [("gpu", "GPU-\"a\"\\b\nc")], -1.5);
         assert_eq!(
             text(out),
-            "up 1\nm{a=\"x\\\"\",b=\"2\"} 0.0025\nbig 85520809984\nneg -1.5\n"
+            "up 1\nm{a=\"x\\\"\",b=\"2\"} 0.0025\nbig 85520809984\n\
+             neg{gpu=\"GPU-\\\"a\\\"\\\\b\\nc\"} -1.5\n"
         );
     }
 
@@ -291,90 +214,6 @@ mod tests {
         fn any_integral_number_is_written_as_display_writes_it(i: i64, shift in 0u32..64) {
             let v = (i >> shift) as f64;
             proptest::prop_assert_eq!(number_text(v), format!("{v}"));
-        }
-    }
-
-    #[test]
-    fn label_pairs_are_escaped_and_comma_separated() {
-        let mut out = Vec::new();
-        label_pairs(
-            &mut out,
-            ["gpu", "uuid"].into_iter(),
-            ["0", "GPU-\"a\"\\b\nc"].into_iter(),
-        );
-        assert_eq!(text(out.clone()), r#"gpu="0",uuid="GPU-\"a\"\\b\nc""#);
-        out.clear();
-        label_pairs(&mut out, [].into_iter(), [].into_iter());
-        assert_eq!(out, b"");
-    }
-
-    #[test]
-    fn framed_lines_equal_lines_with_every_label_spelled_out() {
-        let mut head = Vec::new();
-        label_pairs(
-            &mut head,
-            ["gpu", "uuid"].into_iter(),
-            ["3", "GPU-\"x\""].into_iter(),
-        );
-        let mut tail = Vec::new();
-        label_pairs(&mut tail, ["pod"].into_iter(), ["p\n"].into_iter());
-        // head, names, values, tail; then every name and value spelled out.
-        type Case<'a> = (
-            &'a [u8],
-            &'a [&'a str],
-            &'a [&'a str],
-            &'a [u8],
-            &'a [&'a str],
-            &'a [&'a str],
-        );
-        let cases: [Case; 5] = [
-            (
-                &head,
-                &["link"],
-                &["7"],
-                &tail,
-                &["gpu", "uuid", "link", "pod"],
-                &["3", "GPU-\"x\"", "7", "p\n"],
-            ),
-            (
-                &head,
-                &[],
-                &[],
-                &tail,
-                &["gpu", "uuid", "pod"],
-                &["3", "GPU-\"x\"", "p\n"],
-            ),
-            (
-                &head,
-                &["a", "b"],
-                &["1", "2"],
-                b"",
-                &["gpu", "uuid", "a", "b"],
-                &["3", "GPU-\"x\"", "1", "2"],
-            ),
-            (b"", &["a"], &["1"], &tail, &["a", "pod"], &["1", "p\n"]),
-            (b"", &[], &[], b"", &[], &[]),
-        ];
-        for (head, names, values, tail, all_names, all_values) in cases {
-            let mut framed = Vec::new();
-            sample_framed(
-                &mut framed,
-                "m",
-                head,
-                names.iter().copied(),
-                values.iter().copied(),
-                tail,
-                0.25,
-            );
-            let mut plain = Vec::new();
-            sample(
-                &mut plain,
-                "m",
-                all_names.iter().copied(),
-                all_values.iter().copied(),
-                0.25,
-            );
-            assert_eq!(framed, plain);
         }
     }
 }

@@ -1,0 +1,117 @@
+//! The catalog against what is served: types, order, closed label values, naming.
+
+use super::*;
+
+#[test]
+fn types_match_the_catalog_and_counters_end_in_total() {
+    let text = encode(&snapshot(vec![full_mig_device(0)]));
+    for def in CATALOG {
+        let line = format!("# TYPE {} {}", def.name, def.kind.as_str());
+        assert!(text.contains(&line), "missing {line:?}");
+        assert_eq!(
+            def.kind == MetricKind::Counter,
+            def.name.ends_with("_total"),
+            "{}",
+            def.name
+        );
+    }
+    assert!(text.contains("# TYPE nvidia_gpu_energy_joules_total counter\n"));
+    assert!(text.contains("# TYPE nvidia_gpu_power_watts gauge\n"));
+    assert!(text.contains("# TYPE nvml_exporter_sample_duration_seconds histogram\n"));
+}
+
+#[test]
+fn families_follow_the_catalog_then_process_metrics() {
+    let text = encode(&snapshot(vec![full_mig_device(0)]));
+    let served = families(&text);
+    let catalog: Vec<&str> = CATALOG.iter().map(|d| d.name).collect();
+    assert_eq!(&served[..catalog.len()], &catalog[..]);
+    assert!(
+        served[catalog.len()..]
+            .iter()
+            .all(|n| n.starts_with("process_")),
+        "{served:?}"
+    );
+}
+
+#[test]
+fn closed_labels_only_take_their_declared_values() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    for def in CATALOG {
+        for (label, values) in def.closed_labels {
+            assert!(
+                def.labels.contains(label),
+                "{}: {label} is not a label",
+                def.name
+            );
+            let allowed = values();
+            let prefix = format!("{}{{", def.name);
+            // The label is first (after `{`) or follows another (after `,`).
+            let tags = [format!("{{{label}=\""), format!(",{label}=\"")];
+            let lines: Vec<&str> = series(&text)
+                .into_iter()
+                .filter(|l| l.starts_with(&prefix))
+                .collect();
+            assert!(!lines.is_empty(), "{}: no series", def.name);
+            for l in lines {
+                let v = tags
+                    .iter()
+                    .find_map(|t| l.split(t.as_str()).nth(1))
+                    .and_then(|r| r.split('"').next());
+                let v = v.unwrap_or_else(|| panic!("{l}: no {label}"));
+                assert!(allowed.contains(&v), "{}: {label}={v}", def.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn catalog_names_units_and_labels_are_well_formed() {
+    let mut names: Vec<&str> = CATALOG.iter().map(|d| d.name).collect();
+    names.sort();
+    names.dedup();
+    assert_eq!(names.len(), CATALOG.len(), "duplicate names");
+    let snake = |s: &str| {
+        !s.is_empty()
+            && s.starts_with(|c: char| c.is_ascii_lowercase())
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+    };
+    for d in CATALOG {
+        assert!(snake(d.name), "{}", d.name);
+        assert!(!d.help.is_empty(), "{}", d.name);
+        if !d.unit.is_empty() {
+            let base = d.name.strip_suffix("_total").unwrap_or(d.name);
+            assert!(
+                base.ends_with(&format!("_{}", d.unit)),
+                "{} lacks unit {}",
+                d.name,
+                d.unit
+            );
+        }
+        for l in d.labels {
+            assert!(snake(l) && !l.starts_with("__"), "{}: label {l}", d.name);
+            assert!(!d.all_labels()[..d.all_labels().len() - d.labels.len()].contains(l));
+        }
+        let per_device = d.name.starts_with("nvidia_gpu_");
+        assert_eq!(per_device, d.source.is_per_device(), "{}", d.name);
+        // Only the registry can hold a histogram's buckets.
+        if d.kind == MetricKind::Histogram {
+            assert!(matches!(d.source, Source::Registry), "{}", d.name);
+        }
+        for f in d.dcgm {
+            assert!(f.field.starts_with("DCGM_FI_"), "{}", d.name);
+            if let Some(v) = f.label_value {
+                let known = d
+                    .closed_labels
+                    .iter()
+                    .any(|(_, values)| values().contains(&v));
+                assert!(
+                    known,
+                    "{}: DCGM mapping for unknown label value {v}",
+                    d.name
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! A device's own series: every family, identity labels, base units, omissions, order.
+
+use super::*;
+
+#[test]
+fn a_full_device_serves_every_device_family_with_identity_labels() {
+    let text = encode(&snapshot(vec![full_mig_device(0)]));
+    let expected: Vec<&str> = CATALOG
+        .iter()
+        .filter(|d| d.source.is_per_device())
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(families_of_gpu(&text, 0), expected);
+    for l in series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_"))
+    {
+        assert!(l.contains("{gpu=\"0\",uuid=\"GPU-0\""), "{l}");
+    }
+}
+
+#[test]
+fn values_are_served_in_base_units_and_flags_as_0_or_1() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    let id = r#"gpu="0",uuid="GPU-0""#;
+    let v = |s: &str| value(&text, s);
+    assert_eq!(
+        v(&format!("nvidia_gpu_utilization_ratio{{{id}}}")),
+        Some(0.75)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_memory_total_bytes{{{id}}}")),
+        Some(85_520_809_984.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_energy_joules_total{{{id}}}")),
+        Some(123_456.789)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_clock_hertz{{{id},clock="graphics"}}"#
+        )),
+        Some(1.98e9)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_fan_speed_ratio{{{id},fan="1"}}"#)),
+        Some(0.4)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_clock_event_active{{{id},reason="sw_power_cap"}}"#
+        )),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_clock_event_active{{{id},reason="gpu_idle"}}"#
+        )),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_pcie_link_width{{{id},link="max"}}"#)),
+        Some(16.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_ecc_errors_total{{{id},error_type="corrected"}}"#
+        )),
+        Some(7.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_ecc_lifetime_errors{{{id},error_type="uncorrected"}}"#
+        )),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_row_remap_pending{{{id}}}")),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_row_remap_failed{{{id}}}")),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_xid_errors_total{{{id},xid="79"}}"#)),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!(r#"nvidia_gpu_nvlink_up{{{id},link="1"}}"#)),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_nvlink_transmit_bytes_total{{{id},link="0"}}"#
+        )),
+        Some(1_099_511_627_776.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_nvlink_errors_total{{{id},link="0",error_type="replay"}}"#
+        )),
+        Some(5.0)
+    );
+    assert_eq!(v(&format!("nvidia_gpu_mig_mode{{{id}}}")), Some(0.0));
+    // A link without counters has no byte series (never 0).
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_nvlink_transmit_bytes_total{{{id},link="1"}}"#
+        )),
+        None
+    );
+}
+
+#[test]
+fn info_carries_identity_and_system_versions() {
+    let text = encode(&snapshot(vec![full_device(0)]));
+    let info = r#"nvidia_gpu_info{gpu="0",uuid="GPU-0",name="NVIDIA H100 80GB HBM3",brand="nvidia",architecture="hopper",pci_bus_id="00000000:18:00.0",serial="1650000000001",vbios_version="96.00.99.00.01",driver_version="550.54.15",cuda_driver_version="12.4",compute_capability="9.0",minor_number="0"}"#;
+    assert_eq!(value(&text, info), Some(1.0), "{text}");
+}
+
+#[test]
+fn missing_readings_produce_no_series() {
+    let text = encode(&snapshot(vec![bare_device(0)]));
+    assert_eq!(
+        families_of_gpu(&text, 0),
+        ["nvidia_gpu_info", "nvidia_gpu_up"]
+    );
+}
+
+#[test]
+fn a_lost_device_keeps_only_info_and_up_0() {
+    let mut lost = full_device(1);
+    lost.up = false;
+    let text = encode(&snapshot(vec![full_device(0), lost]));
+    assert_eq!(
+        families_of_gpu(&text, 1),
+        ["nvidia_gpu_info", "nvidia_gpu_up"]
+    );
+    assert_eq!(
+        value(&text, r#"nvidia_gpu_up{gpu="1",uuid="GPU-1"}"#),
+        Some(0.0)
+    );
+    assert_eq!(
+        value(&text, r#"nvidia_gpu_up{gpu="0",uuid="GPU-0"}"#),
+        Some(1.0)
+    );
+    assert_eq!(value(&text, "nvml_exporter_gpus"), Some(2.0));
+}
+
+#[test]
+fn a_stale_device_still_serves_its_last_values() {
+    let mut stale = full_device(0);
+    stale.stale = true;
+    let text = encode(&snapshot(vec![stale]));
+    assert_eq!(
+        value(&text, r#"nvidia_gpu_power_watts{gpu="0",uuid="GPU-0"}"#),
+        Some(312.5)
+    );
+}
+
+#[test]
+fn non_finite_readings_are_omitted() {
+    let mut d = bare_device(0);
+    d.power_watts = Some(f64::NAN);
+    d.temperature_celsius = Some(f64::INFINITY);
+    let text = encode(&snapshot(vec![d]));
+    assert!(!text.contains("nvidia_gpu_power_watts{"), "{text}");
+    assert!(!text.contains("nvidia_gpu_temperature_celsius{"), "{text}");
+}
+
+#[test]
+fn label_values_are_escaped() {
+    let mut d = bare_device(0);
+    Arc::make_mut(&mut d.info).name = "Odd \"GPU\" \\ name\nline2".into();
+    let text = encode(&snapshot(vec![d]));
+    assert!(
+        text.contains(r#"name="Odd \"GPU\" \\ name\nline2""#),
+        "{text}"
+    );
+}
+
+#[test]
+fn series_are_ordered_by_gpu_index_then_label() {
+    // Devices and label lists deliberately out of order.
+    let text = encode(&snapshot(vec![full_device(1), full_device(0)]));
+    let clocks: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_clock_hertz{"))
+        .collect();
+    assert_eq!(
+        clocks,
+        [
+            r#"nvidia_gpu_clock_hertz{gpu="0",uuid="GPU-0",clock="graphics"} 1980000000"#,
+            r#"nvidia_gpu_clock_hertz{gpu="0",uuid="GPU-0",clock="memory"} 2619000000"#,
+            r#"nvidia_gpu_clock_hertz{gpu="1",uuid="GPU-1",clock="graphics"} 1980000000"#,
+            r#"nvidia_gpu_clock_hertz{gpu="1",uuid="GPU-1",clock="memory"} 2619000000"#,
+        ]
+    );
+    let xids: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_xid_errors_total{gpu=\"0\""))
+        .collect();
+    assert!(
+        xids[0].contains("xid=\"13\"") && xids[1].contains("xid=\"79\""),
+        "{xids:?}"
+    );
+}
+
+#[test]
+fn duplicate_label_values_from_the_sampler_give_one_series() {
+    let mut d = bare_device(0);
+    d.fan_speeds = vec![(0, 0.3), (0, 0.9)];
+    let text = encode(&snapshot(vec![d]));
+    let fans = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_fan_speed_ratio{"))
+        .count();
+    assert_eq!(fans, 1);
+}
+
+#[test]
+fn nvlinks_in_any_order_give_one_series_per_link_in_link_order() {
+    let link = |link: u32, up: bool, errors: Vec<(NvLinkErrorType, u64)>| NvLinkSample {
+        link,
+        up,
+        transmit_bytes: Some(u64::from(link)),
+        receive_bytes: None,
+        errors: errors.into_iter().collect(),
+    };
+    let mut d = bare_device(0);
+    d.nvlinks = vec![
+        link(40, true, vec![]),
+        link(
+            3,
+            true,
+            vec![(NvLinkErrorType::Replay, 2), (NvLinkErrorType::CrcFlit, 1)],
+        ),
+        link(20, true, vec![]),
+        // A duplicate of link 3: the first one read is kept.
+        link(3, false, vec![]),
+    ];
+    let text = encode(&snapshot(vec![d]));
+    let up: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_nvlink_up{"))
+        .collect();
+    assert_eq!(
+        up,
+        [
+            r#"nvidia_gpu_nvlink_up{gpu="0",uuid="GPU-0",link="3"} 1"#,
+            r#"nvidia_gpu_nvlink_up{gpu="0",uuid="GPU-0",link="20"} 1"#,
+            r#"nvidia_gpu_nvlink_up{gpu="0",uuid="GPU-0",link="40"} 1"#,
+        ]
+    );
+    let errors: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_nvlink_errors_total{"))
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            r#"nvidia_gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",link="3",error_type="crc_flit"} 1"#,
+            r#"nvidia_gpu_nvlink_errors_total{gpu="0",uuid="GPU-0",link="3",error_type="replay"} 2"#,
+        ]
+    );
+}

@@ -1,0 +1,237 @@
+//! The writers: the native families of one snapshot, in catalog order, one writer per
+//! [`Source`], each line through [`text::line`].
+//!
+//! A family is its `# HELP` and `# TYPE` lines and then its series, device by device in `gpu`
+//! order; a family without a series is left out. Per-GPU series start with the identity labels
+//! `gpu` and `uuid`, then the row's own labels, then (for a GPU or MIG instance with a single
+//! owner) `namespace`, `pod`, `container`. A MIG instance's series follow its GPU's with
+//! `gpu_instance` and `mig_profile` after the row's labels. A device that is not up keeps only
+//! the families that are always served (identity, `up`, pod assignments).
+
+use prometheus::proto::MetricFamily;
+
+use crate::sample::{DeviceSample, Snapshot};
+
+use super::catalog::{
+    CATALOG, DeviceReader, ExporterReader, IDENTITY_LABELS, MIG_LABELS, MetricDef, POD_LABELS,
+    PROCESS_LABELS, Source,
+};
+use super::resolve::{DeviceView, container_labels};
+use super::samples::Samples;
+use super::text;
+use crate::processes::ProcessField;
+
+/// Appends every native family of `snap` to `out` in catalog order. `devices` are its resolved
+/// views; `registry` holds the families the encoder's registry keeps (written where the catalog
+/// places them, any others after); `per_device` is false when the GPUs are served under
+/// dcgm-exporter's names only.
+pub(super) fn families(
+    out: &mut Vec<u8>,
+    snap: &Snapshot,
+    devices: &[DeviceView<'_>],
+    mut registry: Vec<MetricFamily>,
+    per_device: bool,
+) {
+    let mut samples = Samples::default();
+    for def in CATALOG {
+        if !per_device && def.source.is_per_device() {
+            continue;
+        }
+        if let Source::Registry = def.source {
+            if let Some(at) = registry.iter().position(|f| f.name() == def.name) {
+                append_registry_family(out, &registry.remove(at));
+            }
+            continue;
+        }
+        let family_start = out.len();
+        text::header(out, def.name, def.help, def.kind.as_str());
+        let series_start = out.len();
+        match def.source {
+            Source::Device(read) => {
+                device_series(out, def, read, false, snap, devices, &mut samples)
+            }
+            Source::DeviceIdentity(read) => {
+                device_series(out, def, read, true, snap, devices, &mut samples)
+            }
+            Source::PodAssignments => pod_assignments(out, def, devices),
+            Source::Processes(field) => processes(out, def, field, devices),
+            Source::PodProcesses(field) => pod_processes(out, def, field, devices),
+            Source::Exporter(read) => exporter_series(out, def, read, snap, &mut samples),
+            Source::Registry => {}
+        }
+        if out.len() == series_start {
+            out.truncate(family_start);
+        }
+    }
+    for family in &registry {
+        append_registry_family(out, family);
+    }
+}
+
+/// The `gpu` and `uuid` pairs of a device.
+fn identity<'a>(d: &'a DeviceView<'_>) -> impl Iterator<Item = (&'static str, &'a str)> {
+    IDENTITY_LABELS
+        .iter()
+        .copied()
+        .zip([d.gpu.as_str(), d.sample.uuid.as_str()])
+}
+
+/// The `namespace`, `pod`, `container` pairs of a container, if any.
+fn pod_pairs(
+    owner: Option<&crate::sample::ContainerRef>,
+) -> impl Iterator<Item = (&'static str, &str)> {
+    owner
+        .into_iter()
+        .flat_map(|c| POD_LABELS.iter().copied().zip(container_labels(c)))
+}
+
+/// A per-GPU family read from each device's reading (and each MIG instance's); `always`: also
+/// for a device that is not up, and never for instances.
+fn device_series(
+    out: &mut Vec<u8>,
+    def: &MetricDef,
+    read: DeviceReader,
+    always: bool,
+    snap: &Snapshot,
+    devices: &[DeviceView<'_>],
+    samples: &mut Samples,
+) {
+    for d in devices.iter().filter(|d| always || d.sample.up) {
+        samples.clear();
+        read(&snap.system, d.sample, samples);
+        for (values, value) in samples.iter() {
+            let own = def.labels.iter().copied().zip(values);
+            let labels = identity(d).chain(own).chain(pod_pairs(d.owner));
+            text::line(out, def.name, labels, value);
+        }
+        if always {
+            continue;
+        }
+        for instance in &d.instances {
+            samples.clear();
+            read(&snap.system, &instance.sample, samples);
+            let mig = MIG_LABELS
+                .iter()
+                .copied()
+                .zip([instance.gpu_instance.as_str(), instance.profile]);
+            for (values, value) in samples.iter() {
+                let own = def.labels.iter().copied().zip(values);
+                let labels = identity(d)
+                    .chain(own)
+                    .chain(mig.clone())
+                    .chain(pod_pairs(instance.owner));
+                text::line(out, def.name, labels, value);
+            }
+        }
+    }
+}
+
+/// `nvidia_gpu_pod_info`: one series per (GPU, container), then per (MIG instance, container).
+fn pod_assignments(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
+    for d in devices {
+        for c in &d.containers {
+            text::line(out, def.name, identity(d).chain(pod_pairs(Some(c))), 1.0);
+        }
+    }
+    for d in devices {
+        for instance in &d.instances {
+            let mig = MIG_LABELS
+                .iter()
+                .copied()
+                .zip([instance.gpu_instance.as_str(), instance.profile]);
+            for c in &instance.containers {
+                let labels = identity(d).chain(mig.clone()).chain(pod_pairs(Some(c)));
+                text::line(out, def.name, labels, 1.0);
+            }
+        }
+    }
+}
+
+/// The `gpu_instance` and `mig_profile` pairs of a process or per-container sum in MIG GPU
+/// instance `gpu_instance` of `d` (none with MIG off). The profile is empty when the reading has
+/// no such instance (NVML listed the process before the instance was read).
+fn mig_pairs<'a>(
+    d: &'a DeviceSample,
+    gpu_instance: Option<u32>,
+) -> impl Iterator<Item = (&'static str, String)> + 'a {
+    gpu_instance.into_iter().flat_map(move |gi| {
+        let profile = d
+            .mig_instances
+            .iter()
+            .find(|m| m.gpu_instance == gi)
+            .map_or("", |m| m.profile.as_str());
+        MIG_LABELS
+            .iter()
+            .copied()
+            .zip([gi.to_string(), profile.to_owned()])
+    })
+}
+
+/// Per-process series (`--processes`) of every device that is up.
+fn processes(out: &mut Vec<u8>, def: &MetricDef, field: ProcessField, devices: &[DeviceView<'_>]) {
+    for d in devices.iter().filter(|d| d.sample.up) {
+        for p in &d.processes.processes {
+            let Some(value) = field.of_process(p.process).filter(|v| v.is_finite()) else {
+                continue;
+            };
+            let pid = p.process.pid.to_string();
+            let own = PROCESS_LABELS
+                .iter()
+                .copied()
+                .zip([pid.as_str(), p.process.name.as_str()]);
+            let mig: Vec<_> = mig_pairs(d.sample, p.process.gpu_instance).collect();
+            let labels = identity(d)
+                .chain(own)
+                .chain(mig.iter().map(|(n, v)| (*n, v.as_str())))
+                .chain(pod_pairs(p.container.as_ref()));
+            text::line(out, def.name, labels, value);
+        }
+    }
+}
+
+/// Per-container sums of the processes on each device that is up.
+fn pod_processes(
+    out: &mut Vec<u8>,
+    def: &MetricDef,
+    field: ProcessField,
+    devices: &[DeviceView<'_>],
+) {
+    for d in devices.iter().filter(|d| d.sample.up) {
+        for usage in &d.processes.pods {
+            let Some(value) = field.of_pod(usage).filter(|v| v.is_finite()) else {
+                continue;
+            };
+            let mig: Vec<_> = mig_pairs(d.sample, usage.gpu_instance).collect();
+            let labels = identity(d)
+                .chain(mig.iter().map(|(n, v)| (*n, v.as_str())))
+                .chain(pod_pairs(Some(&usage.container)));
+            text::line(out, def.name, labels, value);
+        }
+    }
+}
+
+/// An exporter-wide family.
+fn exporter_series(
+    out: &mut Vec<u8>,
+    def: &MetricDef,
+    read: ExporterReader,
+    snap: &Snapshot,
+    samples: &mut Samples,
+) {
+    samples.clear();
+    read(snap, samples);
+    for (values, value) in samples.iter() {
+        text::line(out, def.name, def.labels.iter().copied().zip(values), value);
+    }
+}
+
+/// Appends a family kept by the `prometheus` registry (histogram, scrape counter) in that
+/// crate's own text format.
+fn append_registry_family(out: &mut Vec<u8>, family: &MetricFamily) {
+    use prometheus::Encoder as _;
+    // The text encoder only rejects empty or unnamed families, which a registry never gathers;
+    // log rather than panic on the sampler thread if that ever changes.
+    if let Err(e) = prometheus::TextEncoder::new().encode(std::slice::from_ref(family), out) {
+        tracing::error!(error = %e, family = family.name(), "encoding a registry family failed");
+    }
+}

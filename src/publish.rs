@@ -1,0 +1,250 @@
+//! The current exposition: what every request is served until the next one replaces it.
+//!
+//! The sampler hands each tick's snapshot to [`Publisher::tick`], which attaches the kubelet's
+//! latest answer, counts the tick, encodes it and swaps the result in. When the kubelet's
+//! assignments change between ticks, [`Publisher::kubelet_changed`] encodes the last snapshot
+//! again with them, so pod labels follow the kubelet within one refresh. HTTP only reads
+//! [`Publisher::current`]: a scrape never calls NVML and never encodes, and the gzip form is made
+//! by the first request that asks for it ([`Published::gzip`]).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+use axum::body::Bytes;
+use flate2::Compression;
+use flate2::write::GzEncoder;
+
+use crate::kubernetes::StateHandle;
+use crate::metrics::Encoder;
+use crate::sample::Snapshot;
+
+/// gzip level of [`Published::gzip`]: the fastest, since the first gzip scrape of a tick waits
+/// for the compression and a third more bytes on a LAN cost less than several times the CPU.
+const GZIP_LEVEL: Compression = Compression::fast();
+
+/// One exposition and the snapshot it was encoded from, served together so that a response never
+/// mixes two ticks.
+#[derive(Debug)]
+pub struct Published {
+    /// Text format 0.0.4.
+    pub text: Bytes,
+    /// `text` gzip-compressed, made by the first [`gzip`](Self::gzip) call.
+    gzip: OnceLock<Bytes>,
+    /// What was encoded (for `/readyz` and the landing page).
+    pub snapshot: Arc<Snapshot>,
+    /// False only for the placeholder served before the sampler's first tick.
+    pub sampled: bool,
+}
+
+impl Published {
+    /// `text`, gzip-compressed. Compresses on the first call only: Prometheus scrapes every
+    /// 15–60 s while ticks come every second, so most ticks are never asked for gzip, and
+    /// concurrent scrapers of one tick share one compression. Takes milliseconds on large
+    /// bodies: call it off the async workers.
+    pub fn gzip(&self) -> Bytes {
+        self.gzip
+            .get_or_init(|| Bytes::from(gzip(&self.text)))
+            .clone()
+    }
+
+    /// The gzip form, if an earlier [`gzip`](Self::gzip) call made it.
+    pub fn gzip_if_ready(&self) -> Option<Bytes> {
+        self.gzip.get().cloned()
+    }
+}
+
+/// Owns the current exposition.
+#[derive(Debug)]
+pub struct Publisher {
+    encoder: Encoder,
+    /// The kubelet's latest answer, with `--kubernetes`.
+    kubelet: Option<StateHandle>,
+    /// The last snapshot from the sampler, kept to encode again when the kubelet's assignments
+    /// change. Its lock also orders encodings, so a newer exposition never gets replaced by an
+    /// older one.
+    last: Mutex<Option<Arc<Snapshot>>>,
+    current: RwLock<Arc<Published>>,
+}
+
+impl Publisher {
+    /// Serves the exposition of an empty snapshot (`nvml_exporter_nvml_up 0`) until the first
+    /// [`tick`](Self::tick); with `kubelet`, each snapshot carries its latest answer.
+    pub fn new(encoder: Encoder, kubelet: Option<StateHandle>) -> Arc<Publisher> {
+        let empty = Arc::new(Snapshot::default());
+        let placeholder = Published {
+            text: Bytes::from(encoder.encode(&empty)),
+            gzip: OnceLock::new(),
+            snapshot: empty,
+            sampled: false,
+        };
+        Arc::new(Publisher {
+            encoder,
+            kubelet,
+            last: Mutex::new(None),
+            current: RwLock::new(Arc::new(placeholder)),
+        })
+    }
+
+    /// Publishes one sampling tick: called by the sampler after every tick.
+    pub fn tick(&self, mut snapshot: Snapshot) {
+        snapshot.kubernetes = self.kubelet.as_ref().map(StateHandle::current);
+        let snapshot = Arc::new(snapshot);
+        let mut last = self.lock_last();
+        if let Some(seconds) = snapshot.tick_duration_seconds {
+            self.encoder.observe_tick(seconds);
+        }
+        self.publish(&snapshot);
+        *last = Some(snapshot);
+    }
+
+    /// Encodes the last tick again with the kubelet's latest answer (called when the GPU
+    /// assignments or the pod list change), without counting a tick.
+    pub fn kubelet_changed(&self) {
+        let last = self.lock_last();
+        let Some(previous) = last.as_deref() else {
+            return;
+        };
+        let mut snapshot = previous.clone();
+        snapshot.kubernetes = self.kubelet.as_ref().map(StateHandle::current);
+        self.publish(&Arc::new(snapshot));
+    }
+
+    /// What requests are served now.
+    pub fn current(&self) -> Arc<Published> {
+        // Clone the Arc and drop the guard at once: a slow client never holds up a publish.
+        // A poisoned lock only means a writer panicked mid-swap of an Arc; the value is whole.
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Counts one `/metrics` response with this HTTP status code; the count is served from the
+    /// next tick on.
+    pub fn count_scrape(&self, code: u16) {
+        self.encoder.count_scrape(code);
+    }
+
+    fn publish(&self, snapshot: &Arc<Snapshot>) {
+        let published = Arc::new(Published {
+            text: Bytes::from(self.encoder.encode(snapshot)),
+            gzip: OnceLock::new(),
+            snapshot: Arc::clone(snapshot),
+            sampled: true,
+        });
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = published;
+    }
+
+    fn lock_last(&self) -> std::sync::MutexGuard<'_, Option<Arc<Snapshot>>> {
+        self.last.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(data.len() / 4), GZIP_LEVEL);
+    // Writing to a Vec cannot fail.
+    if let Err(e) = encoder.write_all(data) {
+        tracing::error!(error = %e, "gzip of the exposition failed");
+    }
+    encoder.finish().unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use super::*;
+    use crate::metrics::MetricsOptions;
+    use crate::sample::{ContainerRef, DeviceRef, DeviceSample, KubernetesState, PodAssignment};
+
+    fn snapshot() -> Snapshot {
+        Snapshot {
+            nvml_up: true,
+            devices: vec![DeviceSample {
+                index: 0,
+                uuid: "GPU-abc".into(),
+                up: true,
+                power_watts: Some(250.0),
+                ..Default::default()
+            }],
+            tick_duration_seconds: Some(0.01),
+            last_tick_timestamp_seconds: Some(1_700_000_000.0),
+            ..Default::default()
+        }
+    }
+
+    fn text(p: &Publisher) -> String {
+        String::from_utf8(p.current().text.to_vec()).unwrap()
+    }
+
+    fn publisher(kubelet: Option<StateHandle>) -> Arc<Publisher> {
+        Publisher::new(Encoder::new(MetricsOptions::default()), kubelet)
+    }
+
+    #[test]
+    fn before_the_first_tick_nvml_reads_down() {
+        let p = publisher(None);
+        assert!(!p.current().sampled);
+        assert!(
+            text(&p).contains("\nnvml_exporter_nvml_up 0\n"),
+            "{}",
+            text(&p)
+        );
+        p.tick(snapshot());
+        assert!(p.current().sampled);
+        assert!(text(&p).contains("\nnvml_exporter_nvml_up 1\n"));
+    }
+
+    #[test]
+    fn a_kubelet_change_is_served_at_once_without_counting_a_tick() {
+        let kubelet = StateHandle::from(KubernetesState::new());
+        let p = publisher(Some(kubelet.clone()));
+        p.kubelet_changed(); // before any tick: nothing to serve
+        assert!(!p.current().sampled);
+
+        p.tick(snapshot());
+        assert!(text(&p).contains("nvml_exporter_kubernetes_up 0\n"));
+        let mut state = KubernetesState::new();
+        state.up = true;
+        state.assignments = Arc::from(vec![PodAssignment {
+            container: ContainerRef {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "main".into(),
+            },
+            device: DeviceRef::GpuUuid("GPU-abc".into()),
+        }]);
+        kubelet.replace(state);
+        p.kubelet_changed();
+        let text = text(&p);
+        assert!(text.contains(r#"nvidia_gpu_pod_info{gpu="0",uuid="GPU-abc",namespace="ml",pod="train-0",container="main"} 1"#), "{text}");
+        assert!(
+            text.contains("nvidia_gpu_power_watts{"),
+            "the tick's readings are kept"
+        );
+        assert!(text.contains("nvml_exporter_kubernetes_up 1\n"), "{text}");
+        assert!(
+            text.contains("nvml_exporter_sample_duration_seconds_count 1\n"),
+            "one tick, not two: {text}"
+        );
+    }
+
+    #[test]
+    fn gzip_decodes_to_the_text_and_is_made_once() {
+        let p = publisher(None);
+        p.tick(snapshot());
+        let current = p.current();
+        assert_eq!(current.gzip_if_ready(), None, "gzip is made on demand");
+        let gz = current.gzip();
+        let mut decoded = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut decoded)
+            .unwrap();
+        assert_eq!(decoded, current.text);
+        assert!(gz.len() < current.text.len());
+        // Every request of this tick shares the one compression.
+        let again = p.current();
+        assert_eq!(again.gzip_if_ready().map(|b| b.as_ptr()), Some(gz.as_ptr()));
+        assert_eq!(again.gzip().as_ptr(), gz.as_ptr());
+    }
+}
