@@ -99,18 +99,16 @@ fn main() -> ExitCode {
 /// How many async workers serve HTTP: two are plenty, since a scrape copies bytes that the
 /// sampler threads prepared; one where the process may use a single CPU (`available` counts the
 /// CPUs of its affinity mask and its cgroup quota, so a Kubernetes CPU limit of 1 or less gives
-/// 1). Two busy workers on one CPU take turns by scheduler time slices, and the connections of
-/// the one waiting wait a whole slice: p99 at 16 clients, pinned to one CPU, 2.6–3.8 ms with two
-/// workers against 1.5–2.3 ms with one (BENCHMARKS.md).
+/// 1), because two busy workers on one CPU take turns by scheduler time slices and the
+/// connections of the one waiting wait a whole slice.
 fn async_workers(available: Option<std::num::NonZeroUsize>) -> usize {
     available.map_or(2, |n| n.get().min(2))
 }
 
 /// glibc gives threads that allocate at the same time arenas of their own, up to eight per core,
 /// and each keeps its freed memory. Here the reader threads allocate a little every tick, at the
-/// same moment as each other, so arenas multiply with the readers; two are plenty for
-/// that traffic. Measured (BENCHMARKS.md): ~0.3–0.5 MiB less resident memory at 8–64 GPUs, the
-/// same CPU. Called first thing, before any thread exists.
+/// same moment as each other, so arenas would multiply with the readers; two are plenty for
+/// that traffic and keep the resident memory lower. Called first thing, before any thread exists.
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; no other thread runs yet.
