@@ -339,18 +339,16 @@ fn wait_state(
     what: &str,
     cond: impl Fn(&KubernetesState) -> bool,
 ) -> KubernetesState {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let mut last = None;
+    common::poll_until(Duration::from_secs(10), || {
         let state = watcher.state().current();
         if cond(&state) {
-            return state;
+            return Some(state);
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {state:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        last = Some(state);
+        None
+    })
+    .unwrap_or_else(|| panic!("timed out waiting for {what}: {last:?}"))
 }
 
 fn errors(state: &KubernetesState, reason: KubeletError) -> u64 {
