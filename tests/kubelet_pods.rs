@@ -10,8 +10,9 @@ mod kubelet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::certs::Ca;
 use kubelet::FakeKubelet;
-use kubelet::https::{Ca, FakeKubeletApi, Reply};
+use kubelet::https::{FakeKubeletApi, Reply};
 use nvml_exporter::config::KubernetesConfig;
 use nvml_exporter::kubernetes::Watcher;
 use nvml_exporter::kubernetes::pods::{MAX_BODY_BYTES, PodsClient, PodsError};

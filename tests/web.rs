@@ -11,74 +11,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::certs::{Ca, Leaf};
 use common::{Exporter, exporter_command, http_get, poll_until};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
 /// The exporter's header-read timeout (`http::server::HEADER_READ_TIMEOUT`).
 const HEADER_TIMEOUT: Duration = nvml_exporter::http::server::HEADER_READ_TIMEOUT;
 
 // ---------------------------------------------------------------------------------------------
-// Certificates
-
-/// A CA that signs server and client certificates.
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-/// A certificate and its private key, PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            pem,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    fn server(&self) -> Leaf {
-        self.leaf(
-            vec!["127.0.0.1".into(), "localhost".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        )
-    }
-
-    fn client(&self) -> Leaf {
-        self.leaf(
-            vec!["prometheus".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        )
-    }
-
-    fn leaf(&self, names: Vec<String>, usage: ExtendedKeyUsagePurpose) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-}
+// Certificate files
 
 /// Writes `text` to `dir/name` by rename, as certificate tools do, so a reader never sees half.
 fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {

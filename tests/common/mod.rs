@@ -3,9 +3,11 @@
 //! and parse what it serves. Each exporter runs as a child process with its own environment, so
 //! tests with different scenarios or pinned clocks run in parallel without sharing state. A test
 //! waits for what a user would see with [`eventually`] (or [`poll_until`]), never with a bare
-//! sleep.
+//! sleep; [`certs`] makes the certificates of the TLS tests.
 
 #![allow(dead_code)] // each test binary uses a different subset
+
+pub mod certs;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
