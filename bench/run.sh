@@ -4,8 +4,9 @@
 # Extra arguments go to bench.py, e.g. --footprint-seconds 20 --only scrape,startup.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
-target="${CARGO_TARGET_DIR:-target}"
+target=$(cargo_target_dir)
 cargo build --release -p nvml-exporter -p nvml-sim
 
 missing=()

@@ -15,6 +15,14 @@
 #[path = "../tests/kubelet/mod.rs"]
 mod kubelet;
 
+/// The tests' CA helper, which the kubelet module's HTTPS fake signs its certificate with; at the
+/// same path as in the test crates.
+#[allow(dead_code)]
+#[path = "../tests/common"]
+mod common {
+    pub mod certs;
+}
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

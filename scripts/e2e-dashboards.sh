@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 
 # What the live check runs: one line per exporter, "its extra arguments | the dashboards or query
 # files checked against it". Every exporter is the demo with --kubernetes against the same fake
@@ -96,73 +97,27 @@ expect=(
   "workloads.json:Held GPUs idle now=2"
 )
 
-if ! command -v "${PROMTOOL:-promtool}" >/dev/null || [ ! -x "${PROMETHEUS:-/usr/bin/prometheus}" ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "missing: prometheus/promtool (Debian package prometheus); run as root to install it" >&2
-    exit 1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-fi
-prometheus=${PROMETHEUS:-/usr/bin/prometheus}
-promtool=${PROMTOOL:-promtool}
-
-failed=0
-step() { # name command...
-  local name=$1; shift
-  if "$@"; then echo "PASS  $name"; else echo "FAIL  $name"; failed=1; fi
-}
+need_prometheus
 
 # Static checks first: they take a second and a failure there makes the live run pointless.
 step "dashboards are what scripts/gen-dashboards.py writes" python3 scripts/gen-dashboards.py --check
-if ! python3 scripts/check-dashboards.py static --promtool "$promtool" dashboards/*.json; then
-  failed=1
-fi
-if [ "$failed" != 0 ]; then
+step "dashboards: structure, PromQL and metric names (check-dashboards.py static)" \
+  python3 scripts/check-dashboards.py static --promtool "$promtool" dashboards/*.json
+if [ ${#steps_failed[@]} != 0 ]; then
   echo "e2e-dashboards: FAIL (static checks)"
   exit 1
 fi
 
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-if [ -z "$bin" ]; then
-  bin=$target_dir/debug/nvml-exporter
-  if [ ! -x "$bin" ] || [ ! -e "$target_dir/debug/libnvml_sim.so" ]; then
-    cargo build --workspace
-  fi
-fi
-kubelet=$target_dir/debug/examples/fake-kubelet
-cargo build --quiet --example fake-kubelet
-if [ ! -e "$(dirname "$bin")/libnvml_sim.so" ]; then
-  echo "--demo needs libnvml_sim.so next to $bin (cargo build --workspace)" >&2
-  exit 1
-fi
-
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+need_demo_binaries
+make_work_dir
 
 socket=$work/kubelet.sock
-"$kubelet" "$socket" "${pods[@]}" >"$work/kubelet.log" 2>&1 &
-pids+=("$!")
+background "$work/kubelet.log" "$kubelet" "$socket" "${pods[@]}"
 mkdir "$work/proc" # the shared exporter's --host-proc: no host processes to name
-"$kubelet" "$work/kubelet-shared.sock" "${shared_pods[@]}" >"$work/kubelet-shared.log" 2>&1 &
-pids+=("$!")
-"$kubelet" "$work/kubelet-mig.sock" "${mig_pods[@]}" >"$work/kubelet-mig.log" 2>&1 &
-pids+=("$!")
-for sock in "$socket" "$work/kubelet-shared.sock" "$work/kubelet-mig.sock"; do
-  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.1; done
+background "$work/kubelet-shared.log" "$kubelet" "$work/kubelet-shared.sock" "${shared_pods[@]}"
+background "$work/kubelet-mig.log" "$kubelet" "$work/kubelet-mig.sock" "${mig_pods[@]}"
+for name in kubelet kubelet-shared kubelet-mig; do
+  wait_for_socket "$work/$name.sock" "$work/$name.log"
 done
 
 # One exporter per line of $checks. The simulated clock starts at 10 s so GPU 6's XID 79 (t = 30 s)
@@ -184,11 +139,10 @@ for line in "${checks[@]}"; do
   kubelet_args=(--pod-resources-socket "$socket")
   if [[ " ${words[*]} " == *" --pod-resources-socket "* ]]; then kubelet_args=(); fi
   port=$(free_port)
-  env -u NVML_SIM_SCENARIO -u NVML_SIM_TIME NVML_SIM_START=10 "${line_env[@]}" \
+  background "$work/exporter-$n.log" \
+    env -u NVML_SIM_SCENARIO -u NVML_SIM_TIME NVML_SIM_START=10 "${line_env[@]}" \
     "$bin" --demo --interval 1s --listen "127.0.0.1:$port" --log-level warn \
-    --kubernetes "${kubelet_args[@]}" "${words[@]}" \
-    >"$work/exporter-$n.log" 2>&1 &
-  pids+=("$!")
+    --kubernetes "${kubelet_args[@]}" "${words[@]}"
   scrape_configs+="
   - job_name: nvml-exporter-$n
     static_configs:
@@ -207,22 +161,21 @@ global:
 scrape_configs:$scrape_configs
 EOF
 prometheus_port=$(free_port)
-"$prometheus" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
-  --web.listen-address="127.0.0.1:$prometheus_port" --log.level=warn \
-  >"$work/prometheus.log" 2>&1 &
-pids+=("$!")
+background "$work/prometheus.log" "$prometheus" --config.file="$work/prometheus.yml" \
+  --storage.tsdb.path="$work/data" --web.listen-address="127.0.0.1:$prometheus_port" --log.level=warn
 url=http://127.0.0.1:$prometheus_port
 expect_args=()
 if [ "$n" = "$builtin_checks" ]; then
   for e in "${expect[@]}"; do expect_args+=(--expect "$e"); done
 fi
 
-if ! python3 scripts/check-dashboards.py live --prometheus "$url" --range "$seconds" \
-  --wait-for "$n" "${expect_args[@]}" "${files[@]}"; then
-  failed=1
+check_live() {
+  python3 scripts/check-dashboards.py live --prometheus "$url" --range "$seconds" \
+    --wait-for "$n" "${expect_args[@]}" "${files[@]}" && return 0
   echo "--- prometheus log"; tail -n 20 "$work/prometheus.log"
   for log in "$work"/exporter-*.log "$work"/kubelet*.log; do echo "--- $log"; tail -n 20 "$log"; done
-fi
+  return 1
+}
+step "every panel query returns data from a live Prometheus (check-dashboards.py live)" check_live
 
-if [ "$failed" = 0 ]; then echo "e2e-dashboards: PASS"; else echo "e2e-dashboards: FAIL"; fi
-exit "$failed"
+steps_verdict e2e-dashboards

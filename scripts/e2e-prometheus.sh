@@ -18,91 +18,40 @@ set -euo pipefail
 bin=${1:+$(realpath "$1")}
 cd "$(dirname "$0")/.."
 root=$(pwd)
+source scripts/lib.sh
 rules_dir=$root/deploy/prometheus
 job=nvml-exporter
 
-if ! command -v "${PROMTOOL:-promtool}" >/dev/null || [ ! -x "${PROMETHEUS:-/usr/bin/prometheus}" ]; then
-  if [ "$(id -u)" != 0 ]; then
-    echo "missing: prometheus/promtool (Debian package prometheus); run as root to install it" >&2
-    exit 1
-  fi
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-fi
-prometheus=${PROMETHEUS:-/usr/bin/prometheus}
-promtool=${PROMTOOL:-promtool}
-if ! python3 -c 'import yaml' 2>/dev/null; then
-  python3 -m pip install -q --disable-pip-version-check pyyaml
-fi
+need_prometheus
+need_python yaml pyyaml
+need_demo_binaries
 
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
-if [ -z "$bin" ]; then
-  bin=$target_dir/debug/nvml-exporter
-  if [ ! -x "$bin" ] || [ ! -e "$target_dir/debug/libnvml_sim.so" ]; then
-    cargo build --workspace
-  fi
-fi
-kubelet=$target_dir/debug/examples/fake-kubelet
-cargo build --quiet --example fake-kubelet
-if [ ! -x "$bin" ]; then
-  echo "no exporter binary at $bin" >&2
-  exit 1
-fi
-if [ ! -e "$(dirname "$bin")/libnvml_sim.so" ]; then
-  echo "--demo needs libnvml_sim.so next to $bin (cargo build --workspace)" >&2
-  exit 1
-fi
-
-failed=0
-step() { # name command...
-  local name=$1; shift
-  if "$@"; then echo "PASS  $name"; else echo "FAIL  $name"; failed=1; fi
-}
 step "promtool check rules" "$promtool" check rules "$rules_dir/alerts.yaml"
 step "promtool test rules" bash -c "cd '$rules_dir' && '$promtool' test rules alerts.test.yaml"
 
-work=$(mktemp -d)
-pids=()
-cleanup() {
-  local pid
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+make_work_dir
 
 # The default scenario, its clock started at 25 s so GPU 6's XID 79 (t = 30 s) arrives during the run.
 exporter_port=$(free_port)
-env -u NVML_SIM_SCENARIO -u NVML_SIM_TIME NVML_SIM_START=25 \
-  "$bin" --demo --interval 1s --listen "127.0.0.1:$exporter_port" --log-level warn \
-  >"$work/exporter.log" 2>&1 &
+background "$work/exporter.log" env -u NVML_SIM_SCENARIO -u NVML_SIM_TIME NVML_SIM_START=25 \
+  "$bin" --demo --interval 1s --listen "127.0.0.1:$exporter_port" --log-level warn
 exporter_pid=$!
-pids+=("$exporter_pid")
 
 # h100-mig.toml from t = 10 s, so the run ends before its reconfiguration at 60 s. The kubelet
 # assigns GI 2 (busy), GI 9 (idle: NvidiaGpuIdleWhileAllocated) and GPU 1 (MIG off, whole).
 mig_socket=$work/kubelet-mig.sock
-"$kubelet" "$mig_socket" \
+background "$work/kubelet-mig.log" "$kubelet" "$mig_socket" \
   ml/mig-train/trainer=MIG-2b5f3e61-7a0c-5d4e-9f1b-6c8a2e4d0b01 \
   ml/mig-notebook/jupyter=MIG-2b5f3e61-7a0c-5d4e-9f1b-6c8a2e4d0b03 \
-  inference/whole/server=GPU-4f6a8c0e-2d4b-4e6a-8c0e-2a4c6e8a0c22 \
-  >"$work/kubelet-mig.log" 2>&1 &
-pids+=("$!")
-for _ in $(seq 100); do [ -S "$mig_socket" ] && break; sleep 0.1; done
+  inference/whole/server=GPU-4f6a8c0e-2d4b-4e6a-8c0e-2a4c6e8a0c22
+wait_for_socket "$mig_socket" "$work/kubelet-mig.log"
 mig_port=$(free_port)
 mig_k8s_port=$(free_port)
 for args in "$mig_port" "$mig_k8s_port --kubernetes --pod-resources-socket $mig_socket"; do
   read -ra words <<<"$args"
-  env -u NVML_SIM_TIME NVML_SIM_SCENARIO=nvml-sim/scenarios/h100-mig.toml NVML_SIM_START=10 \
-    "$bin" --demo --interval 1s --listen "127.0.0.1:${words[0]}" --log-level warn "${words[@]:1}" \
-    >"$work/exporter-mig-${words[0]}.log" 2>&1 &
-  pids+=("$!")
+  background "$work/exporter-mig-${words[0]}.log" \
+    env -u NVML_SIM_TIME NVML_SIM_SCENARIO=nvml-sim/scenarios/h100-mig.toml NVML_SIM_START=10 \
+    "$bin" --demo --interval 1s --listen "127.0.0.1:${words[0]}" --log-level warn "${words[@]:1}"
 done
 
 cat >"$work/prometheus.yml" <<EOF
@@ -123,18 +72,17 @@ scrape_configs:
       - targets: ["127.0.0.1:$mig_k8s_port"]
 EOF
 prometheus_port=$(free_port)
-"$prometheus" --config.file="$work/prometheus.yml" --storage.tsdb.path="$work/data" \
-  --web.listen-address="127.0.0.1:$prometheus_port" --log.level=warn \
-  >"$work/prometheus.log" 2>&1 &
-pids+=("$!")
+background "$work/prometheus.log" "$prometheus" --config.file="$work/prometheus.yml" \
+  --storage.tsdb.path="$work/data" --web.listen-address="127.0.0.1:$prometheus_port" --log.level=warn
 
-if ! python3 "$root/scripts/e2e/check_alerts.py" --prometheus "http://127.0.0.1:$prometheus_port" \
-  --rules "$rules_dir/alerts.yaml" --job "$job" --exporter-pid "$exporter_pid" \
-  --mig-job "$job-mig" --mig-kubernetes-job "$job-mig-kubernetes"; then
-  failed=1
+check_alerts() {
+  python3 "$root/scripts/e2e/check_alerts.py" --prometheus "http://127.0.0.1:$prometheus_port" \
+    --rules "$rules_dir/alerts.yaml" --job "$job" --exporter-pid "$exporter_pid" \
+    --mig-job "$job-mig" --mig-kubernetes-job "$job-mig-kubernetes" && return 0
   for log in "$work"/exporter*.log "$work/kubelet-mig.log"; do echo "--- $log"; tail -n 20 "$log"; done
   echo "--- prometheus log"; tail -n 20 "$work/prometheus.log"
-fi
+  return 1
+}
+step "the alerts select what the scenarios imply, every rule healthy (check_alerts.py)" check_alerts
 
-if [ "$failed" = 0 ]; then echo "e2e-prometheus: PASS"; else echo "e2e-prometheus: FAIL"; fi
-exit "$failed"
+steps_verdict e2e-prometheus

@@ -12,30 +12,11 @@
 # real driver library from Debian non-free, unpacked under target/) when run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib.sh
 root=$(pwd)
-passed=0
-failed=0
-check() { # name command...
-  local name=$1; shift
-  echo "=== $name"
-  if "$@"; then passed=$((passed + 1)); else echo "FAILED: $name"; failed=$((failed + 1)); fi
-}
 
-need_root() {
-  if [ "$(id -u)" != 0 ]; then
-    echo "missing: $1 (run as root to install it, or install it yourself)" >&2
-    exit 1
-  fi
-}
-
-if ! command -v promtool >/dev/null; then
-  need_root "promtool (Debian package prometheus)"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-fi
-if ! python3 -c 'import gpustat, pynvml' 2>/dev/null; then
-  python3 -m pip install -q --disable-pip-version-check gpustat nvidia-ml-py
-fi
+need_promtool
+need_python "gpustat, pynvml" gpustat nvidia-ml-py
 
 # The real NVML library (Debian non-free libnvidia-ml1), fetched with an apt configuration of its
 # own so the machine's sources stay untouched. Without a GPU it answers "driver not loaded".
@@ -55,23 +36,23 @@ export NVML_EXPORTER_TEST_REAL_NVML=$real_lib
 
 # The binary and the simulator, where cargo puts them (CARGO_TARGET_DIR or target/).
 cargo build --workspace --locked
-target_dir=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+target_dir=$(cargo_target_dir)
 bin=$target_dir/debug/nvml-exporter
 sim=$target_dir/debug/libnvml_sim.so
 
-check "cargo test" cargo test --workspace --locked
+step "cargo test" cargo test --workspace --locked
 
 lint_scenarios() {
   local ok=0 scenario out
   for scenario in nvml-sim/scenarios/*.toml; do
     out=$(NVML_SIM_SCENARIO=$scenario NVML_SIM_TIME=60 "$bin" --once --nvml-lib "$sim" --log-level error) || { echo "$scenario: --once failed"; ok=1; continue; }
-    if ! lint=$(printf '%s\n' "$out" | promtool check metrics 2>&1) || [ -n "$lint" ]; then
+    if ! lint=$(printf '%s\n' "$out" | "$promtool" check metrics 2>&1) || [ -n "$lint" ]; then
       echo "$scenario: promtool check metrics:"; echo "$lint"; ok=1
     fi
   done
   return $ok
 }
-check "promtool check metrics (every scenario)" lint_scenarios
+step "promtool check metrics (every scenario)" lint_scenarios
 
 # --dcgm-compat=both: the native part must lint clean as above; dcgm-exporter's names break the
 # naming conventions in exactly three ways we must not "fix" (dashboards and alerts query these
@@ -83,19 +64,19 @@ lint_dcgm_scenarios() {
   for scenario in nvml-sim/scenarios/*.toml; do
     out=$(NVML_SIM_SCENARIO=$scenario NVML_SIM_TIME=60 "$bin" --once --nvml-lib "$sim" --log-level error --dcgm-compat=both) || { echo "$scenario: --once --dcgm-compat failed"; ok=1; continue; }
     grep -q '^DCGM_FI_DEV_GPU_TEMP{' <<<"$out" || { echo "$scenario: no DCGM series"; ok=1; }
-    lint=$(printf '%s\n' "$out" | promtool check metrics 2>&1 | grep -vE "$DCGM_INHERENT")
+    lint=$(printf '%s\n' "$out" | "$promtool" check metrics 2>&1 | grep -vE "$DCGM_INHERENT")
     if [ -n "$lint" ]; then
       echo "$scenario: promtool check metrics (--dcgm-compat=both), beyond the inherent warnings:"; echo "$lint"; ok=1
     fi
   done
   return $ok
 }
-check "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
-check "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
-check "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
-check "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
-check "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
-check "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
+step "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
+step "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
+step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
+step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
+step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
+step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
 
-echo "checks: $passed passed, $failed failed"
-[ "$failed" = 0 ]
+echo "checks: $steps_passed passed, ${#steps_failed[@]} failed"
+[ ${#steps_failed[@]} = 0 ]

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{Exporter, Exposition};
+use common::{Exporter, Exposition, eventually};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -192,20 +192,16 @@ fn nvml_init_failing_at_start_is_retried_without_a_restart() {
     // faults.toml: nvmlInit answers DRIVER_NOT_LOADED for the first 3 s.
     let e = start(&faults_env("0"), &["--interval", "250ms"]);
     // Before NVML answers, /readyz says why (after a first attempt; "no sample yet" before it).
-    let started = std::time::Instant::now();
-    loop {
-        let r = e.get("/readyz");
-        assert_eq!(r.status, 503, "not ready while init fails: {}", r.text());
-        if r.text().to_lowercase().contains("driver not loaded") {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(3),
-            "no reason given: {}",
-            r.text()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    eventually(
+        Duration::from_secs(3),
+        "/readyz to give the reason (driver not loaded)",
+        || {
+            let r = e.get("/readyz");
+            assert_eq!(r.status, 503, "not ready while init fails: {}", r.text());
+            let reason = r.text().to_lowercase();
+            reason.contains("driver not loaded").then_some(())
+        },
+    );
     assert_eq!(e.metrics().value("nvml_exporter_nvml_up", &[]), Some(0.0));
     e.wait_metrics(WAIT, "NVML up after retries", |m| {
         m.value("nvml_exporter_nvml_up", &[]) == Some(1.0)
@@ -218,15 +214,7 @@ fn nvml_init_failing_at_start_is_retried_without_a_restart() {
             == 4
     });
     assert_eq!(m.value("nvml_exporter_gpus", &[]), Some(4.0));
-    let start = std::time::Instant::now();
-    while e.get("/readyz").status != 200 {
-        assert!(
-            start.elapsed() < WAIT,
-            "never ready: {}",
-            e.get("/readyz").text()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    e.wait_ready(WAIT);
 }
 
 #[test]

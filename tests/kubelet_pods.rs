@@ -10,8 +10,9 @@ mod kubelet;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use common::certs::Ca;
 use kubelet::FakeKubelet;
-use kubelet::https::{Ca, FakeKubeletApi, Reply};
+use kubelet::https::{FakeKubeletApi, Reply};
 use nvml_exporter::config::KubernetesConfig;
 use nvml_exporter::kubernetes::pods::{MAX_BODY_BYTES, PodsClient, PodsError};
 use nvml_exporter::kubernetes::{StateHandle, Watcher};
@@ -339,18 +340,16 @@ fn wait_state(
     what: &str,
     cond: impl Fn(&KubernetesState) -> bool,
 ) -> KubernetesState {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let mut last = None;
+    common::poll_until(Duration::from_secs(10), || {
         let state = handle.current();
         if cond(&state) {
-            return state;
+            return Some(state);
         }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {state:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+        last = Some(state);
+        None
+    })
+    .unwrap_or_else(|| panic!("timed out waiting for {what}: {last:?}"))
 }
 
 fn errors(state: &KubernetesState, reason: KubeletError) -> u64 {

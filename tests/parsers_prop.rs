@@ -14,6 +14,8 @@
 //! Failures are not persisted to a regressions file: a failing case found here becomes a named
 //! test in the module it concerns.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -21,6 +23,7 @@ use std::sync::OnceLock;
 use std::sync::mpsc;
 use std::time::Duration;
 
+use common::certs::Ca;
 use nvml_exporter::config::{self, Config, ConfigError, LogFormat, MIN_INTERVAL, NvmlSource};
 use nvml_exporter::http::WebSettings;
 use nvml_exporter::http::web_config::{ClientAuth, WebConfigFile};
@@ -787,8 +790,8 @@ proptest! {
 fn cert_and_key() -> &'static (String, String) {
     static PEM: OnceLock<(String, String)> = OnceLock::new();
     PEM.get_or_init(|| {
-        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
-        (ck.cert.pem(), ck.signing_key.serialize_pem())
+        let server = Ca::new("test CA").server();
+        (server.cert, server.key)
     })
 }
 

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Exporter, Exposition};
+use common::{Exporter, Exposition, eventually};
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
@@ -156,18 +156,18 @@ repeat = 1
 /// (a second is started when a tick is slow, as on a loaded machine, and ends after 10 s idle),
 /// failing with the last counts.
 fn wait_threads(e: &Exporter, want: usize, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (all, readers) = common::thread_counts(e);
-        if all - readers == want && (1..=2).contains(&readers) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
+    let mut last = (0, 0);
+    common::poll_until(Duration::from_secs(10), || {
+        last = common::thread_counts(e);
+        let (all, readers) = last;
+        (all - readers == want && (1..=2).contains(&readers)).then_some(())
+    })
+    .unwrap_or_else(|| {
+        let (all, readers) = last;
+        panic!(
             "{what}: {all} threads of which {readers} readers, want {want} besides 1 or 2 readers"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        )
+    })
 }
 
 #[test]
@@ -226,21 +226,19 @@ fn repeated_driver_restarts_leak_no_threads_and_no_series() {
     // Back to two GPUs: the same threads and per-GPU series as before any restart.
     wait_threads(&e, baseline_threads, "after four restarts");
     // GPM averages need two ticks of the new session: allow a few for the set to fill in.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut series = gpu_series(&e.metrics());
+    let mut series = BTreeSet::new();
+    common::poll_until(Duration::from_secs(10), || {
+        series = gpu_series(&e.metrics());
         series.retain(|s| !s.contains("xid"));
-        if series == baseline_series {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
+        (series == baseline_series).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
             "per-GPU series differ after the restarts; new: {:?}; gone: {:?}",
             series.difference(&baseline_series).collect::<Vec<_>>(),
             baseline_series.difference(&series).collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        )
+    });
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -309,18 +307,11 @@ fn a_hung_call_holds_one_reader_and_the_spare_ends_after_it_returns() {
         up(m, 2) == Some(1.0)
     });
     // Only one reader has work each tick; the other is idle and ends after 10 s.
-    let back = Instant::now();
-    loop {
-        let n = common::reader_threads(&e);
-        if n == 1 {
-            break;
-        }
-        assert!(
-            back.elapsed() < Duration::from_secs(20),
-            "{n} readers 20 s after the hang ended"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eventually(
+        Duration::from_secs(20),
+        "the spare reader to end after the hang (one reader left)",
+        || (common::reader_threads(&e) == 1).then_some(()),
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -439,11 +430,7 @@ fn readyz_turns_503_while_no_device_answers_and_healthz_stays_fast() {
     // faults.toml: every GPU's nvmlDeviceGetTemperature call made at t = 22–23 s blocks 15 s,
     // so from then until about 37 s no tick completes. The limit is max(3 × 1 s, 10 s) = 10 s.
     let e = start_faults("19", &[]);
-    let ready = Instant::now();
-    while e.get("/readyz").status != 200 {
-        assert!(ready.elapsed() < WAIT, "never ready");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    e.wait_ready(WAIT);
     let healthz = || {
         let asked = Instant::now();
         let r = e.get("/healthz");
@@ -452,16 +439,11 @@ fn readyz_turns_503_while_no_device_answers_and_healthz_stays_fast() {
         assert!(took < Duration::from_millis(500), "/healthz took {took:?}");
     };
     // Not ready once the last complete tick is over 10 s old.
-    let started = Instant::now();
-    let reason = loop {
+    let reason = eventually(WAIT, "/readyz to turn 503", || {
         healthz();
         let r = e.get("/readyz");
-        if r.status == 503 {
-            break r.text();
-        }
-        assert!(started.elapsed() < WAIT, "never turned 503");
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        (r.status == 503).then(|| r.text())
+    });
     assert!(reason.contains("limit 10 s"), "{reason}");
     let m = e.metrics();
     let age = unix_now()
@@ -473,17 +455,10 @@ fn readyz_turns_503_while_no_device_answers_and_healthz_stays_fast() {
         "every GPU is reported down while none answers"
     );
     // Ready again once the calls return, without a restart; /healthz fast throughout.
-    loop {
+    eventually(WAIT, "/readyz to answer 200 again", || {
         healthz();
-        if e.get("/readyz").status == 200 {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(40),
-            "never ready again"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        (e.get("/readyz").status == 200).then_some(())
+    });
     let m = e.wait_metrics(WAIT, "GPUs up again", |m| {
         m.find("nvidia_gpu_up", &[]).iter().all(|s| s.value == 1.0)
     });

@@ -9,27 +9,10 @@ use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-fn ready(e: &Exporter) -> bool {
-    e.get("/readyz").status == 200
-}
-
-fn wait_ready(e: &Exporter) {
-    let start = std::time::Instant::now();
-    while !ready(e) {
-        assert!(
-            start.elapsed() < WAIT,
-            "not ready after {WAIT:?}: {}\n{}",
-            e.get("/readyz").text(),
-            e.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn serves_metrics_health_readiness_and_landing_page() {
     let mut e = Exporter::start(&[], &["--interval", "200ms", "--stale-grace", "1s"]);
-    wait_ready(&e);
+    e.wait_ready(WAIT);
     assert_eq!(e.get("/healthz").status, 200);
 
     let m = e.wait_metrics(WAIT, "8 GPUs up", |m| {
@@ -81,7 +64,7 @@ fn serves_metrics_health_readiness_and_landing_page() {
 #[test]
 fn metrics_are_gzipped_when_asked() {
     let e = Exporter::start(&[], &[]);
-    wait_ready(&e);
+    e.wait_ready(WAIT);
     let plain = e.get("/metrics");
     assert_eq!(plain.header("content-encoding"), None);
 

@@ -11,74 +11,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{Exporter, exporter_command, http_get};
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use common::certs::{Ca, Leaf};
+use common::{Exporter, exporter_command, http_get, poll_until};
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
 /// The exporter's header-read timeout (`http::server::HEADER_READ_TIMEOUT`).
 const HEADER_TIMEOUT: Duration = nvml_exporter::http::server::HEADER_READ_TIMEOUT;
 
 // ---------------------------------------------------------------------------------------------
-// Certificates
-
-/// A CA that signs server and client certificates.
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-/// A certificate and its private key, PEM.
-struct Leaf {
-    cert: String,
-    key: String,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            pem,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    fn server(&self) -> Leaf {
-        self.leaf(
-            vec!["127.0.0.1".into(), "localhost".into()],
-            ExtendedKeyUsagePurpose::ServerAuth,
-        )
-    }
-
-    fn client(&self) -> Leaf {
-        self.leaf(
-            vec!["prometheus".into()],
-            ExtendedKeyUsagePurpose::ClientAuth,
-        )
-    }
-
-    fn leaf(&self, names: Vec<String>, usage: ExtendedKeyUsagePurpose) -> Leaf {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.extended_key_usages = vec![usage];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            cert: cert.pem(),
-            key: key.serialize_pem(),
-        }
-    }
-}
+// Certificate files
 
 /// Writes `text` to `dir/name` by rename, as certificate tools do, so a reader never sees half.
 fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -184,15 +125,9 @@ fn slowloris_clients_do_not_delay_a_scrape_and_are_closed_after_the_header_timeo
         s.set_nonblocking(true).unwrap();
     }
     let mut open: Vec<bool> = vec![true; slow.len()];
-    let deadline = opened + HEADER_TIMEOUT + Duration::from_secs(10);
     let mut buf = [0u8; 512];
-    while open.iter().any(|o| *o) {
-        assert!(
-            Instant::now() < deadline,
-            "{} of 300 slow connections still open {:?} after opening",
-            open.iter().filter(|o| **o).count(),
-            opened.elapsed()
-        );
+    let deadline = opened + HEADER_TIMEOUT + Duration::from_secs(10);
+    poll_until(deadline.saturating_duration_since(Instant::now()), || {
         for (s, o) in slow.iter_mut().zip(open.iter_mut()).filter(|(_, o)| **o) {
             let closed = match s.read(&mut buf) {
                 Ok(0) => true,
@@ -209,8 +144,15 @@ fn slowloris_clients_do_not_delay_a_scrape_and_are_closed_after_the_header_timeo
                 *o = false;
             }
         }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        open.iter().all(|o| !o).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "{} of 300 slow connections still open {:?} after opening",
+            open.iter().filter(|o| **o).count(),
+            opened.elapsed()
+        )
+    });
     assert_eq!(e.get("/healthz").status, 200, "still serving");
 }
 
@@ -306,16 +248,11 @@ fn rotated_certificates_are_served_without_a_restart() {
     let server = second.server();
     write_atomic(dir.path(), "server.key", &server.key);
     write_atomic(dir.path(), "server.crt", &server.cert);
-    let start = Instant::now();
-    while https_get(&agent(Some(&second), None), &e, "/healthz") != Ok(200) {
-        assert!(
-            start.elapsed() < Duration::from_secs(15),
-            "new certificate not served after {:?}\n{}",
-            start.elapsed(),
-            e.logs()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let wait = Duration::from_secs(15);
+    poll_until(wait, || {
+        (https_get(&agent(Some(&second), None), &e, "/healthz") == Ok(200)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("new certificate not served after {wait:?}\n{}", e.logs()));
     assert!(
         https_get(&agent(Some(&first), None), &e, "/healthz").is_err(),
         "the old certificate is no longer served"

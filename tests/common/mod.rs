@@ -1,9 +1,13 @@
 //! Shared helpers for the integration tests: run the real `nvml-exporter` binary against the
 //! simulated driver (`libnvml_sim.so`, built by cargo as a dev-dependency), scrape it over HTTP,
 //! and parse what it serves. Each exporter runs as a child process with its own environment, so
-//! tests with different scenarios or pinned clocks run in parallel without sharing state.
+//! tests with different scenarios or pinned clocks run in parallel without sharing state. A test
+//! waits for what a user would see with [`eventually`] (or [`poll_until`]), never with a bare
+//! sleep; [`certs`] makes the certificates of the TLS tests.
 
 #![allow(dead_code)] // each test binary uses a different subset
+
+pub mod certs;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -12,6 +16,33 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
+
+/// How long [`poll_until`] waits between two looks.
+const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Asks `condition` until it returns `Some`, and returns that value; `None` once `timeout` has
+/// passed without it. For a wait whose failure message says what was last seen; otherwise
+/// [`eventually`].
+pub fn poll_until<T>(timeout: Duration, mut condition: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = condition() {
+            return Some(value);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+/// Asks `condition` until it returns `Some`, and returns that value; panics naming `what` and
+/// `timeout` when it has not within `timeout`. The condition is what a user would check (a
+/// scrape, a probe, a thread count), never the passing of time.
+pub fn eventually<T>(timeout: Duration, what: &str, condition: impl FnMut() -> Option<T>) -> T {
+    poll_until(timeout, condition)
+        .unwrap_or_else(|| panic!("timed out after {timeout:?} waiting for {what}"))
+}
 
 /// The exporter binary under test.
 pub fn exporter_bin() -> PathBuf {
@@ -147,21 +178,37 @@ impl Exporter {
         what: &str,
         cond: impl Fn(&Exposition) -> bool,
     ) -> Exposition {
-        let start = Instant::now();
-        loop {
+        let mut last = String::new();
+        poll_until(timeout, || {
             let m = self.metrics();
             if cond(&m) {
-                return m;
+                return Some(m);
             }
-            if start.elapsed() > timeout {
-                panic!(
-                    "timed out after {timeout:?} waiting for {what}; last /metrics:\n{}\nlogs:\n{}",
-                    m.text,
-                    self.logs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
+            last = m.text;
+            None
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "timed out after {timeout:?} waiting for {what}; last /metrics:\n{last}\nlogs:\n{}",
+                self.logs()
+            )
+        })
+    }
+
+    /// Polls `/readyz` until it answers 200, failing with its last answer after `timeout`.
+    pub fn wait_ready(&self, timeout: Duration) {
+        let mut last = String::new();
+        poll_until(timeout, || {
+            let r = self.get("/readyz");
+            last = format!("{} {}", r.status, r.text());
+            (r.status == 200).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "not ready after {timeout:?}: /readyz answers {last}\nlogs:\n{}",
+                self.logs()
+            )
+        })
     }
 
     /// Everything the exporter logged so far.
@@ -173,14 +220,7 @@ impl Exporter {
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         // SAFETY: plain kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let start = Instant::now();
-        while start.elapsed() < timeout {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        poll_until(timeout, || self.child.try_wait().ok().flatten())
     }
 
     /// Whether the process is still running.

@@ -1,7 +1,8 @@
 //! A fake kubelet HTTPS API: `GET /pods` over TLS (hyper + rustls, a certificate signed by a CA
-//! made for each test), checking the bearer token like a kubelet with webhook authentication.
-//! The test changes the answer, the accepted token and how long an answer takes while a client
-//! runs against it, and reads back the `Authorization` headers it was sent.
+//! made for each test with `common::certs`), checking the bearer token like a kubelet with
+//! webhook authentication. The test changes the answer, the accepted token and how long an
+//! answer takes while a client runs against it, and reads back the `Authorization` headers it
+//! was sent.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,41 +13,10 @@ use std::time::Duration;
 
 use hyper::body::{Body, Bytes, Frame};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// A test CA, PEM, that signs server certificates.
-pub struct Ca {
-    pub pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    pub fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            pem,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A serving certificate for 127.0.0.1 and localhost: (certificate PEM, key PEM).
-    fn server(&self) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let params = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
+use crate::common::certs::Ca;
 
 /// What `/pods` answers with.
 #[derive(Debug, Clone)]
@@ -83,11 +53,12 @@ impl FakeKubeletApi {
     /// Serves `reply` to requests carrying `Bearer <token>`.
     pub fn start(token: &str, reply: Reply) -> FakeKubeletApi {
         let ca = Ca::new("fake kubelet CA");
-        let (cert, key) = ca.server();
-        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+        let server = ca.server();
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(server.cert.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap();
+        let key = PrivateKeyDer::from_pem_slice(server.key.as_bytes()).unwrap();
         let config = rustls::ServerConfig::builder_with_provider(Arc::new(
             rustls::crypto::ring::default_provider(),
         ))
