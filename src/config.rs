@@ -795,6 +795,52 @@ mod tests {
     // tests run in parallel. The environment layer is covered by the binary's integration tests.
 
     #[test]
+    fn every_option_has_one_name_as_flag_variable_and_file_key() {
+        let mut command = Cli::command();
+        command.build();
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            let flag = id.replace('_', "-");
+            assert_eq!(arg.get_long(), Some(flag.as_str()), "{id}");
+            let var = format!("NVML_EXPORTER_{}", id.to_uppercase());
+            assert_eq!(arg.get_env().and_then(|v| v.to_str()), Some(var.as_str()));
+        }
+    }
+
+    #[test]
+    fn the_file_beats_defaults_and_loses_to_flags() {
+        let f = file(concat!(
+            "kubernetes_labels = false\n",
+            "kubernetes_resource_names = [\"a.io/gpu\"]\n",
+            "host_proc = \"/h\"\n",
+            "log_level = \"debug\"\n",
+        ));
+        let path = f.path().to_str().unwrap();
+        let c = load_args(&["--config", path]).unwrap();
+        assert!(!c.kubernetes_labels, "a default must not beat the file");
+        assert_eq!(c.kubernetes_resource_names, ["a.io/gpu"]);
+        assert_eq!(c.host_proc, PathBuf::from("/h"));
+        assert_eq!(c.log_level, "debug");
+        let c = load_args(&[
+            "--config",
+            path,
+            "--kubernetes-labels",
+            "--kubernetes-resource-names",
+            "b.io/gpu",
+            "--host-proc",
+            "/f",
+        ])
+        .unwrap();
+        assert!(c.kubernetes_labels);
+        assert_eq!(c.kubernetes_resource_names, ["b.io/gpu"]);
+        assert_eq!(c.host_proc, PathBuf::from("/f"));
+        assert_eq!(c.log_level, "debug", "what no flag gave stays the file's");
+    }
+
+    #[test]
     fn defaults_match_the_documented_contract() {
         let c = load_args(&[]).unwrap();
         assert_eq!(c.listen, "0.0.0.0:9400".parse().unwrap());
