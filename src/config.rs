@@ -1,22 +1,29 @@
 //! Configuration: defaults < `--config` file (TOML) < `NVML_EXPORTER_*` environment < flags.
 //!
-//! Every option has one name used everywhere: the flag `--nvml-lib`, the file key `nvml_lib`, the
-//! environment variable `NVML_EXPORTER_NVML_LIB`. clap reads flags and the environment (a flag
-//! beats its variable); the file fills what neither gave. Values from the file keep their span, so
-//! a value that parses but is invalid (e.g. `interval = "0s"`) is still reported with its line.
+//! Every option is declared once, as a field of [`Config`]. clap derives from it the flag, the
+//! environment variable and the default shown in `--help` (`--nvml-lib`, `NVML_EXPORTER_NVML_LIB`,
+//! `[default: libnvidia-ml.so.1]`); serde derives the file key (`nvml_lib`). [`load`] reads the
+//! file into a `Config` (a missing key keeps its default), lets every value given by a flag or the
+//! environment replace the file's, and validates the result.
 //!
 //! Nothing here exits: [`load`] returns a [`ConfigError`] whose message names the option and where
-//! the bad value came from, and `main` turns it into exit status 2.
+//! the bad value came from (the command line, the environment variable, or the file's line), and
+//! `main` turns it into exit status 2.
+//!
+//! Adding an option: a field of [`Config`] (its doc comment is the help text; `#[arg]` gives the
+//! flag, the variable and the default; `#[serde(deserialize_with)]` when the file writes the value
+//! as text), then the code that uses it, and a check in `Config::validate` if some values must be
+//! refused.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::parser::ValueSource;
-use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use serde::Deserialize;
-use toml::Spanned;
+use clap::{ArgAction, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
+use serde::{Deserialize, Deserializer};
 
 /// The NVML library loaded when neither `--nvml-lib` nor `--demo` is given. Containers get only the
 /// versioned soname from the NVIDIA container toolkit, so the unversioned name would not be found.
@@ -25,6 +32,12 @@ pub const DEFAULT_NVML_LIB: &str = "libnvidia-ml.so.1";
 /// The shortest sampling interval accepted. Production wants 1s or more (NVML refreshes most
 /// readings every 100ms to 1s); shorter intervals exist for soak runs that compress hours of ticks.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
+
+/// The longest sampling interval accepted.
+const MAX_INTERVAL: Duration = Duration::from_secs(3600);
+
+/// The shortest default `--stale-grace`; a long interval lengthens it to three intervals.
+const MIN_DEFAULT_STALE_GRACE: Duration = Duration::from_secs(5);
 
 /// Where the kubelet serves the pod-resources API on every standard node.
 pub const DEFAULT_POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
@@ -43,54 +56,346 @@ pub const DEFAULT_KUBELET_CA_FILE: &str = "/var/run/secrets/kubernetes.io/servic
 /// File name of the simulated driver library that `--demo` loads from next to the executable.
 pub const DEMO_NVML_LIB: &str = "libnvml_sim.so";
 
-/// The validated configuration the exporter runs with.
-#[derive(Debug, Clone, PartialEq)]
+/// Every option of the exporter. A field's name is its file key and, with dashes, its flag; its
+/// doc comment is its help text.
+///
+/// [`load`] returns it validated; [`Config::default`] holds the defaults, which are clap's.
+#[derive(Debug, Clone, PartialEq, Args, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address the HTTP server binds.
-    pub listen: SocketAddr,
-    /// Sampling period.
-    pub interval: Duration,
-    /// How long one device may take to answer within a tick before it is served stale.
-    pub device_timeout: Duration,
-    /// How long a device may go without a fresh reading before `nvidia_gpu_up` drops to 0.
-    pub stale_grace: Duration,
-    /// Which NVML library to load.
-    pub nvml: NvmlSource,
-    /// Sample once, print the exposition to stdout, exit.
-    pub once: bool,
-    pub log_format: LogFormat,
-    /// A `tracing` filter directive, e.g. `info` or `nvml_exporter=debug`.
-    pub log_level: String,
-    /// The exporter-toolkit web configuration (TLS, basic auth); plain HTTP without it.
+    /// YAML file in the Prometheus exporter-toolkit web-config format: tls_server_config (TLS,
+    /// client certificates) and basic_auth_users (bcrypt). Without it: plain HTTP, no auth
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_WEB_CONFIG",
+        value_name = "FILE",
+        global = true
+    )]
     pub web_config: Option<PathBuf>,
-    /// `check-config`: validate everything, print "ok" and exit instead of serving.
-    pub check_config: bool,
-    /// Pod attribution from the kubelet.
-    pub kubernetes: KubernetesConfig,
-    /// Per-process metrics.
-    pub processes: ProcessesConfig,
-    /// Which metric names are served: native, dcgm-exporter's, or both (`--dcgm-compat`).
+
+    /// Address to serve HTTP on; ":PORT" means all IPv4 interfaces
+    #[arg(long, env = "NVML_EXPORTER_LISTEN", value_name = "ADDR",
+          default_value = "0.0.0.0:9400", value_parser = parse_listen)]
+    #[serde(deserialize_with = "listen_text")]
+    pub listen: SocketAddr,
+
+    /// Sampling interval (at least 10ms; below 1s only for tests and soak runs: NVML refreshes most
+    /// readings every 100ms to 1s)
+    #[arg(long, env = "NVML_EXPORTER_INTERVAL", value_name = "DURATION",
+          default_value = "1s", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration_text")]
+    pub interval: Duration,
+
+    /// Per-device deadline within one tick; a device that misses it is served from its last
+    /// reading, marked stale (at most the interval) [default: the interval]
+    #[arg(long, env = "NVML_EXPORTER_DEVICE_TIMEOUT", value_name = "DURATION",
+          value_parser = parse_duration)]
+    #[serde(deserialize_with = "some_duration_text")]
+    pub device_timeout: Option<Duration>,
+
+    /// How long a device may go without a fresh reading before nvidia_gpu_up drops to 0 (at least
+    /// the interval) [default: 5s, or 3 intervals when that is longer]
+    #[arg(long, env = "NVML_EXPORTER_STALE_GRACE", value_name = "DURATION",
+          value_parser = parse_duration)]
+    #[serde(deserialize_with = "some_duration_text")]
+    pub stale_grace: Option<Duration>,
+
+    /// NVML library to load: a path or a soname
+    #[arg(long, env = "NVML_EXPORTER_NVML_LIB", value_name = "PATH",
+          default_value = DEFAULT_NVML_LIB)]
+    pub nvml_lib: PathBuf,
+
+    /// Use the simulated GPUs of libnvml_sim.so next to the executable instead of the driver
+    #[arg(long, env = "NVML_EXPORTER_DEMO", value_name = "BOOL", default_value_t = false,
+          action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true",
+          require_equals = true)]
+    pub demo: bool,
+
+    /// Sample once, print the exposition to stdout and exit (status 1 when NVML is unavailable)
+    #[arg(long, env = "NVML_EXPORTER_ONCE", value_name = "BOOL", default_value_t = false,
+          action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true",
+          require_equals = true)]
+    pub once: bool,
+
+    /// Log format
+    #[arg(long, env = "NVML_EXPORTER_LOG_FORMAT", value_name = "FORMAT", value_enum,
+          default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_LOG_LEVEL",
+        value_name = "FILTER",
+        default_value = "info"
+    )]
+    pub log_level: String,
+
+    /// Serve dcgm-exporter's metric names, units and labels: "dcgm" (the default when given
+    /// without a value) serves only those for the GPUs, "both" serves the native names and then
+    /// dcgm-exporter's, "off" only the native ones
+    #[arg(long, env = "NVML_EXPORTER_DCGM_COMPAT", value_name = "MODE", value_enum,
+          default_value_t = DcgmCompat::Off, num_args = 0..=1, default_missing_value = "dcgm",
+          require_equals = true)]
     pub dcgm_compat: DcgmCompat,
-}
 
-/// Per-process metrics settings (`--processes`, `--max-processes-per-gpu`, `--host-proc`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcessesConfig {
-    /// Read each GPU's processes and serve per-process and per-pod usage.
-    pub enabled: bool,
-    /// At most this many process series per GPU (the largest by memory); at least 1.
-    pub max_per_gpu: usize,
-    /// The host's procfs (`/host/proc` in a container with the host's `/proc` mounted there).
+    /// Attribute GPUs to pods: ask the kubelet's pod-resources API which container holds each GPU
+    /// (nvidia_gpu_pod_info, and labels on the GPU's series)
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES", value_name = "BOOL", default_value_t = false,
+          action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, help_heading = "Kubernetes")]
+    pub kubernetes: bool,
+
+    /// Add namespace, pod and container labels to every series of a GPU assigned to exactly one
+    /// container (a shared GPU gets none; nvidia_gpu_pod_info lists its containers)
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_LABELS", value_name = "BOOL",
+          default_value_t = true, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    pub kubernetes_labels: bool,
+
+    /// The kubelet's pod-resources socket
+    #[arg(long, env = "NVML_EXPORTER_POD_RESOURCES_SOCKET", value_name = "PATH",
+          default_value = DEFAULT_POD_RESOURCES_SOCKET, help_heading = "Kubernetes")]
+    pub pod_resources_socket: PathBuf,
+
+    /// Extended resource names whose devices are GPUs too, comma-separated (nvidia.com/gpu and
+    /// nvidia.com/mig-* always are)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBERNETES_RESOURCE_NAMES",
+        value_name = "NAMES",
+        value_delimiter = ',',
+        help_heading = "Kubernetes"
+    )]
+    pub kubernetes_resource_names: Vec<String>,
+
+    /// How often to ask the kubelet [default: the interval]
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_REFRESH", value_name = "DURATION",
+          value_parser = parse_duration, help_heading = "Kubernetes")]
+    #[serde(deserialize_with = "some_duration_text")]
+    pub kubernetes_refresh: Option<Duration>,
+
+    /// Deadline of one call to the kubelet; a slower answer counts as a timeout
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_TIMEOUT", value_name = "DURATION",
+          default_value = "1s", value_parser = parse_duration, help_heading = "Kubernetes")]
+    #[serde(deserialize_with = "duration_text")]
+    pub kubernetes_timeout: Duration,
+
+    /// The kubelet's HTTPS API, asked for its pod list (/pods) to name the pod and container of
+    /// each GPU process (with --processes)
+    #[arg(long, env = "NVML_EXPORTER_KUBELET_URL", value_name = "URL",
+          default_value = DEFAULT_KUBELET_URL, value_parser = parse_url,
+          help_heading = "Kubernetes")]
+    #[serde(deserialize_with = "url_text")]
+    pub kubelet_url: http::Uri,
+
+    /// Bearer token for the kubelet, re-read on every call
+    #[arg(long, env = "NVML_EXPORTER_KUBELET_TOKEN_FILE", value_name = "PATH",
+          default_value = DEFAULT_KUBELET_TOKEN_FILE, help_heading = "Kubernetes")]
+    pub kubelet_token_file: PathBuf,
+
+    /// CA bundle verifying the kubelet's serving certificate
+    #[arg(long, env = "NVML_EXPORTER_KUBELET_CA_FILE", value_name = "PATH",
+          default_value = DEFAULT_KUBELET_CA_FILE, help_heading = "Kubernetes")]
+    pub kubelet_ca_file: PathBuf,
+
+    /// Do not verify the kubelet's serving certificate (kubelets often serve a self-signed one)
+    #[arg(long, env = "NVML_EXPORTER_KUBELET_INSECURE_TLS", value_name = "BOOL",
+          default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    pub kubelet_insecure_tls: bool,
+
+    /// Serve per-process GPU memory and SM utilization, and per-pod sums of them (needs the
+    /// host's pids: hostPID in Kubernetes)
+    #[arg(long, env = "NVML_EXPORTER_PROCESSES", value_name = "BOOL", default_value_t = false,
+          action = ArgAction::Set, num_args = 0..=1, default_missing_value = "true",
+          require_equals = true, help_heading = "Processes")]
+    pub processes: bool,
+
+    /// At most this many process series per GPU, the largest by memory; per-pod sums still count
+    /// every process
+    #[arg(long, env = "NVML_EXPORTER_MAX_PROCESSES_PER_GPU", value_name = "N",
+          default_value_t = crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU,
+          help_heading = "Processes")]
+    pub max_processes_per_gpu: usize,
+
+    /// Where the host's procfs is mounted, for process names and cgroups
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_HOST_PROC",
+        value_name = "PATH",
+        default_value = "/proc",
+        help_heading = "Processes"
+    )]
     pub host_proc: PathBuf,
+
+    /// Set by the `check-config` subcommand: validate everything, print "ok" and exit instead of
+    /// serving. Not an option.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub check_config: bool,
 }
 
-impl Default for ProcessesConfig {
+impl Default for Config {
+    /// The defaults declared on the fields: an empty command line, read without the environment.
     fn default() -> Self {
-        ProcessesConfig {
-            enabled: false,
-            max_per_gpu: crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU,
-            host_proc: PathBuf::from("/proc"),
+        let command =
+            Config::augment_args(clap::Command::new("nvml-exporter")).mut_args(|arg| arg.env(None));
+        command
+            .try_get_matches_from(["nvml-exporter"])
+            .and_then(|matches| Config::from_arg_matches(&matches))
+            .expect("every declared default parses")
+    }
+}
+
+impl Config {
+    /// The per-device deadline within a tick: `--device-timeout`, or the interval.
+    pub fn device_timeout(&self) -> Duration {
+        self.device_timeout.unwrap_or(self.interval)
+    }
+
+    /// How long a device may go without a fresh reading: `--stale-grace`, or 5s or three
+    /// intervals, whichever is longer, so that one missed tick never marks a GPU down.
+    pub fn stale_grace(&self) -> Duration {
+        self.stale_grace
+            .unwrap_or_else(|| MIN_DEFAULT_STALE_GRACE.max(self.interval.saturating_mul(3)))
+    }
+
+    /// How often the kubelet is asked: `--kubernetes-refresh`, or the interval.
+    pub fn kubernetes_refresh(&self) -> Duration {
+        self.kubernetes_refresh.unwrap_or(self.interval)
+    }
+
+    /// Which NVML library to load: the simulator with `--demo`, else `--nvml-lib`.
+    pub fn nvml(&self) -> NvmlSource {
+        if self.demo {
+            NvmlSource::Demo
+        } else {
+            NvmlSource::Path(self.nvml_lib.clone())
         }
+    }
+
+    /// Whether the kubelet's pod list (`/pods`) is fetched: naming the pod of a GPU process
+    /// (`--processes`) needs it, nothing else does.
+    pub fn fetch_pods(&self) -> bool {
+        self.processes
+    }
+
+    /// Whether an assigned GPU's series carry namespace, pod and container labels.
+    pub fn pod_labels(&self) -> bool {
+        self.kubernetes && self.kubernetes_labels
+    }
+
+    /// Refuses values that parse but cannot be used, naming the option and where its value came
+    /// from; trims the resource names and drops empty ones.
+    fn validate(&mut self, origins: &Origins<'_>) -> Result<(), ConfigError> {
+        let invalid = |id: &str, msg: String| origins.invalid(id, msg);
+        let interval = self.interval;
+        if interval < MIN_INTERVAL {
+            return Err(invalid(
+                "interval",
+                format!(
+                    "{} is below the minimum of {}",
+                    fmt_duration(interval),
+                    fmt_duration(MIN_INTERVAL)
+                ),
+            ));
+        }
+        if interval > MAX_INTERVAL {
+            return Err(invalid(
+                "interval",
+                format!(
+                    "{} is above the maximum of {}",
+                    fmt_duration(interval),
+                    fmt_duration(MAX_INTERVAL)
+                ),
+            ));
+        }
+        let device_timeout = self.device_timeout();
+        if device_timeout.is_zero() || device_timeout > interval {
+            return Err(invalid(
+                "device_timeout",
+                format!(
+                    "{} must be above 0 and at most the interval ({})",
+                    fmt_duration(device_timeout),
+                    fmt_duration(interval)
+                ),
+            ));
+        }
+        let stale_grace = self.stale_grace();
+        if stale_grace < interval {
+            return Err(invalid(
+                "stale_grace",
+                format!(
+                    "{} must be at least the interval ({})",
+                    fmt_duration(stale_grace),
+                    fmt_duration(interval)
+                ),
+            ));
+        }
+        // Only a value someone wrote conflicts with --demo; the default library does not.
+        if self.demo && origins.of("nvml_lib") != Origin::Default {
+            return Err(ConfigError::Invalid(format!(
+                "--nvml-lib ({}) and --demo ({}) cannot be used together: --demo loads the simulated library",
+                origins.of("nvml_lib"),
+                origins.of("demo")
+            )));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            return Err(invalid(
+                "log_level",
+                format!("{}: {e}", quote(&self.log_level)),
+            ));
+        }
+        if let Some(refresh) = self.kubernetes_refresh.filter(|r| *r < MIN_INTERVAL) {
+            return Err(invalid(
+                "kubernetes_refresh",
+                format!(
+                    "{} is below the minimum of {}",
+                    fmt_duration(refresh),
+                    fmt_duration(MIN_INTERVAL)
+                ),
+            ));
+        }
+        if self.kubernetes_timeout.is_zero() {
+            return Err(invalid("kubernetes_timeout", "must be above 0".into()));
+        }
+        check_kubelet_url(&self.kubelet_url).map_err(|e| invalid("kubelet_url", e))?;
+        self.kubernetes_resource_names = std::mem::take(&mut self.kubernetes_resource_names)
+            .into_iter()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if let Some(bad) = self
+            .kubernetes_resource_names
+            .iter()
+            .find(|n| n.chars().any(|c| c.is_whitespace() || c.is_control()))
+        {
+            return Err(invalid(
+                "kubernetes_resource_names",
+                format!("'{bad}' is not a resource name (e.g. example.com/gpu)"),
+            ));
+        }
+        if self.max_processes_per_gpu == 0 {
+            return Err(invalid(
+                "max_processes_per_gpu",
+                "must be at least 1".into(),
+            ));
+        }
+        let paths = [
+            ("web_config", self.web_config.as_deref()),
+            ("nvml_lib", Some(self.nvml_lib.as_path())),
+            ("pod_resources_socket", Some(&self.pod_resources_socket)),
+            ("kubelet_token_file", Some(&self.kubelet_token_file)),
+            ("kubelet_ca_file", Some(&self.kubelet_ca_file)),
+            ("host_proc", Some(&self.host_proc)),
+        ];
+        for (id, path) in paths {
+            if path.is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(invalid(id, "the path is empty".into()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -106,53 +411,6 @@ pub enum DcgmCompat {
     Dcgm,
     /// Native names first, then dcgm-exporter's.
     Both,
-}
-
-/// Pod attribution settings (`--kubernetes*`, `--pod-resources-socket`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubernetesConfig {
-    /// Ask the kubelet which container each GPU is assigned to.
-    pub enabled: bool,
-    /// Add namespace/pod/container to every per-GPU series of an assigned GPU (besides
-    /// `nvidia_gpu_pod_info`).
-    pub labels: bool,
-    /// The kubelet's pod-resources socket.
-    pub socket: PathBuf,
-    /// Resource names counted as GPUs besides `nvidia.com/gpu` and `nvidia.com/mig-*`.
-    pub resource_names: Vec<String>,
-    /// How often `List` is called.
-    pub refresh: Duration,
-    /// Deadline of one `List` call (and of one `/pods` call).
-    pub timeout: Duration,
-    /// Fetch the kubelet's pod list (`/pods`) to name the pods and containers of processes. Not
-    /// an option of its own: set by `--processes`.
-    pub pods: bool,
-    /// Base URL of the kubelet's HTTPS API; `/pods` is appended to its path.
-    pub kubelet_url: http::Uri,
-    /// Bearer token sent to the kubelet, re-read on every call (projected tokens rotate).
-    pub kubelet_token_file: PathBuf,
-    /// CA bundle that verifies the kubelet's serving certificate.
-    pub kubelet_ca_file: PathBuf,
-    /// Do not verify the kubelet's serving certificate (`--kubelet-insecure-tls`).
-    pub kubelet_insecure_tls: bool,
-}
-
-impl Default for KubernetesConfig {
-    fn default() -> Self {
-        KubernetesConfig {
-            enabled: false,
-            labels: true,
-            socket: PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET),
-            resource_names: Vec::new(),
-            refresh: Duration::from_secs(1),
-            timeout: Duration::from_secs(1),
-            pods: false,
-            kubelet_url: http::Uri::from_static(DEFAULT_KUBELET_URL),
-            kubelet_token_file: PathBuf::from(DEFAULT_KUBELET_TOKEN_FILE),
-            kubelet_ca_file: PathBuf::from(DEFAULT_KUBELET_CA_FILE),
-            kubelet_insecure_tls: false,
-        }
-    }
 }
 
 /// Where the NVML library comes from.
@@ -188,28 +446,7 @@ pub enum LogFormat {
     Json,
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            listen: SocketAddr::from(([0, 0, 0, 0], 9400)),
-            interval: Duration::from_secs(1),
-            device_timeout: Duration::from_secs(1),
-            stale_grace: Duration::from_secs(5),
-            nvml: NvmlSource::Path(PathBuf::from(DEFAULT_NVML_LIB)),
-            once: false,
-            log_format: LogFormat::Text,
-            log_level: "info".to_string(),
-            web_config: None,
-            check_config: false,
-            kubernetes: KubernetesConfig::default(),
-            processes: ProcessesConfig::default(),
-            dcgm_compat: DcgmCompat::Off,
-        }
-    }
-}
-
-/// Command line and environment. Every value is optional here so that "not given" can fall back to
-/// the file and then to the default.
+/// The command line: the options, the file holding more of them, and the subcommand.
 #[derive(Debug, Parser)]
 #[command(
     name = "nvml-exporter",
@@ -226,173 +463,16 @@ struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
 
-    /// TOML file with any of the options below.
+    /// TOML file with any of the options below
     #[arg(long, env = "NVML_EXPORTER_CONFIG", value_name = "FILE", global = true)]
     config: Option<PathBuf>,
 
-    /// YAML file in the Prometheus exporter-toolkit web-config format: tls_server_config (TLS,
-    /// client certificates) and basic_auth_users (bcrypt). Without it: plain HTTP, no auth
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_WEB_CONFIG",
-        value_name = "FILE",
-        global = true
-    )]
-    web_config: Option<PathBuf>,
-
-    /// Address to serve HTTP on; ":PORT" means all IPv4 interfaces [default: 0.0.0.0:9400]
-    #[arg(long, env = "NVML_EXPORTER_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
-    listen: Option<SocketAddr>,
-
-    /// Sampling interval (at least 10ms; below 1s only for tests and soak runs: NVML refreshes most
-    /// readings every 100ms to 1s) [default: 1s]
-    #[arg(long, env = "NVML_EXPORTER_INTERVAL", value_name = "DURATION", value_parser = parse_duration)]
-    interval: Option<Duration>,
-
-    /// Per-device deadline within one tick; a device that misses it is served from its last
-    /// reading, marked stale (at most the interval) [default: the interval]
-    #[arg(long, env = "NVML_EXPORTER_DEVICE_TIMEOUT", value_name = "DURATION", value_parser = parse_duration)]
-    device_timeout: Option<Duration>,
-
-    /// How long a device may go without a fresh reading before nvidia_gpu_up drops to 0 (at least
-    /// the interval) [default: 5s, or 3 intervals when that is longer]
-    #[arg(long, env = "NVML_EXPORTER_STALE_GRACE", value_name = "DURATION", value_parser = parse_duration)]
-    stale_grace: Option<Duration>,
-
-    /// NVML library to load: a path or a soname [default: libnvidia-ml.so.1]
-    #[arg(long, env = "NVML_EXPORTER_NVML_LIB", value_name = "PATH")]
-    nvml_lib: Option<PathBuf>,
-
-    /// Use the simulated GPUs of libnvml_sim.so next to the executable instead of the driver
-    #[arg(long, env = "NVML_EXPORTER_DEMO", value_name = "BOOL", num_args = 0..=1,
-          default_missing_value = "true", require_equals = true)]
-    demo: Option<bool>,
-
-    /// Sample once, print the exposition to stdout and exit (status 1 when NVML is unavailable)
-    #[arg(long, env = "NVML_EXPORTER_ONCE", value_name = "BOOL", num_args = 0..=1,
-          default_missing_value = "true", require_equals = true)]
-    once: Option<bool>,
-
-    /// Log format [default: text]
-    #[arg(long, env = "NVML_EXPORTER_LOG_FORMAT", value_name = "FORMAT")]
-    log_format: Option<LogFormat>,
-
-    /// Log filter: a level (error, warn, info, debug, trace) or tracing directives [default: info]
-    #[arg(long, env = "NVML_EXPORTER_LOG_LEVEL", value_name = "FILTER")]
-    log_level: Option<String>,
-
-    /// Attribute GPUs to pods: ask the kubelet's pod-resources API which container holds each GPU
-    /// (nvidia_gpu_pod_info, and labels on the GPU's series) [default: false]
-    #[arg(long, env = "NVML_EXPORTER_KUBERNETES", value_name = "BOOL", num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
-    kubernetes: Option<bool>,
-
-    /// Add namespace, pod and container labels to every series of a GPU assigned to exactly one
-    /// container (a shared GPU gets none; nvidia_gpu_pod_info lists its containers) [default: true]
-    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_LABELS", value_name = "BOOL", num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
-    kubernetes_labels: Option<bool>,
-
-    /// The kubelet's pod-resources socket [default: /var/lib/kubelet/pod-resources/kubelet.sock]
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_POD_RESOURCES_SOCKET",
-        value_name = "PATH",
-        help_heading = "Kubernetes"
-    )]
-    pod_resources_socket: Option<PathBuf>,
-
-    /// Extended resource names whose devices are GPUs too, comma-separated (nvidia.com/gpu and
-    /// nvidia.com/mig-* always are)
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_KUBERNETES_RESOURCE_NAMES",
-        value_name = "NAMES",
-        value_delimiter = ',',
-        help_heading = "Kubernetes"
-    )]
-    kubernetes_resource_names: Option<Vec<String>>,
-
-    /// How often to ask the kubelet [default: the interval]
-    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_REFRESH", value_name = "DURATION",
-          value_parser = parse_duration, help_heading = "Kubernetes")]
-    kubernetes_refresh: Option<Duration>,
-
-    /// Deadline of one call to the kubelet; a slower answer counts as a timeout [default: 1s]
-    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_TIMEOUT", value_name = "DURATION",
-          value_parser = parse_duration, help_heading = "Kubernetes")]
-    kubernetes_timeout: Option<Duration>,
-
-    /// Serve per-process GPU memory and SM utilization, and per-pod sums of them (needs the
-    /// host's pids: hostPID in Kubernetes) [default: false]
-    #[arg(long, env = "NVML_EXPORTER_PROCESSES", value_name = "BOOL", num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, help_heading = "Processes")]
-    processes: Option<bool>,
-
-    /// At most this many process series per GPU, the largest by memory; per-pod sums still count
-    /// every process [default: 32]
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_MAX_PROCESSES_PER_GPU",
-        value_name = "N",
-        help_heading = "Processes"
-    )]
-    max_processes_per_gpu: Option<usize>,
-
-    /// Where the host's procfs is mounted, for process names and cgroups [default: /proc]
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_HOST_PROC",
-        value_name = "PATH",
-        help_heading = "Processes"
-    )]
-    host_proc: Option<PathBuf>,
-    /// Serve dcgm-exporter's metric names, units and labels: "dcgm" (the default when given
-    /// without a value) serves only those for the GPUs, "both" serves the native names and then
-    /// dcgm-exporter's, "off" only the native ones [default: off]
-    #[arg(long, env = "NVML_EXPORTER_DCGM_COMPAT", value_name = "MODE", num_args = 0..=1,
-          default_missing_value = "dcgm", require_equals = true)]
-    dcgm_compat: Option<DcgmCompat>,
-
-    /// The kubelet's HTTPS API, asked for its pod list (/pods) to name the pod and container of
-    /// each GPU process (with --processes) [default: https://127.0.0.1:10250]
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_KUBELET_URL",
-        value_name = "URL",
-        help_heading = "Kubernetes"
-    )]
-    kubelet_url: Option<String>,
-
-    /// Bearer token for the kubelet, re-read on every call
-    /// [default: /var/run/secrets/kubernetes.io/serviceaccount/token]
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_KUBELET_TOKEN_FILE",
-        value_name = "PATH",
-        help_heading = "Kubernetes"
-    )]
-    kubelet_token_file: Option<PathBuf>,
-
-    /// CA bundle verifying the kubelet's serving certificate
-    /// [default: /var/run/secrets/kubernetes.io/serviceaccount/ca.crt]
-    #[arg(
-        long,
-        env = "NVML_EXPORTER_KUBELET_CA_FILE",
-        value_name = "PATH",
-        help_heading = "Kubernetes"
-    )]
-    kubelet_ca_file: Option<PathBuf>,
-
-    /// Do not verify the kubelet's serving certificate (kubelets often serve a self-signed one)
-    /// [default: false]
-    #[arg(long, env = "NVML_EXPORTER_KUBELET_INSECURE_TLS", value_name = "BOOL", num_args = 0..=1,
-          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
-    kubelet_insecure_tls: Option<bool>,
+    #[command(flatten)]
+    options: Config,
 }
 
 /// Subcommands; without one the exporter serves.
-#[derive(Debug, Subcommand)]
+#[derive(Debug, clap::Subcommand)]
 enum Command {
     /// Validate the configuration (flags, environment, --config file and --web-config file)
     /// without starting: prints "ok" (exit 0) or the error (exit 2)
@@ -403,59 +483,197 @@ enum Command {
     },
 }
 
-/// The `--config` file. Unknown keys are errors: a misspelt option must not be silently ignored.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    listen: Option<Spanned<ListenAddr>>,
-    interval: Option<Spanned<HumanDuration>>,
-    device_timeout: Option<Spanned<HumanDuration>>,
-    stale_grace: Option<Spanned<HumanDuration>>,
-    nvml_lib: Option<Spanned<PathBuf>>,
-    demo: Option<Spanned<bool>>,
-    once: Option<Spanned<bool>>,
-    log_format: Option<Spanned<LogFormat>>,
-    log_level: Option<Spanned<String>>,
-    web_config: Option<Spanned<PathBuf>>,
-    kubernetes: Option<Spanned<bool>>,
-    kubernetes_labels: Option<Spanned<bool>>,
-    pod_resources_socket: Option<Spanned<PathBuf>>,
-    kubernetes_resource_names: Option<Spanned<Vec<String>>>,
-    kubernetes_refresh: Option<Spanned<HumanDuration>>,
-    kubernetes_timeout: Option<Spanned<HumanDuration>>,
-    processes: Option<Spanned<bool>>,
-    max_processes_per_gpu: Option<Spanned<usize>>,
-    host_proc: Option<Spanned<PathBuf>>,
-    dcgm_compat: Option<Spanned<DcgmCompat>>,
-    kubelet_url: Option<Spanned<String>>,
-    kubelet_token_file: Option<Spanned<PathBuf>>,
-    kubelet_ca_file: Option<Spanned<PathBuf>>,
-    kubelet_insecure_tls: Option<Spanned<bool>>,
+/// A configuration that cannot be used. `main` prints it and exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// clap's own error (unknown flag, unparsable flag or environment value, `--help`, `--version`):
+    /// it knows how to print itself and with which status to exit.
+    #[error("{0}")]
+    Cli(#[from] clap::Error),
+    /// The file cannot be read or parsed, or a value is refused. The message names the option and
+    /// where its value came from; it is shown on one line whatever the value holds.
+    #[error("error: {}", one_line(.0))]
+    Invalid(String),
 }
 
-/// A duration written as text ("1s", "250ms") in the file.
-#[derive(Debug, Clone, Copy)]
-struct HumanDuration(Duration);
+/// Reads flags from `args` (including the program name) and options from the process environment
+/// and the `--config` file, and validates the result.
+pub fn load<I, T>(args: I) -> Result<Config, ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut command = Cli::command();
+    let mut matches = command.try_get_matches_from_mut(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    let check_config = cli.command.is_some();
+    let file_path = match cli.command {
+        Some(Command::CheckConfig {
+            file: Some(positional),
+        }) => {
+            if let Some(flag) = &cli.config {
+                return Err(ConfigError::Invalid(format!(
+                    "check-config {} and --config {} name two files; give one",
+                    positional.display(),
+                    flag.display()
+                )));
+            }
+            Some(positional)
+        }
+        _ => cli.config,
+    };
+    let (mut config, file) = match file_path {
+        Some(path) => {
+            let (config, lines) = read_file(&path)?;
+            (config, Some(FileLines { path, lines }))
+        }
+        None => (Config::default(), None),
+    };
+    // A flag or variable beats the file; a default must not. clap fills in the defaults, so they
+    // are taken out of the matches before the matches update what the file gave.
+    let defaulted: Vec<String> = matches
+        .ids()
+        .map(|id| id.as_str().to_owned())
+        .filter(|id| matches.value_source(id) == Some(ValueSource::DefaultValue))
+        .collect();
+    for id in &defaulted {
+        // The ids come from these matches, so clearing them cannot fail.
+        let _ = matches.try_clear_id(id);
+    }
+    config.update_from_arg_matches(&matches)?;
+    config.check_config = check_config;
+    let origins = Origins {
+        command: &command,
+        matches: &matches,
+        file: file.as_ref(),
+    };
+    config.validate(&origins)?;
+    Ok(config)
+}
 
-impl<'de> Deserialize<'de> for HumanDuration {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        parse_duration(&s)
-            .map(HumanDuration)
-            .map_err(serde::de::Error::custom)
+/// Reads the `--config` file into a [`Config`], with the line of each key in it.
+fn read_file(path: &Path) -> Result<(Config, HashMap<String, usize>), ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigError::Invalid(format!("--config: cannot read {}: {e}", path.display()))
+    })?;
+    let error = |e: toml::de::Error| {
+        // toml gives no position for some errors (its nesting limit): then there is no line.
+        let line = e
+            .span()
+            .map(|s| format!(" line {}", line_of(&text, s.start)))
+            .unwrap_or_default();
+        // The key the error is about, when toml can tell (it names unknown fields itself).
+        let key = e
+            .span()
+            .and_then(|s| key_before(&text, s.start))
+            .map(|k| format!(" (option {k})"))
+            .unwrap_or_default();
+        ConfigError::Invalid(format!(
+            "--config {}{line}{key}: {}",
+            path.display(),
+            e.message().trim()
+        ))
+    };
+    let table = toml::de::DeTable::parse(&text).map_err(error)?;
+    let lines = table
+        .get_ref()
+        .iter()
+        .map(|(key, value)| {
+            (
+                key.get_ref().to_string(),
+                line_of(&text, value.span().start),
+            )
+        })
+        .collect();
+    let config = Config::deserialize(toml::de::Deserializer::from(table)).map_err(error)?;
+    Ok((config, lines))
+}
+
+/// 1-based line number of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+/// The `key` of a `key = value` line containing `offset`, if that line is one.
+fn key_before(text: &str, offset: usize) -> Option<String> {
+    let start = text[..offset.min(text.len())]
+        .rfind('\n')
+        .map_or(0, |i| i + 1);
+    let line = text[start..].lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    (!key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .then(|| key.to_string())
+}
+
+/// The `--config` file's path and the line of each key in it.
+struct FileLines {
+    path: PathBuf,
+    lines: HashMap<String, usize>,
+}
+
+/// Where each option's value came from, for error messages: clap's matches (a flag or a variable),
+/// else the file, else the default.
+struct Origins<'a> {
+    command: &'a clap::Command,
+    matches: &'a ArgMatches,
+    file: Option<&'a FileLines>,
+}
+
+impl Origins<'_> {
+    fn arg(&self, id: &str) -> Option<&clap::Arg> {
+        self.command.get_arguments().find(|arg| arg.get_id() == id)
+    }
+
+    fn of(&self, id: &str) -> Origin {
+        match self.matches.value_source(id) {
+            Some(ValueSource::CommandLine) => Origin::Flag,
+            Some(ValueSource::EnvVariable) => Origin::Env(
+                self.arg(id)
+                    .and_then(clap::Arg::get_env)
+                    .map(|var| var.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+            _ => self
+                .file
+                .and_then(|file| {
+                    let line = *file.lines.get(id)?;
+                    Some(Origin::File {
+                        path: file.path.clone(),
+                        line,
+                    })
+                })
+                .unwrap_or(Origin::Default),
+        }
+    }
+
+    /// A refused value of the option `id`.
+    fn invalid(&self, id: &str, msg: String) -> ConfigError {
+        let flag = self.arg(id).and_then(clap::Arg::get_long).unwrap_or(id);
+        ConfigError::Invalid(format!(
+            "invalid value for --{flag} ({}): {msg}",
+            self.of(id)
+        ))
     }
 }
 
-/// A listen address in the file, with the same syntax as the flag.
-#[derive(Debug, Clone, Copy)]
-struct ListenAddr(SocketAddr);
+/// Where a value came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Origin {
+    Default,
+    Flag,
+    Env(String),
+    File { path: PathBuf, line: usize },
+}
 
-impl<'de> Deserialize<'de> for ListenAddr {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        parse_listen(&s)
-            .map(ListenAddr)
-            .map_err(serde::de::Error::custom)
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => write!(f, "default"),
+            Origin::Flag => write!(f, "command line"),
+            Origin::Env(var) => write!(f, "environment variable {var}"),
+            Origin::File { path, line } => write!(f, "{} line {line}", path.display()),
+        }
     }
 }
 
@@ -478,49 +696,58 @@ fn parse_listen(s: &str) -> Result<SocketAddr, String> {
         .map_err(|_| format!("{} is not an address; write HOST:PORT with an IP, e.g. 0.0.0.0:9400, [::]:9400 or :9400", quote(s)))
 }
 
+fn parse_url(s: &str) -> Result<http::Uri, String> {
+    s.trim()
+        .parse()
+        .map_err(|e| format!("{} is not a URL ({e})", quote(s)))
+}
+
+/// An `https://host[:port][/prefix]` URL. Only HTTPS: the request carries a bearer token, and the
+/// kubelet's plain-HTTP read-only port is off by default and deprecated.
+fn check_kubelet_url(uri: &http::Uri) -> Result<(), String> {
+    let shown = quote(&uri.to_string());
+    if uri.scheme_str() != Some("https") {
+        return Err(format!(
+            "{shown} must start with https:// (e.g. https://10.0.0.1:10250)"
+        ));
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("{shown} has no host"));
+    }
+    if uri.query().is_some() {
+        return Err(format!("{shown} must not have a query"));
+    }
+    Ok(())
+}
+
+/// A file value written as text, read with the same parser as its flag.
+fn from_text<'de, D: Deserializer<'de>, T>(
+    d: D,
+    parse: fn(&str) -> Result<T, String>,
+) -> Result<T, D::Error> {
+    parse(&String::deserialize(d)?).map_err(serde::de::Error::custom)
+}
+
+fn duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    from_text(d, parse_duration)
+}
+
+fn some_duration_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    from_text(d, parse_duration).map(Some)
+}
+
+fn listen_text<'de, D: Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    from_text(d, parse_listen)
+}
+
+fn url_text<'de, D: Deserializer<'de>>(d: D) -> Result<http::Uri, D::Error> {
+    from_text(d, parse_url)
+}
+
 /// A value as shown in an error message: in quotes, with line breaks and other control characters
 /// escaped, so that whatever was written the message stays on one line.
 fn quote(s: &str) -> String {
     format!("'{}'", s.escape_debug())
-}
-
-/// Where a value came from, for error messages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Origin {
-    Default,
-    Flag,
-    Env(&'static str),
-    File { path: PathBuf, line: usize },
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::Default => write!(f, "default"),
-            Origin::Flag => write!(f, "command line"),
-            Origin::Env(var) => write!(f, "environment variable {var}"),
-            Origin::File { path, line } => write!(f, "{} line {line}", path.display()),
-        }
-    }
-}
-
-/// A configuration that cannot be used. `main` prints it and exits with status 2.
-#[derive(Debug)]
-pub enum ConfigError {
-    /// clap's own error (unknown flag, unparsable flag or environment value, `--help`, `--version`):
-    /// it knows how to print itself and with which status to exit.
-    Cli(clap::Error),
-    /// The file could not be read or parsed, or a value is out of range.
-    Invalid(String),
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ConfigError::Cli(e) => write!(f, "{e}"),
-            ConfigError::Invalid(msg) => write!(f, "error: {}", one_line(msg)),
-        }
-    }
 }
 
 /// `msg` with control characters escaped. Messages quote what the user wrote (a value, a key, a
@@ -536,529 +763,6 @@ pub(crate) fn one_line(msg: &str) -> String {
             }
         })
         .collect()
-}
-
-impl std::error::Error for ConfigError {}
-
-/// Reads flags from `args` (including the program name) and options from the process environment
-/// and the `--config` file, and validates the result.
-pub fn load<I, T>(args: I) -> Result<Config, ConfigError>
-where
-    I: IntoIterator<Item = T>,
-    T: Into<std::ffi::OsString> + Clone,
-{
-    let matches = Cli::command()
-        .try_get_matches_from(args)
-        .map_err(ConfigError::Cli)?;
-    let mut cli = Cli::from_arg_matches(&matches).map_err(ConfigError::Cli)?;
-    let check_config = match cli.command.take() {
-        Some(Command::CheckConfig { file }) => {
-            if let (Some(positional), Some(flag)) = (&file, &cli.config) {
-                return Err(ConfigError::Invalid(format!(
-                    "check-config {} and --config {} name two files; give one",
-                    positional.display(),
-                    flag.display()
-                )));
-            }
-            cli.config = file.or(cli.config.take());
-            true
-        }
-        None => false,
-    };
-    let (file, file_path) = match &cli.config {
-        Some(path) => (read_file(path)?, Some(path.clone())),
-        None => (FileConfig::default(), None),
-    };
-    let src = Sources {
-        matches: &matches,
-        file_path: file_path.as_deref(),
-        file_text: file_text_cache(&file_path),
-    };
-    let mut config = merge(&cli, file, &src)?;
-    config.check_config = check_config;
-    Ok(config)
-}
-
-/// The file's text, re-read only to turn byte spans into line numbers for error messages.
-fn file_text_cache(path: &Option<PathBuf>) -> String {
-    path.as_ref()
-        .and_then(|p| std::fs::read_to_string(p).ok())
-        .unwrap_or_default()
-}
-
-fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::Invalid(format!("--config: cannot read {}: {e}", path.display()))
-    })?;
-    toml::from_str(&text).map_err(|e| {
-        // toml gives no position for some errors (its nesting limit): then there is no line.
-        let line = e
-            .span()
-            .map(|s| format!(" line {}", line_of(&text, s.start)))
-            .unwrap_or_default();
-        // The key the error is about, when toml can tell (it names unknown fields itself).
-        let key = e
-            .span()
-            .and_then(|s| key_before(&text, s.start))
-            .map(|k| format!(" (option {k})"))
-            .unwrap_or_default();
-        ConfigError::Invalid(format!(
-            "--config {}{line}{key}: {}",
-            path.display(),
-            e.message().trim()
-        ))
-    })
-}
-
-/// 1-based line number of a byte offset.
-fn line_of(text: &str, offset: usize) -> usize {
-    text[..offset.min(text.len())].matches('\n').count() + 1
-}
-
-/// The `key` of a `key = value` line containing `offset`, if that line is one.
-fn key_before(text: &str, offset: usize) -> Option<String> {
-    let start = text[..offset.min(text.len())]
-        .rfind('\n')
-        .map_or(0, |i| i + 1);
-    let line = text[start..].lines().next()?;
-    let (key, _) = line.split_once('=')?;
-    let key = key.trim();
-    (!key.is_empty() && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .then(|| key.to_string())
-}
-
-struct Sources<'a> {
-    matches: &'a ArgMatches,
-    file_path: Option<&'a Path>,
-    file_text: String,
-}
-
-impl Sources<'_> {
-    /// Picks flag/env value, else file value, else default, remembering where it came from.
-    fn pick<T, F>(
-        &self,
-        id: &str,
-        env: &'static str,
-        cli: Option<T>,
-        file: Option<Spanned<F>>,
-        default: T,
-    ) -> (T, Origin)
-    where
-        F: Into<T>,
-    {
-        if let Some(v) = cli {
-            let origin = match self.matches.value_source(id) {
-                Some(ValueSource::EnvVariable) => Origin::Env(env),
-                _ => Origin::Flag,
-            };
-            return (v, origin);
-        }
-        if let (Some(v), Some(path)) = (file, self.file_path) {
-            let line = line_of(&self.file_text, v.span().start);
-            return (
-                v.into_inner().into(),
-                Origin::File {
-                    path: path.to_path_buf(),
-                    line,
-                },
-            );
-        }
-        (default, Origin::Default)
-    }
-}
-
-impl From<HumanDuration> for Duration {
-    fn from(d: HumanDuration) -> Duration {
-        d.0
-    }
-}
-
-impl From<ListenAddr> for SocketAddr {
-    fn from(a: ListenAddr) -> SocketAddr {
-        a.0
-    }
-}
-
-fn invalid(option: &str, origin: &Origin, msg: impl fmt::Display) -> ConfigError {
-    ConfigError::Invalid(format!("invalid value for --{option} ({origin}): {msg}"))
-}
-
-fn merge(cli: &Cli, mut file: FileConfig, src: &Sources<'_>) -> Result<Config, ConfigError> {
-    let d = Config::default();
-    let (interval, interval_origin) = src.pick(
-        "interval",
-        "NVML_EXPORTER_INTERVAL",
-        cli.interval,
-        file.interval.take(),
-        d.interval,
-    );
-    // Before the other options take their values out of `file`.
-    let mut kubernetes = merge_kubernetes(cli, &mut file, src, interval)?;
-    let processes = merge_processes(cli, &mut file, src)?;
-    // Naming a process's pod needs the kubelet's pod list; nothing else does.
-    kubernetes.pods = processes.enabled;
-    let (listen, _) = src.pick(
-        "listen",
-        "NVML_EXPORTER_LISTEN",
-        cli.listen,
-        file.listen,
-        d.listen,
-    );
-    let (device_timeout, timeout_origin) = src.pick(
-        "device_timeout",
-        "NVML_EXPORTER_DEVICE_TIMEOUT",
-        cli.device_timeout.map(Some),
-        file.device_timeout.map(|s| map_spanned(s, |d| Some(d.0))),
-        None,
-    );
-    // The default follows a long interval: one missed tick must not mark a GPU down, and a value
-    // nobody set must never be the one refused.
-    let (stale_grace, grace_origin) = src.pick(
-        "stale_grace",
-        "NVML_EXPORTER_STALE_GRACE",
-        cli.stale_grace,
-        file.stale_grace,
-        d.stale_grace.max(interval.saturating_mul(3)),
-    );
-    let (nvml_lib, lib_origin) = src.pick(
-        "nvml_lib",
-        "NVML_EXPORTER_NVML_LIB",
-        cli.nvml_lib.clone().map(Some),
-        file.nvml_lib.map(|s| map_spanned(s, Some)),
-        None,
-    );
-    let (demo, demo_origin) = src.pick("demo", "NVML_EXPORTER_DEMO", cli.demo, file.demo, false);
-    let (dcgm_compat, _) = src.pick(
-        "dcgm_compat",
-        "NVML_EXPORTER_DCGM_COMPAT",
-        cli.dcgm_compat,
-        file.dcgm_compat,
-        d.dcgm_compat,
-    );
-    let (once, _) = src.pick("once", "NVML_EXPORTER_ONCE", cli.once, file.once, d.once);
-    let (log_format, _) = src.pick(
-        "log_format",
-        "NVML_EXPORTER_LOG_FORMAT",
-        cli.log_format,
-        file.log_format,
-        d.log_format,
-    );
-    let (log_level, level_origin) = src.pick(
-        "log_level",
-        "NVML_EXPORTER_LOG_LEVEL",
-        cli.log_level.clone(),
-        file.log_level,
-        d.log_level,
-    );
-
-    let (web_config, web_origin) = src.pick(
-        "web_config",
-        "NVML_EXPORTER_WEB_CONFIG",
-        cli.web_config.clone().map(Some),
-        file.web_config.map(|s| map_spanned(s, Some)),
-        None,
-    );
-    if web_config
-        .as_ref()
-        .is_some_and(|p| p.as_os_str().is_empty())
-    {
-        return Err(invalid("web-config", &web_origin, "the path is empty"));
-    }
-
-    if interval < MIN_INTERVAL {
-        return Err(invalid(
-            "interval",
-            &interval_origin,
-            format!(
-                "{} is below the minimum of {}",
-                fmt_duration(interval),
-                fmt_duration(MIN_INTERVAL)
-            ),
-        ));
-    }
-    if interval > Duration::from_secs(3600) {
-        return Err(invalid(
-            "interval",
-            &interval_origin,
-            format!("{} is above the maximum of 1h", fmt_duration(interval)),
-        ));
-    }
-    let device_timeout = device_timeout.unwrap_or(interval);
-    if device_timeout.is_zero() || device_timeout > interval {
-        return Err(invalid(
-            "device-timeout",
-            &timeout_origin,
-            format!(
-                "{} must be above 0 and at most the interval ({})",
-                fmt_duration(device_timeout),
-                fmt_duration(interval)
-            ),
-        ));
-    }
-    if stale_grace < interval {
-        return Err(invalid(
-            "stale-grace",
-            &grace_origin,
-            format!(
-                "{} must be at least the interval ({})",
-                fmt_duration(stale_grace),
-                fmt_duration(interval)
-            ),
-        ));
-    }
-    let nvml = match (nvml_lib, demo) {
-        (Some(_), true) => {
-            return Err(ConfigError::Invalid(format!(
-                "--nvml-lib ({lib_origin}) and --demo ({demo_origin}) cannot be used together: --demo loads the simulated library"
-            )));
-        }
-        (Some(path), false) if path.as_os_str().is_empty() => {
-            return Err(invalid("nvml-lib", &lib_origin, "the path is empty"));
-        }
-        (Some(path), false) => NvmlSource::Path(path),
-        (None, true) => NvmlSource::Demo,
-        (None, false) => d.nvml,
-    };
-    if let Err(e) = tracing_subscriber::EnvFilter::try_new(&log_level) {
-        return Err(invalid(
-            "log-level",
-            &level_origin,
-            format!("{}: {e}", quote(&log_level)),
-        ));
-    }
-    Ok(Config {
-        listen,
-        interval,
-        device_timeout,
-        stale_grace,
-        nvml,
-        once,
-        log_format,
-        log_level,
-        web_config,
-        check_config: false,
-        kubernetes,
-        processes,
-        dcgm_compat,
-    })
-}
-
-/// The `--processes` options. Takes them out of `file` (the rest of `merge` owns the others).
-fn merge_processes(
-    cli: &Cli,
-    file: &mut FileConfig,
-    src: &Sources<'_>,
-) -> Result<ProcessesConfig, ConfigError> {
-    let d = ProcessesConfig::default();
-    let (enabled, _) = src.pick(
-        "processes",
-        "NVML_EXPORTER_PROCESSES",
-        cli.processes,
-        file.processes.take(),
-        d.enabled,
-    );
-    let (max_per_gpu, max_origin) = src.pick(
-        "max_processes_per_gpu",
-        "NVML_EXPORTER_MAX_PROCESSES_PER_GPU",
-        cli.max_processes_per_gpu,
-        file.max_processes_per_gpu.take(),
-        d.max_per_gpu,
-    );
-    if max_per_gpu == 0 {
-        return Err(invalid(
-            "max-processes-per-gpu",
-            &max_origin,
-            "must be at least 1",
-        ));
-    }
-    let (host_proc, proc_origin) = src.pick(
-        "host_proc",
-        "NVML_EXPORTER_HOST_PROC",
-        cli.host_proc.clone(),
-        file.host_proc.take(),
-        d.host_proc,
-    );
-    if host_proc.as_os_str().is_empty() {
-        return Err(invalid("host-proc", &proc_origin, "the path is empty"));
-    }
-    Ok(ProcessesConfig {
-        enabled,
-        max_per_gpu,
-        host_proc,
-    })
-}
-
-/// The `--kubernetes*` options. Takes them out of `file` (the rest of `merge` owns the others).
-fn merge_kubernetes(
-    cli: &Cli,
-    file: &mut FileConfig,
-    src: &Sources<'_>,
-    interval: Duration,
-) -> Result<KubernetesConfig, ConfigError> {
-    let d = KubernetesConfig::default();
-    let (enabled, _) = src.pick(
-        "kubernetes",
-        "NVML_EXPORTER_KUBERNETES",
-        cli.kubernetes,
-        file.kubernetes.take(),
-        d.enabled,
-    );
-    let (labels, _) = src.pick(
-        "kubernetes_labels",
-        "NVML_EXPORTER_KUBERNETES_LABELS",
-        cli.kubernetes_labels,
-        file.kubernetes_labels.take(),
-        d.labels,
-    );
-    let (socket, socket_origin) = src.pick(
-        "pod_resources_socket",
-        "NVML_EXPORTER_POD_RESOURCES_SOCKET",
-        cli.pod_resources_socket.clone(),
-        file.pod_resources_socket.take(),
-        d.socket,
-    );
-    if socket.as_os_str().is_empty() {
-        return Err(invalid(
-            "pod-resources-socket",
-            &socket_origin,
-            "the path is empty",
-        ));
-    }
-    let (resource_names, names_origin) = src.pick(
-        "kubernetes_resource_names",
-        "NVML_EXPORTER_KUBERNETES_RESOURCE_NAMES",
-        cli.kubernetes_resource_names.clone(),
-        file.kubernetes_resource_names.take(),
-        d.resource_names,
-    );
-    let resource_names: Vec<String> = resource_names
-        .into_iter()
-        .map(|n| n.trim().to_owned())
-        .filter(|n| !n.is_empty())
-        .collect();
-    if let Some(bad) = resource_names
-        .iter()
-        .find(|n| n.chars().any(|c| c.is_whitespace() || c.is_control()))
-    {
-        return Err(invalid(
-            "kubernetes-resource-names",
-            &names_origin,
-            format!("'{bad}' is not a resource name (e.g. example.com/gpu)"),
-        ));
-    }
-    let (refresh, refresh_origin) = src.pick(
-        "kubernetes_refresh",
-        "NVML_EXPORTER_KUBERNETES_REFRESH",
-        cli.kubernetes_refresh,
-        file.kubernetes_refresh.take(),
-        interval,
-    );
-    // The default is the interval, which is checked with the interval's own origin.
-    if refresh < MIN_INTERVAL && refresh_origin != Origin::Default {
-        return Err(invalid(
-            "kubernetes-refresh",
-            &refresh_origin,
-            format!(
-                "{} is below the minimum of {}",
-                fmt_duration(refresh),
-                fmt_duration(MIN_INTERVAL)
-            ),
-        ));
-    }
-    let (timeout, timeout_origin) = src.pick(
-        "kubernetes_timeout",
-        "NVML_EXPORTER_KUBERNETES_TIMEOUT",
-        cli.kubernetes_timeout,
-        file.kubernetes_timeout.take(),
-        d.timeout,
-    );
-    if timeout.is_zero() {
-        return Err(invalid(
-            "kubernetes-timeout",
-            &timeout_origin,
-            "must be above 0",
-        ));
-    }
-    let (kubelet_url, url_origin) = src.pick(
-        "kubelet_url",
-        "NVML_EXPORTER_KUBELET_URL",
-        cli.kubelet_url.clone(),
-        file.kubelet_url.take(),
-        DEFAULT_KUBELET_URL.to_owned(),
-    );
-    let kubelet_url =
-        parse_kubelet_url(&kubelet_url).map_err(|e| invalid("kubelet-url", &url_origin, e))?;
-    let (kubelet_token_file, token_origin) = src.pick(
-        "kubelet_token_file",
-        "NVML_EXPORTER_KUBELET_TOKEN_FILE",
-        cli.kubelet_token_file.clone(),
-        file.kubelet_token_file.take(),
-        d.kubelet_token_file,
-    );
-    if kubelet_token_file.as_os_str().is_empty() {
-        return Err(invalid(
-            "kubelet-token-file",
-            &token_origin,
-            "the path is empty",
-        ));
-    }
-    let (kubelet_ca_file, ca_origin) = src.pick(
-        "kubelet_ca_file",
-        "NVML_EXPORTER_KUBELET_CA_FILE",
-        cli.kubelet_ca_file.clone(),
-        file.kubelet_ca_file.take(),
-        d.kubelet_ca_file,
-    );
-    if kubelet_ca_file.as_os_str().is_empty() {
-        return Err(invalid("kubelet-ca-file", &ca_origin, "the path is empty"));
-    }
-    let (kubelet_insecure_tls, _) = src.pick(
-        "kubelet_insecure_tls",
-        "NVML_EXPORTER_KUBELET_INSECURE_TLS",
-        cli.kubelet_insecure_tls,
-        file.kubelet_insecure_tls.take(),
-        d.kubelet_insecure_tls,
-    );
-    Ok(KubernetesConfig {
-        enabled,
-        labels,
-        socket,
-        resource_names,
-        refresh,
-        timeout,
-        pods: d.pods,
-        kubelet_url,
-        kubelet_token_file,
-        kubelet_ca_file,
-        kubelet_insecure_tls,
-    })
-}
-
-/// An `https://host[:port][/prefix]` URL. Only HTTPS: the request carries a bearer token, and the
-/// kubelet's plain-HTTP read-only port is off by default and deprecated.
-fn parse_kubelet_url(s: &str) -> Result<http::Uri, String> {
-    let uri: http::Uri = s
-        .trim()
-        .parse()
-        .map_err(|e| format!("{} is not a URL ({e})", quote(s)))?;
-    if uri.scheme_str() != Some("https") {
-        return Err(format!(
-            "{} must start with https:// (e.g. https://10.0.0.1:10250)",
-            quote(s)
-        ));
-    }
-    if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("{} has no host", quote(s)));
-    }
-    if uri.query().is_some() {
-        return Err(format!("{} must not have a query", quote(s)));
-    }
-    Ok(uri)
-}
-
-fn map_spanned<T, U>(s: Spanned<T>, f: impl FnOnce(T) -> U) -> Spanned<U> {
-    let span = s.span();
-    Spanned::new(span, f(s.into_inner()))
 }
 
 fn fmt_duration(d: Duration) -> String {
@@ -1091,12 +795,61 @@ mod tests {
     // tests run in parallel. The environment layer is covered by the binary's integration tests.
 
     #[test]
+    fn every_option_has_one_name_as_flag_variable_and_file_key() {
+        let mut command = Cli::command();
+        command.build();
+        for arg in command.get_arguments() {
+            let id = arg.get_id().as_str();
+            if matches!(id, "help" | "version") {
+                continue;
+            }
+            let flag = id.replace('_', "-");
+            assert_eq!(arg.get_long(), Some(flag.as_str()), "{id}");
+            let var = format!("NVML_EXPORTER_{}", id.to_uppercase());
+            assert_eq!(arg.get_env().and_then(|v| v.to_str()), Some(var.as_str()));
+        }
+    }
+
+    #[test]
+    fn the_file_beats_defaults_and_loses_to_flags() {
+        let f = file(concat!(
+            "kubernetes_labels = false\n",
+            "kubernetes_resource_names = [\"a.io/gpu\"]\n",
+            "host_proc = \"/h\"\n",
+            "log_level = \"debug\"\n",
+        ));
+        let path = f.path().to_str().unwrap();
+        let c = load_args(&["--config", path]).unwrap();
+        assert!(!c.kubernetes_labels, "a default must not beat the file");
+        assert_eq!(c.kubernetes_resource_names, ["a.io/gpu"]);
+        assert_eq!(c.host_proc, PathBuf::from("/h"));
+        assert_eq!(c.log_level, "debug");
+        let c = load_args(&[
+            "--config",
+            path,
+            "--kubernetes-labels",
+            "--kubernetes-resource-names",
+            "b.io/gpu",
+            "--host-proc",
+            "/f",
+        ])
+        .unwrap();
+        assert!(c.kubernetes_labels);
+        assert_eq!(c.kubernetes_resource_names, ["b.io/gpu"]);
+        assert_eq!(c.host_proc, PathBuf::from("/f"));
+        assert_eq!(c.log_level, "debug", "what no flag gave stays the file's");
+    }
+
+    #[test]
     fn defaults_match_the_documented_contract() {
         let c = load_args(&[]).unwrap();
         assert_eq!(c.listen, "0.0.0.0:9400".parse().unwrap());
         assert_eq!(c.interval, Duration::from_secs(1));
-        assert_eq!(c.device_timeout, c.interval);
-        assert_eq!(c.nvml, NvmlSource::Path(PathBuf::from("libnvidia-ml.so.1")));
+        assert_eq!(c.device_timeout(), c.interval);
+        assert_eq!(
+            c.nvml(),
+            NvmlSource::Path(PathBuf::from("libnvidia-ml.so.1"))
+        );
         assert!(!c.once);
         assert_eq!(c.log_format, LogFormat::Text);
     }
@@ -1108,7 +861,7 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:1234".parse().unwrap());
         assert_eq!(c.interval, Duration::from_secs(3));
         assert_eq!(
-            c.device_timeout,
+            c.device_timeout(),
             Duration::from_secs(3),
             "device timeout follows the interval"
         );
@@ -1210,16 +963,16 @@ mod tests {
     #[test]
     fn default_stale_grace_follows_a_long_interval() {
         assert_eq!(
-            load_args(&["--interval", "2s"]).unwrap().stale_grace,
+            load_args(&["--interval", "2s"]).unwrap().stale_grace(),
             Duration::from_secs(6)
         );
         assert_eq!(
-            load_args(&["--interval", "1s"]).unwrap().stale_grace,
+            load_args(&["--interval", "1s"]).unwrap().stale_grace(),
             Duration::from_secs(5)
         );
         let f = file("interval = \"61s\"\n");
         let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
-        assert_eq!(c.stale_grace, Duration::from_secs(183));
+        assert_eq!(c.stale_grace(), Duration::from_secs(183));
     }
 
     #[test]
@@ -1235,7 +988,7 @@ mod tests {
             "2s",
         ])
         .unwrap();
-        assert_eq!(c.device_timeout, Duration::from_millis(500));
+        assert_eq!(c.device_timeout(), Duration::from_millis(500));
     }
 
     #[test]
@@ -1267,20 +1020,21 @@ mod tests {
 
     #[test]
     fn kubernetes_defaults_and_overrides() {
-        let k = load_args(&["--interval", "2s", "--stale-grace", "5s"])
-            .unwrap()
-            .kubernetes;
-        assert!(!k.enabled && k.labels);
-        assert_eq!(k.socket, PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET));
+        let c = load_args(&["--interval", "2s", "--stale-grace", "5s"]).unwrap();
+        assert!(!c.kubernetes && c.kubernetes_labels);
         assert_eq!(
-            k.refresh,
+            c.pod_resources_socket,
+            PathBuf::from(DEFAULT_POD_RESOURCES_SOCKET)
+        );
+        assert_eq!(
+            c.kubernetes_refresh(),
             Duration::from_secs(2),
             "refresh follows the interval"
         );
-        assert_eq!(k.timeout, Duration::from_secs(1));
-        assert!(k.resource_names.is_empty());
+        assert_eq!(c.kubernetes_timeout, Duration::from_secs(1));
+        assert!(c.kubernetes_resource_names.is_empty());
 
-        let k = load_args(&[
+        let c = load_args(&[
             "--kubernetes",
             "--kubernetes-labels=false",
             "--pod-resources-socket",
@@ -1292,23 +1046,20 @@ mod tests {
             "--kubernetes-timeout",
             "200ms",
         ])
-        .unwrap()
-        .kubernetes;
-        assert!(k.enabled && !k.labels);
-        assert_eq!(k.socket, PathBuf::from("/run/k.sock"));
-        assert_eq!(k.resource_names, ["a.com/gpu", "b.com/gpu"]);
-        assert_eq!(k.refresh, Duration::from_secs(5));
-        assert_eq!(k.timeout, Duration::from_millis(200));
+        .unwrap();
+        assert!(c.kubernetes && !c.kubernetes_labels);
+        assert_eq!(c.pod_resources_socket, PathBuf::from("/run/k.sock"));
+        assert_eq!(c.kubernetes_resource_names, ["a.com/gpu", "b.com/gpu"]);
+        assert_eq!(c.kubernetes_refresh(), Duration::from_secs(5));
+        assert_eq!(c.kubernetes_timeout, Duration::from_millis(200));
 
         let f = file(
             "kubernetes = true\nkubernetes_resource_names = [\"x.io/gpu\"]\nkubernetes_refresh = \"3s\"\n",
         );
-        let k = load_args(&["--config", f.path().to_str().unwrap()])
-            .unwrap()
-            .kubernetes;
-        assert!(k.enabled);
-        assert_eq!(k.resource_names, ["x.io/gpu"]);
-        assert_eq!(k.refresh, Duration::from_secs(3));
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert!(c.kubernetes);
+        assert_eq!(c.kubernetes_resource_names, ["x.io/gpu"]);
+        assert_eq!(c.kubernetes_refresh(), Duration::from_secs(3));
 
         let e = err(&["--kubernetes-timeout", "0s"]);
         assert!(e.contains("--kubernetes-timeout"), "{e}");
@@ -1355,9 +1106,12 @@ mod tests {
 
     #[test]
     fn kubelet_options_defaults_and_overrides() {
-        let k = load_args(&[]).unwrap().kubernetes;
-        assert!(!k.pods, "the pod list is only fetched for --processes");
-        assert!(load_args(&["--processes"]).unwrap().kubernetes.pods);
+        let k = load_args(&[]).unwrap();
+        assert!(
+            !k.fetch_pods(),
+            "the pod list is only fetched for --processes"
+        );
+        assert!(load_args(&["--processes"]).unwrap().fetch_pods());
         assert_eq!(k.kubelet_url, DEFAULT_KUBELET_URL);
         assert_eq!(
             k.kubelet_token_file,
@@ -1375,17 +1129,14 @@ mod tests {
             "/ca.pem",
             "--kubelet-insecure-tls",
         ])
-        .unwrap()
-        .kubernetes;
+        .unwrap();
         assert_eq!(k.kubelet_url, "https://10.1.2.3:10250");
         assert_eq!(k.kubelet_token_file, PathBuf::from("/t"));
         assert_eq!(k.kubelet_ca_file, PathBuf::from("/ca.pem"));
         assert!(k.kubelet_insecure_tls);
 
         let f = file("kubelet_url = \"https://node:10250/x\"\nkubelet_insecure_tls = true\n");
-        let k = load_args(&["--config", f.path().to_str().unwrap()])
-            .unwrap()
-            .kubernetes;
+        let k = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
         assert_eq!(k.kubelet_url, "https://node:10250/x");
         assert!(k.kubelet_insecure_tls);
 
@@ -1423,15 +1174,15 @@ mod tests {
     fn boolean_flags_take_optional_values() {
         assert!(load_args(&["--once"]).unwrap().once);
         assert!(!load_args(&["--once=false"]).unwrap().once);
-        assert_eq!(load_args(&["--demo"]).unwrap().nvml, NvmlSource::Demo);
+        assert_eq!(load_args(&["--demo"]).unwrap().nvml(), NvmlSource::Demo);
     }
 
     #[test]
     fn processes_defaults_and_overrides() {
-        let p = load_args(&[]).unwrap().processes;
-        assert_eq!(p, ProcessesConfig::default());
-        assert!(!p.enabled);
-        assert_eq!(p.max_per_gpu, 32);
+        let p = load_args(&[]).unwrap();
+        assert_eq!(p, Config::default());
+        assert!(!p.processes);
+        assert_eq!(p.max_processes_per_gpu, 32);
         assert_eq!(p.host_proc, PathBuf::from("/proc"));
 
         let p = load_args(&[
@@ -1441,18 +1192,15 @@ mod tests {
             "--host-proc",
             "/host/proc",
         ])
-        .unwrap()
-        .processes;
-        assert!(p.enabled);
-        assert_eq!(p.max_per_gpu, 4);
+        .unwrap();
+        assert!(p.processes);
+        assert_eq!(p.max_processes_per_gpu, 4);
         assert_eq!(p.host_proc, PathBuf::from("/host/proc"));
 
         let f = file("processes = true\nmax_processes_per_gpu = 8\nhost_proc = \"/h/proc\"\n");
-        let p = load_args(&["--config", f.path().to_str().unwrap()])
-            .unwrap()
-            .processes;
-        assert!(p.enabled);
-        assert_eq!(p.max_per_gpu, 8);
+        let p = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert!(p.processes);
+        assert_eq!(p.max_processes_per_gpu, 8);
         assert_eq!(p.host_proc, PathBuf::from("/h/proc"));
 
         let e = err(&["--max-processes-per-gpu", "0"]);

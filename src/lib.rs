@@ -28,8 +28,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// The encoder's settings from the configuration.
 pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
     metrics::MetricsOptions {
-        pod_labels: config.kubernetes.enabled && config.kubernetes.labels,
-        max_processes_per_gpu: config.processes.max_per_gpu,
+        pod_labels: config.pod_labels(),
+        max_processes_per_gpu: config.max_processes_per_gpu,
         dcgm_compat: config.dcgm_compat,
         // Only the dcgm-exporter series carry it; asking the environment once is enough.
         hostname: if config.dcgm_compat == config::DcgmCompat::Off {
@@ -43,14 +43,11 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
 /// The sampler's settings from the configuration.
 pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
     sampler::SamplerOptions {
-        nvml_lib: config.nvml.library_path(),
+        nvml_lib: config.nvml().library_path(),
         interval: config.interval,
-        device_timeout: config.device_timeout,
-        stale_grace: config.stale_grace,
-        processes: config
-            .processes
-            .enabled
-            .then(|| config.processes.host_proc.clone()),
+        device_timeout: config.device_timeout(),
+        stale_grace: config.stale_grace(),
+        processes: config.processes.then(|| config.host_proc.clone()),
     }
 }
 
@@ -68,8 +65,7 @@ pub async fn run(
     // The kubelet is asked on this runtime, never on the sampler threads.
     let kubelet = config
         .kubernetes
-        .enabled
-        .then(|| kubernetes::StateHandle::new(&config.kubernetes));
+        .then(|| kubernetes::StateHandle::new(&config));
     let publisher = publish::Publisher::new(
         metrics::Encoder::new(metrics_options(&config)),
         kubelet.clone(),
@@ -78,7 +74,7 @@ pub async fn run(
     // next tick.
     let watcher = kubelet.map(|state| {
         let publisher = Arc::clone(&publisher);
-        kubernetes::Watcher::spawn(&config.kubernetes, state, move || {
+        kubernetes::Watcher::spawn(&config, state, move || {
             let publisher = Arc::clone(&publisher);
             tokio::task::spawn_blocking(move || publisher.kubelet_changed());
         })
@@ -115,7 +111,7 @@ pub async fn run(
 /// text and whether NVML answered.
 pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     let mut snapshot = sampler::sample_once(&sampler_options(config));
-    if config.kubernetes.enabled {
+    if config.kubernetes {
         snapshot.kubernetes = Some(kubelet_once(config));
     }
     if let Some(reason) = &snapshot.nvml_error {
@@ -134,7 +130,7 @@ fn kubelet_once(config: &Config) -> sample::KubernetesState {
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(kubernetes::list_once(&config.kubernetes)),
+        Ok(runtime) => runtime.block_on(kubernetes::list_once(config)),
         Err(e) => {
             tracing::error!(error = %e, "cannot start a runtime to ask the kubelet");
             sample::KubernetesState::new()

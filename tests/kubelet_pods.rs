@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use common::certs::Ca;
 use kubelet::FakeKubelet;
 use kubelet::https::{FakeKubeletApi, Reply};
-use nvml_exporter::config::KubernetesConfig;
+use nvml_exporter::config::Config;
 use nvml_exporter::kubernetes::pods::{MAX_BODY_BYTES, PodsClient, PodsError};
 use nvml_exporter::kubernetes::{StateHandle, Watcher};
 use nvml_exporter::sample::{ContainerIdentity, KubeletError, KubernetesState, PodIdentity};
@@ -97,14 +97,14 @@ impl Files {
     }
 }
 
-fn config(url: &str, files: &Files) -> KubernetesConfig {
-    KubernetesConfig {
-        pods: true,
+fn config(url: &str, files: &Files) -> Config {
+    Config {
+        processes: true,
         kubelet_url: url.parse().unwrap(),
         kubelet_token_file: files.token.clone(),
         kubelet_ca_file: files.ca.clone(),
-        timeout: Duration::from_secs(5),
-        ..KubernetesConfig::default()
+        kubernetes_timeout: Duration::from_secs(5),
+        ..Config::default()
     }
 }
 
@@ -229,7 +229,7 @@ fn the_serving_certificate_is_verified_against_the_ca_file_unless_insecure() {
         "{message}"
     );
 
-    let insecure = KubernetesConfig {
+    let insecure = Config {
         kubelet_insecure_tls: true,
         ..config(&api.url(), &files)
     };
@@ -247,8 +247,8 @@ fn a_slow_kubelet_times_out_and_the_next_call_starts_afresh() {
     let api = FakeKubeletApi::start("t", Reply::Body(POD_LIST.into()));
     let files = Files::new("t", api.ca_pem());
     let rt = runtime();
-    let mut client = PodsClient::new(&KubernetesConfig {
-        timeout: Duration::from_millis(300),
+    let mut client = PodsClient::new(&Config {
+        kubernetes_timeout: Duration::from_millis(300),
         ..config(&api.url(), &files)
     });
     assert_eq!(fetch(&rt, &mut client).unwrap(), expected_pods());
@@ -363,11 +363,11 @@ fn the_watcher_fills_refreshes_and_keeps_the_pod_list_apart_from_kubernetes_up()
     let _pod_resources = FakeKubelet::start(&socket, vec![]);
     let api = FakeKubeletApi::start("t", Reply::Body(POD_LIST.into()));
     let files = Files::new("t", api.ca_pem());
-    let config = KubernetesConfig {
-        enabled: true,
-        socket: socket.clone(),
-        refresh: Duration::from_millis(50),
-        timeout: Duration::from_secs(2),
+    let config = Config {
+        kubernetes: true,
+        pod_resources_socket: socket.clone(),
+        kubernetes_refresh: Some(Duration::from_millis(50)),
+        kubernetes_timeout: Duration::from_secs(2),
         ..config(&api.url(), &files)
     };
     let rt = runtime();
@@ -420,11 +420,11 @@ fn the_watcher_fills_refreshes_and_keeps_the_pod_list_apart_from_kubernetes_up()
 #[test]
 fn pods_reasons_are_only_served_when_the_pod_list_is_fetched() {
     let dir = tempfile::tempdir().unwrap();
-    let config = KubernetesConfig {
-        enabled: true,
-        socket: dir.path().join("absent.sock"),
-        refresh: Duration::from_millis(50),
-        ..KubernetesConfig::default()
+    let config = Config {
+        kubernetes: true,
+        pod_resources_socket: dir.path().join("absent.sock"),
+        kubernetes_refresh: Some(Duration::from_millis(50)),
+        ..Config::default()
     };
     let rt = runtime();
     let watcher = StateHandle::new(&config);

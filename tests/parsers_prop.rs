@@ -113,10 +113,10 @@ fn assert_one_line(msg: &str) {
 fn assert_valid_config(c: &Config) {
     assert!(c.interval >= MIN_INTERVAL, "{c:?}");
     assert!(c.interval <= Duration::from_secs(3600), "{c:?}");
-    assert!(!c.device_timeout.is_zero(), "{c:?}");
-    assert!(c.device_timeout <= c.interval, "{c:?}");
-    assert!(c.stale_grace >= c.interval, "{c:?}");
-    if let NvmlSource::Path(p) = &c.nvml {
+    assert!(!c.device_timeout().is_zero(), "{c:?}");
+    assert!(c.device_timeout() <= c.interval, "{c:?}");
+    assert!(c.stale_grace() >= c.interval, "{c:?}");
+    if let NvmlSource::Path(p) = &c.nvml() {
         assert!(!p.as_os_str().is_empty(), "{c:?}");
     }
     if let Some(p) = &c.web_config {
@@ -504,11 +504,11 @@ fn assert_reflects(c: &Config, settings: &[(String, Val)]) {
         match key.as_str() {
             "listen" => assert_eq!(Some(c.listen), parse_listen(&text), "{key}"),
             "interval" => assert_eq!(Some(c.interval), dur(), "{key}"),
-            "device_timeout" => assert_eq!(Some(c.device_timeout), dur(), "{key}"),
-            "stale_grace" => assert_eq!(Some(c.stale_grace), dur(), "{key}"),
+            "device_timeout" => assert_eq!(Some(c.device_timeout()), dur(), "{key}"),
+            "stale_grace" => assert_eq!(Some(c.stale_grace()), dur(), "{key}"),
             "once" => assert_eq!(c.once.to_string(), text, "{key}"),
-            "demo" => assert_eq!(c.nvml == NvmlSource::Demo, text == "true", "{key}"),
-            "nvml_lib" => assert_eq!(c.nvml, NvmlSource::Path(text.into()), "{key}"),
+            "demo" => assert_eq!(c.nvml() == NvmlSource::Demo, text == "true", "{key}"),
+            "nvml_lib" => assert_eq!(c.nvml(), NvmlSource::Path(text.into()), "{key}"),
             "web_config" => assert_eq!(c.web_config, Some(PathBuf::from(text)), "{key}"),
             "log_level" => assert_eq!(c.log_level, text, "{key}"),
             "log_format" => {

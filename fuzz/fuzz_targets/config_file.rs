@@ -35,8 +35,8 @@ fuzz_target!(|data: &[u8]| {
     ]) {
         Ok(c) => {
             assert!(c.interval >= MIN_INTERVAL && c.interval <= Duration::from_secs(3600));
-            assert!(!c.device_timeout.is_zero() && c.device_timeout <= c.interval);
-            assert!(c.stale_grace >= c.interval);
+            assert!(!c.device_timeout().is_zero() && c.device_timeout() <= c.interval);
+            assert!(c.stale_grace() >= c.interval);
         }
         Err(e) => {
             let msg = e.to_string();

@@ -12,7 +12,7 @@
 //! fail the last successful list is kept: containers keep their GPUs across a kubelet restart,
 //! and dropping the labels for its duration would split every series twice.
 //!
-//! With [`KubernetesConfig::pods`] (per-process attribution) each refresh also fetches the
+//! With [`Config::fetch_pods`] (per-process attribution) each refresh also fetches the
 //! kubelet's pod list ([`pods`]), at the same time as `List` and with the same deadline, into
 //! [`KubernetesState::pods`]. Its failures are counted under their own `pods_*` reasons and kept
 //! apart from `up`, which stays about the pod-resources API; a failed call keeps the last list.
@@ -24,7 +24,7 @@ pub mod proto;
 
 use std::sync::{Arc, Mutex};
 
-use crate::config::KubernetesConfig;
+use crate::config::Config;
 use crate::sample::{KubeletError, KubernetesState, PodIdentity};
 
 use client::PodResourcesClient;
@@ -37,7 +37,7 @@ pub struct StateHandle(Arc<Mutex<KubernetesState>>);
 
 impl StateHandle {
     /// Nothing asked yet: down, no assignments, every error reason at 0.
-    pub fn new(config: &KubernetesConfig) -> StateHandle {
+    pub fn new(config: &Config) -> StateHandle {
         StateHandle(Arc::new(Mutex::new(initial_state(config))))
     }
 
@@ -78,13 +78,13 @@ impl Watcher {
     /// `on_change` is called (on the runtime) whenever a refresh changes the GPU assignments or
     /// the pod list, so the publisher can serve them before the next tick.
     pub fn spawn(
-        config: &KubernetesConfig,
+        config: &Config,
         state: StateHandle,
         on_change: impl Fn() + Send + Sync + 'static,
     ) -> Watcher {
         let mut refresher = Refresher::new(config, state.clone());
         refresher.on_change = Some(Box::new(on_change));
-        let refresh = config.refresh;
+        let refresh = config.kubernetes_refresh();
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(refresh);
             // A call that takes longer than the period delays the next one instead of bunching
@@ -106,7 +106,7 @@ impl Drop for Watcher {
 }
 
 /// Calls `List` (and `/pods` when asked to) once and returns the resulting state, for `--once`.
-pub async fn list_once(config: &KubernetesConfig) -> KubernetesState {
+pub async fn list_once(config: &Config) -> KubernetesState {
     let state = StateHandle::new(config);
     Refresher::new(config, state.clone()).refresh().await;
     state.current()
@@ -114,9 +114,9 @@ pub async fn list_once(config: &KubernetesConfig) -> KubernetesState {
 
 /// Nothing asked yet. The `pods_*` error reasons exist only where the pod list is fetched, so
 /// that a node without `--processes` does not serve counters for calls it never makes.
-fn initial_state(config: &KubernetesConfig) -> KubernetesState {
+fn initial_state(config: &Config) -> KubernetesState {
     let mut state = KubernetesState::new();
-    if !config.pods {
+    if !config.fetch_pods() {
         state
             .errors
             .retain(|reason, _| !pods::REASONS.contains(reason));
@@ -132,7 +132,7 @@ struct Refresher {
     state: StateHandle,
     /// Told when the assignments or the pod list change.
     on_change: Option<OnChange>,
-    /// The `/pods` client, with `KubernetesConfig::pods`.
+    /// The `/pods` client, with [`Config::fetch_pods`].
     pods: Option<PodsClient>,
     /// How the last `/pods` call ended; `None` before the first. Only for logging changes.
     pods_last: Option<Result<(), KubeletError>>,
@@ -141,14 +141,14 @@ struct Refresher {
 type OnChange = Box<dyn Fn() + Send + Sync>;
 
 impl Refresher {
-    fn new(config: &KubernetesConfig, state: StateHandle) -> Refresher {
+    fn new(config: &Config, state: StateHandle) -> Refresher {
         Refresher {
-            client: PodResourcesClient::new(&config.socket),
-            filter: ResourceFilter::new(config.resource_names.iter().cloned()),
-            timeout: config.timeout,
+            client: PodResourcesClient::new(&config.pod_resources_socket),
+            filter: ResourceFilter::new(config.kubernetes_resource_names.iter().cloned()),
+            timeout: config.kubernetes_timeout,
             state,
             on_change: None,
-            pods: config.pods.then(|| {
+            pods: config.fetch_pods().then(|| {
                 if config.kubelet_insecure_tls {
                     tracing::warn!(
                         url = %config.kubelet_url,

@@ -31,7 +31,7 @@ use serde::Deserialize;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use crate::config::KubernetesConfig;
+use crate::config::Config;
 use crate::sample::{ContainerIdentity, KubeletError, PodIdentity};
 
 /// The largest `/pods` answer read. A full `PodList` is a few KiB per pod; 64 MiB is far above a
@@ -98,12 +98,12 @@ impl std::fmt::Debug for PodsClient {
 impl PodsClient {
     /// A client for the kubelet of `config` (`--kubelet-*`, `--kubernetes-timeout`). Touches
     /// neither the network nor the files until the first call.
-    pub fn new(config: &KubernetesConfig) -> PodsClient {
+    pub fn new(config: &Config) -> PodsClient {
         PodsClient {
             url: pods_url(&config.kubelet_url),
             token_file: config.kubelet_token_file.clone(),
             ca_file: (!config.kubelet_insecure_tls).then(|| config.kubelet_ca_file.clone()),
-            timeout: config.timeout,
+            timeout: config.kubernetes_timeout,
             connection: None,
         }
     }
