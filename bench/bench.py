@@ -5,13 +5,15 @@ In one run, against the release exporter on the simulated driver (nvml-sim), it 
 scrape cost (wrk) against nginx serving the same body and the Python reference peer; footprint
 (RSS, CPU share from /proc) idle and under a 1/s scrape; tick cost (the exporter's own histogram,
 its CPU time, and a callgrind profile split into NVML and exporter work); and startup time.
-Results go to bench/results/<date>.json and a Markdown table next to it. Only ratios within one run
-are compared: the machine is shared and noisy.
+With --baseline, a second exporter build runs as one more process in every phase, so two builds
+are compared under the same conditions. Results go to bench/results/<date>.json and a Markdown
+table next to it. Only ratios within one run are compared: the machine is shared and noisy.
 """
 
 import argparse
 import datetime
 import gzip as gz
+import hashlib
 import json
 import os
 import platform
@@ -78,13 +80,15 @@ def pinned(cpus):
 
 
 class Target:
-    """A server process under test: the exporter, the Python peer, or nginx."""
+    """A server process under test: an exporter build ("exporter", or "baseline" for the build
+    it is compared with) or the Python peer."""
 
     def __init__(self, kind, gpus, ctx, interval="1s", wrapper=(), cpus=None):
         self.kind, self.gpus, self.port = kind, gpus, free_port()
         env = dict(os.environ, NVML_SIM_SCENARIO=str(SCENARIOS.get(gpus, "")))
-        if kind == "exporter":
-            cmd = [*wrapper, ctx.exporter, "--nvml-lib", ctx.sim, "--listen", f"127.0.0.1:{self.port}", "--interval", interval, "--log-level", "warn"]
+        if kind in ctx.builds:
+            exporter, sim = ctx.builds[kind]
+            cmd = [*wrapper, exporter, "--nvml-lib", sim, "--listen", f"127.0.0.1:{self.port}", "--interval", interval, "--log-level", "warn"]
         elif kind == "python":
             env["LD_LIBRARY_PATH"] = ctx.fake_driver
             cmd = [sys.executable, str(BENCH / "reference/exporter.py"), "--port", str(self.port)]
@@ -121,6 +125,8 @@ class Nginx:
     """nginx as a plain process on a free port serving a captured body (and its .gz) as static files,
     with the Debian package's `sendfile on; tcp_nopush on;` (its shipped nginx.conf has both): the
     file is sent from the page cache, not read into a buffer and written."""
+
+    kind = "nginx"
 
     def __init__(self, plain, gzipped, headers, cpus=None):
         self.dir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
@@ -178,15 +184,17 @@ def wrk(port, conns, seconds, gzip, cpus=None):
 
 def scrape_cost(ctx):
     """Throughput and latency of exporter, nginx (same body) and Python peer, 8 and 64 GPUs; each
-    server on the CPUs of `cpu_split`, wrk on the others."""
+    server on the CPUs of `cpu_split`, wrk on the others. A baseline build is measured at 1 and 16
+    clients, the loads its budget speaks of, each run right after the exporter's."""
     server_cpus, load_cpus = ctx.scrape_cpus or (None, None)
     rows = []
     for gpus in (8, 64):
         servers = []
         try:
-            exp = Target("exporter", gpus, ctx, cpus=server_cpus)
-            servers.append(exp)
-            exp.wait_complete()
+            for kind in ctx.builds:
+                servers.append(Target(kind, gpus, ctx, cpus=server_cpus))
+                servers[-1].wait_complete()
+            exp = servers[0]
             time.sleep(2.5)  # two more ticks: GPM averages present, the body at its steady size
             _, plain, headers = fetch(exp.port)
             _, zipped, zheaders = fetch(exp.port, gzip=True)
@@ -195,14 +203,21 @@ def scrape_cost(ctx):
             servers.append(Nginx(plain, zipped, headers, cpus=server_cpus))
             servers.append(Target("python", gpus, ctx, cpus=server_cpus))
             servers[-1].wait_complete()
-            for name, server in zip(("exporter", "nginx", "python"), servers):
-                sizes = {False: len(fetch(server.port)[1]), True: len(fetch(server.port, gzip=True)[1])}
+            # The exporter builds take turns at each load, so that a drift in the machine's load
+            # touches both; nginx and the Python peer follow.
+            builds = len(ctx.builds)
+            for group in (servers[:builds], *([s] for s in servers[builds:])):
+                sizes = {s: {False: len(fetch(s.port)[1]), True: len(fetch(s.port, gzip=True)[1])} for s in group}
                 for gzip in (False, True):
                     for conns in (1, 16, 64):
-                        r = wrk(server.port, conns, ctx.scrape_seconds, gzip, cpus=load_cpus)
-                        r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=sizes[gzip])
-                        log(f"scrape {name:8} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
-                        rows.append(r)
+                        for server in group:
+                            name = server.kind
+                            if name == "baseline" and conns == 64:
+                                continue  # the budget speaks of 1 and 16 clients
+                            r = wrk(server.port, conns, ctx.scrape_seconds, gzip, cpus=load_cpus)
+                            r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=sizes[server][gzip])
+                            log(f"scrape {name:8} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
+                            rows.append(r)
         finally:
             for server in reversed(servers):
                 server.stop()
@@ -224,8 +239,8 @@ def proc_sample(pid):
 
 
 def thread_runtimes(pid):
-    """{thread id: nanoseconds on a CPU} from each thread's schedstat (exact, where utime+stime
-    come in 10 ms clock ticks: at 0.1 % of a core a minute holds six of them)."""
+    """{thread id: nanoseconds on a CPU} from each thread's schedstat: exact, where utime+stime
+    come in clock ticks too coarse for a process that uses a fraction of a percent of a core."""
     times = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -256,15 +271,15 @@ def histogram_totals(port):
 
 def footprint(ctx):
     """RSS and CPU share over ctx.footprint_seconds at 1 s, all configurations in parallel."""
-    configs = [(kind, gpus, scraped) for kind in ("exporter", "python") for gpus in (1, 8, 64) for scraped in (False, True)]
+    configs = [(kind, gpus, scraped) for kind in (*ctx.builds, "python") for gpus in (1, 8, 64) for scraped in (False, True)]
     targets = []
     stop = threading.Event()
     try:
         for kind, gpus, _ in configs:
             targets.append(Target(kind, gpus, ctx))
-            # An exporter ticks on a fixed schedule from its start. Started together, the six
-            # would tick in lockstep, six at once on two cores, which no node sees (it runs one):
-            # spread the starts, and so the ticks, over the interval.
+            # An exporter ticks on a fixed schedule from its start. Started together, they would
+            # tick in lockstep, all at once, which no node sees (it runs one): spread the starts,
+            # and so the ticks, over the interval.
             time.sleep(1 / len(configs))
         for t in targets:
             t.wait_complete(60)
@@ -280,7 +295,7 @@ def footprint(ctx):
                 next_at += 1
                 stop.wait(max(0, next_at - time.monotonic()))
 
-        hist0 = {i: histogram_totals(t.port) for i, t in enumerate(targets) if t.kind == "exporter"}
+        hist0 = {i: histogram_totals(t.port) for i, t in enumerate(targets) if t.kind in ctx.builds}
         scraped = [t for t, c in zip(targets, configs) if c[2]]
         threads = [threading.Thread(target=scraper, args=(t.port, n / len(scraped)), daemon=True) for n, t in enumerate(scraped)]
         series = {i: [] for i in range(len(targets))}
@@ -298,7 +313,7 @@ def footprint(ctx):
         stop.set()
         for th in threads:
             th.join(5)
-        hist1 = {i: histogram_totals(t.port) for i, t in enumerate(targets) if t.kind == "exporter"}
+        hist1 = {i: histogram_totals(t.port) for i, t in enumerate(targets) if t.kind in ctx.builds}
     finally:
         stop.set()
         for t in targets:
@@ -315,7 +330,7 @@ def footprint(ctx):
                    cpu_seconds_clock_ticks=ticks_s, rss_kib=rss, rss_anon_kib=anon, rss_file_kib=file,
                    rss_start_mib=rss[0] / 1024, rss_max_mib=max(rss) / 1024, rss_end_mib=rss[-1] / 1024,
                    rss_anon_max_mib=max(anon) / 1024, rss_file_max_mib=max(file) / 1024)
-        if kind == "exporter":
+        if kind in ctx.builds:
             ds, dc = hist1[i][0] - hist0[i][0], hist1[i][1] - hist0[i][1]
             row.update(ticks=dc, tick_wall_s=ds / dc, tick_wall_per_gpu_s=ds / dc / gpus,
                        cpu_per_tick_per_gpu_s=cpu_s / dc / gpus)
@@ -366,11 +381,16 @@ def parse_callgrind(path, nvml_object):
     return total, inside
 
 
-def tick_profile(ctx, gpus, window):
+def nvml_object(ctx, kind):
+    """The file name of the NVML library a build loads, as profiles name it (links resolved)."""
+    return Path(ctx.builds[kind][1]).resolve().name
+
+
+def tick_profile(ctx, gpus, window, kind="exporter"):
     """Callgrind over `window` seconds of steady ticking (start-up excluded): NVML vs exporter."""
     out = Path(tempfile.mkdtemp(prefix="bench-cg-")) / "callgrind.out"
     wrapper = ("valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}")
-    t = Target("exporter", gpus, ctx, interval="1s", wrapper=wrapper)
+    t = Target(kind, gpus, ctx, interval="1s", wrapper=wrapper)
     try:
         t.wait_complete(180)
         subprocess.run(["callgrind_control", "-i", "on", str(t.pid)], check=True, capture_output=True)
@@ -380,14 +400,14 @@ def tick_profile(ctx, gpus, window):
         subprocess.run(["callgrind_control", "-i", "off", str(t.pid)], check=True, capture_output=True)
     finally:
         t.stop()
-    total, inside = parse_callgrind(out, "libnvml_sim.so")
+    total, inside = parse_callgrind(out, nvml_object(ctx, kind))
     ticks = c1 - c0
     annotate = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=95", str(out)], capture_output=True, text=True).stdout
     top = [line for line in annotate.splitlines() if re.match(r"^\s*[\d,]+ \(", line)][:25]
     shutil.rmtree(out.parent, ignore_errors=True)
-    row = dict(gpus=gpus, window_s=window, ticks=ticks, ir_total=total, ir_nvml=inside, ir_exporter=total - inside,
+    row = dict(target=kind, gpus=gpus, window_s=window, ticks=ticks, ir_total=total, ir_nvml=inside, ir_exporter=total - inside,
                nvml_share=inside / total, ir_exporter_per_tick_per_gpu=(total - inside) / ticks / gpus, top_self=top)
-    log(f"callgrind {gpus} GPUs: {ticks:.0f} ticks, NVML {100 * row['nvml_share']:.1f} % of instructions, exporter {row['ir_exporter_per_tick_per_gpu']:.0f} Ir per tick per GPU")
+    log(f"callgrind {kind} {gpus} GPUs: {ticks:.0f} ticks, NVML {100 * row['nvml_share']:.1f} % of instructions, exporter {row['ir_exporter_per_tick_per_gpu']:.0f} Ir per tick per GPU")
     return row
 
 
@@ -404,7 +424,7 @@ def perf_split(script_text, nvml_object):
     return total, inside
 
 
-def time_profile(ctx, gpus, window):
+def time_profile(ctx, gpus, window, kind="exporter"):
     """perf samples (CPU clock, with call stacks) of the exporter over `window` seconds of steady
     ticking: the share of its CPU time whose stack is inside NVML, kernel time included. Unlike
     the instruction share, this charges the exporter with the system calls and context switches
@@ -413,7 +433,7 @@ def time_profile(ctx, gpus, window):
         log("perf not found: no time split (apt-get install linux-perf)")
         return None
     data = Path(tempfile.mkdtemp(prefix="bench-perf-")) / "perf.data"
-    t = Target("exporter", gpus, ctx, interval="1s")
+    t = Target(kind, gpus, ctx, interval="1s")
     try:
         t.wait_complete(60)
         time.sleep(2)
@@ -429,15 +449,15 @@ def time_profile(ctx, gpus, window):
         return None
     script = subprocess.run(["perf", "script", "-i", str(data), "-F", "comm,ip,sym,dso"], capture_output=True, text=True).stdout
     shutil.rmtree(data.parent, ignore_errors=True)
-    total, inside = perf_split(script, "libnvml_sim.so")
-    row = dict(gpus=gpus, window_s=window, ticks=c1 - c0, samples=total, samples_nvml=inside, nvml_time_share=inside / total if total else None)
-    log(f"perf {gpus} GPUs: {total} samples, NVML {100 * inside / max(total, 1):.1f} % of CPU time")
+    total, inside = perf_split(script, nvml_object(ctx, kind))
+    row = dict(target=kind, gpus=gpus, window_s=window, ticks=c1 - c0, samples=total, samples_nvml=inside, nvml_time_share=inside / total if total else None)
+    log(f"perf {kind} {gpus} GPUs: {total} samples, NVML {100 * inside / max(total, 1):.1f} % of CPU time")
     return row
 
 
 def startup(ctx, runs=5):
     rows = []
-    for kind in ("exporter", "python"):
+    for kind in (*ctx.builds, "python"):
         for gpus in (8, 64):
             times = []
             for _ in range(runs):
@@ -449,6 +469,12 @@ def startup(ctx, runs=5):
             rows.append(dict(target=kind, gpus=gpus, runs=times, median_s=statistics.median(times)))
             log(f"startup {kind:8} {gpus:2} GPUs: median {1e3 * rows[-1]['median_s']:.1f} ms")
     return rows
+
+
+def build_info(exporter, sim):
+    """What identifies an exporter build in the results: its paths and the binaries' hashes."""
+    digest = lambda path: hashlib.sha256(Path(path).read_bytes()).hexdigest()[:12]
+    return dict(exporter=str(exporter), sim=str(sim), exporter_sha256=digest(exporter), sim_sha256=digest(sim))
 
 
 def machine():
@@ -475,7 +501,20 @@ def main():
     p.add_argument("--only", default="scrape,footprint,ticks,startup")
     p.add_argument("--out", type=Path, default=BENCH / "results" / f"{datetime.date.today()}.json")
     p.add_argument("--no-pin", action="store_true", help="scrape phase: let wrk and the server share every CPU")
+    p.add_argument("--baseline", type=Path, help="a second exporter build to measure side by side in every phase (e.g. main's)")
+    p.add_argument("--baseline-sim", type=Path, help="the libnvml_sim.so the baseline loads (default: the one next to it)")
     ctx = p.parse_args()
+    # The builds under test, in the order they run: the exporter first, then the baseline.
+    ctx.builds = {"exporter": (ctx.exporter, ctx.sim)}
+    if ctx.baseline:
+        if not ctx.baseline.is_file():
+            p.error(f"--baseline {ctx.baseline}: no such file")
+        ctx.baseline_sim = ctx.baseline_sim or ctx.baseline.parent / "libnvml_sim.so"
+        if not ctx.baseline_sim.is_file():
+            p.error(f"{ctx.baseline_sim}: no such file (name the baseline's NVML library with --baseline-sim)")
+        ctx.builds["baseline"] = (str(ctx.baseline), str(ctx.baseline_sim))
+    elif ctx.baseline_sim:
+        p.error("--baseline-sim needs --baseline")
     ctx.scrape_cpus = None if ctx.no_pin else cpu_split()
     ctx.fake_driver = tempfile.mkdtemp(prefix="bench-driver-")
     os.symlink(os.path.abspath(ctx.sim), os.path.join(ctx.fake_driver, "libnvidia-ml.so.1"))
@@ -483,13 +522,16 @@ def main():
     result = dict(date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"), machine=machine(),
                   command=" ".join(sys.argv), settings=dict(scrape_seconds=ctx.scrape_seconds, footprint_seconds=ctx.footprint_seconds, profile_seconds=ctx.profile_seconds,
                                 scrape_cpus=dict(zip(("server", "wrk"), ctx.scrape_cpus)) if ctx.scrape_cpus else None))
+    if ctx.baseline:
+        result["builds"] = {kind: build_info(*paths) for kind, paths in ctx.builds.items()}
     if "scrape" in only:
         result["scrape"] = scrape_cost(ctx)
     if "footprint" in only:
         result["footprint"] = footprint(ctx)
     if "ticks" in only:
-        result["tick_profile"] = [tick_profile(ctx, g, ctx.profile_seconds) for g in (8, 64)]
-        splits = [time_profile(ctx, g, ctx.footprint_seconds) for g in (8, 64)]
+        # The builds alternate at each size, so that a drift in the machine's load touches both.
+        result["tick_profile"] = [tick_profile(ctx, g, ctx.profile_seconds, kind) for g in (8, 64) for kind in ctx.builds]
+        splits = [time_profile(ctx, g, ctx.footprint_seconds, kind) for g in (8, 64) for kind in ctx.builds]
         if all(splits):
             result["time_profile"] = splits
     if "startup" in only:

@@ -2,6 +2,7 @@
 # One command for the whole benchmark (BENCHMARKS.md): builds the release exporter and nvml-sim,
 # checks the tools, runs bench/bench.py and writes bench/results/<date>.json and .md.
 # Extra arguments go to bench.py, e.g. --footprint-seconds 20 --only scrape,startup.
+# BENCH_BASELINE=path/to/nvml-exporter adds a second build to every phase (BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -25,6 +26,16 @@ python3 bench/gen_scenarios.py --check
 
 # BENCH_OUT names the result file (e.g. a second run on one day); the .md goes next to it.
 out="${BENCH_OUT:-bench/results/$(date +%F).json}"
-python3 bench/bench.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" --out "$out" "$@"
+# BENCH_BASELINE names a second exporter build (e.g. main's release binary) to measure side by
+# side; BENCH_BASELINE_SIM its libnvml_sim.so when that is not next to it.
+baseline=()
+if [[ -n "${BENCH_BASELINE:-}" ]]; then
+  baseline=(--baseline "$BENCH_BASELINE")
+  if [[ -n "${BENCH_BASELINE_SIM:-}" ]]; then
+    baseline+=(--baseline-sim "$BENCH_BASELINE_SIM")
+  fi
+fi
+python3 bench/bench.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" --out "$out" \
+  "${baseline[@]}" "$@"
 python3 bench/report.py "$out" > "${out%.json}.md"
 echo "bench: $out, ${out%.json}.md" >&2

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak run (issue "Reliability and security"): the release exporter on the faults scenario
+"""Soak run: the release exporter on the faults scenario
 (nvml-sim/scenarios/faults.toml: init failures, a lost GPU, 30 s hangs, error bursts, an XID storm,
 driver restarts, repeating every simulated minute) at a 10 ms interval for at least 10 000 ticks,
 while wrk scrapes /metrics without pause (gzip, at least 100 000 scrapes). VmRSS is read from
@@ -10,7 +10,7 @@ it was after the warm-up, and the process is still serving.
 
     bench/soak.py --exporter target/release/nvml-exporter --sim target/release/libnvml_sim.so
 
-Writes bench/results/soak-<date>.json and prints a Markdown summary for BENCHMARKS.md.
+Writes bench/results/soak-<date>.json and prints its row for the soak line of BENCHMARKS.md.
 """
 
 import argparse
