@@ -5,22 +5,20 @@
 //! time, XID events and injected faults. Any NVML client (nvml-wrapper, pynvml, gpustat) can load
 //! it in place of the driver's library. See README.md for the scenario schema and environment.
 
-pub mod activity;
-pub mod api;
-pub mod device;
-pub mod errors;
-pub mod events;
-pub mod faults;
+mod activity;
+mod api;
+mod device;
+mod errors;
+mod events;
+mod faults;
 mod ffi;
-pub mod gpm;
-pub mod integrals;
-pub mod mig;
-pub mod pattern;
-pub mod physics;
-pub mod scenario;
-pub mod state;
-
-pub use ffi::DeviceCall;
+mod gpm;
+mod integrals;
+mod mig;
+mod pattern;
+mod physics;
+mod scenario;
+mod state;
 
 /// The file name cargo gives this crate's cdylib.
 pub const LIBRARY_FILE_NAME: &str = "libnvml_sim.so";

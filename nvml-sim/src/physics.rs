@@ -28,8 +28,17 @@ pub const REASON_HW_THERMAL: u64 = 0x40;
 pub const REASON_HW_POWER_BRAKE: u64 = 0x80;
 /// `nvmlClocksEventReasonDisplayClockSetting`.
 pub const REASON_DISPLAY_CLOCK: u64 = 0x100;
-/// Every reason a simulated board can report.
-pub const SUPPORTED_REASONS: u64 = 0x1FF;
+/// Every reason a simulated board can report (`nvmlDeviceGetSupportedClocksEventReasons`); the
+/// simulation itself raises only some of them.
+pub const SUPPORTED_REASONS: u64 = REASON_GPU_IDLE
+    | REASON_APP_CLOCKS
+    | REASON_SW_POWER_CAP
+    | REASON_HW_SLOWDOWN
+    | REASON_SYNC_BOOST
+    | REASON_SW_THERMAL
+    | REASON_HW_THERMAL
+    | REASON_HW_POWER_BRAKE
+    | REASON_DISPLAY_CLOCK;
 
 /// Below this utilization the GPU counts as idle (gpu_idle reason, idle clocks).
 const IDLE_UTILIZATION: f64 = 0.01;
@@ -267,6 +276,11 @@ mod tests {
             REASON_SW_THERMAL | REASON_HW_THERMAL | REASON_HW_SLOWDOWN
         );
         assert!(hw.sm_mhz < sw.sm_mhz);
+    }
+
+    #[test]
+    fn every_reason_bit_up_to_display_clock_is_supported() {
+        assert_eq!(SUPPORTED_REASONS, 0x1FF);
     }
 
     #[test]
