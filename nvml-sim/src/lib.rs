@@ -14,6 +14,7 @@ mod faults;
 mod ffi;
 mod gpm;
 mod integrals;
+mod load;
 mod mig;
 mod pattern;
 mod physics;

@@ -6,9 +6,9 @@
 //! thermal reasons (above the max operating temperature: SW thermal slowdown; above the slowdown
 //! threshold: HW thermal slowdown) → further clock reduction.
 
-use crate::device::MIB;
+use crate::mig::GpuInstanceSpec;
 use crate::pattern::Pattern;
-use crate::scenario::GpuSpec;
+use crate::scenario::{GpuSpec, MIB};
 
 /// `nvmlClocksEventReasonGpuIdle`.
 pub const REASON_GPU_IDLE: u64 = 0x1;
@@ -101,6 +101,20 @@ pub(crate) fn pcie_bytes_per_s(rate_mb_s: &Pattern, t: f64) -> f64 {
     non_negative(rate_mb_s.at(t)) * 1e6
 }
 
+/// Memory MIG GPU instance `gi` of `gpu` uses at `t` (bytes): its load's `memory_used` share of
+/// the instance's size, never less than its processes hold, never more than the size.
+pub fn instance_memory_used(gpu: &GpuSpec, gi: &GpuInstanceSpec, t: f64) -> u64 {
+    let total = gi.profile().memory_mib * MIB;
+    let held: u64 = gpu
+        .processes
+        .iter()
+        .filter(|p| p.gpu_instance == Some(gi.id) && p.alive(t))
+        .map(|p| p.used_memory_mib * MIB)
+        .sum();
+    let share = ratio(gi.activity.memory_used.at(t));
+    ((share * total as f64) as u64).max(held).min(total)
+}
+
 impl Sample {
     /// The state of `gpu` at time `t`.
     pub fn at(gpu: &GpuSpec, t: f64) -> Sample {
@@ -167,10 +181,11 @@ impl Sample {
             .map(|pr| pr.used_memory_mib * MIB)
             .sum();
         let usable = gpu.usable_bytes();
-        let memory_used = if gpu.mig_enabled() {
+        let memory_used = if gpu.mig.enabled {
             // With MIG the framebuffer belongs to the instances: the device total is their sum.
-            gpu.gpu_instances(t)
-                .map(|(_, gi)| gi.memory_used(gpu, t))
+            gpu.mig
+                .instances_at(t)
+                .map(|(_, gi)| instance_memory_used(gpu, gi, t))
                 .sum::<u64>()
                 .min(usable)
         } else {

@@ -109,7 +109,8 @@ device_fns! {
         c.require(gpm::supported(c.gpu) && c.gpu.mig_capable)?;
         let (gi_index, _) = c
             .gpu
-            .gpu_instances(c.t)
+            .mig
+            .instances_at(c.t)
             .find(|(_, gi)| gi.id == gpu_instance_id)
             .ok_or(INVALID_ARGUMENT)?;
         fill(gpm_sample, Snapshot::take_instance(c.sim, c.index, gi_index, c.t))
