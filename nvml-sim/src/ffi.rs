@@ -296,10 +296,10 @@ pub fn with_device(
 ) -> nvmlReturn_t {
     guard(|| {
         let sim = state::sim()?;
-        let (index, mig_ids) = match index_of(sim, device) {
+        let (index, mig_ids) = match index_of(&sim, device) {
             Some(index) => (index, None),
             None => {
-                let (index, gi, ci) = mig_of(sim, device).ok_or(INVALID_ARGUMENT)?;
+                let (index, gi, ci) = mig_of(&sim, device).ok_or(INVALID_ARGUMENT)?;
                 (index, Some((gi, ci)))
             }
         };
@@ -307,7 +307,7 @@ pub fn with_device(
         if faults::absent(&sim.scenario.faults, index, sim.now()) {
             return Err(GPU_IS_LOST);
         }
-        inject_faults(sim, index, function)?;
+        inject_faults(&sim, index, function)?;
         let gpu = &sim.scenario.gpus[index];
         let t = sim.now();
         let mig = match mig_ids {
@@ -322,7 +322,7 @@ pub fn with_device(
             }
         };
         let call = DeviceCall {
-            sim,
+            sim: &sim,
             index,
             gpu,
             t,

@@ -248,8 +248,8 @@ plain_fns! {
     /// handle is INVALID_ARGUMENT.
     fn nvmlGpuInstanceGetInfo(gpu_instance: nvmlGpuInstance_t, info: *mut nvmlGpuInstanceInfo_t) {
         let sim = state::sim()?;
-        let (index, id) = ffi::gi_of(sim, gpu_instance).ok_or(INVALID_ARGUMENT)?;
-        ffi::inject_faults(sim, index, "nvmlGpuInstanceGetInfo")?;
+        let (index, id) = ffi::gi_of(&sim, gpu_instance).ok_or(INVALID_ARGUMENT)?;
+        ffi::inject_faults(&sim, index, "nvmlGpuInstanceGetInfo")?;
         let gpu = &sim.scenario.gpus[index];
         let (_, gi) = gpu
             .mig
