@@ -1,17 +1,13 @@
 //! Init reference counting and UNINITIALIZED answers, calling the library's exported functions
-//! directly (nothing else in this process initializes it).
+//! directly.
 
-mod common;
-
+use crate::common;
 use nvml_wrapper_sys::bindings::{self as b, NvmlLib};
 
 #[test]
 fn init_is_reference_counted() {
-    common::set_env(&[
-        ("NVML_SIM_SCENARIO", None),
-        ("NVML_SIM_TIME", None),
-        ("NVML_SIM_START", None),
-    ]);
+    // No other test holds a reference now: the count starts at 0.
+    let _turn = common::turn(&[]);
     // SAFETY: loads the simulator, whose initializers have no preconditions; the exported
     // functions are then called with valid out-pointers.
     unsafe {
