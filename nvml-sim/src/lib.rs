@@ -4,6 +4,9 @@
 //! real `libnvidia-ml.so.1` does) and answers from a scenario file: GPUs, load patterns over
 //! time, XID events and injected faults. Any NVML client (nvml-wrapper, pynvml, gpustat) can load
 //! it in place of the driver's library. See README.md for the scenario schema and environment.
+//!
+//! The NVML entry points are C symbols, not Rust items: the only Rust API is [`built_library`],
+//! which tests use to find the cdylib.
 
 mod activity;
 mod api;
@@ -22,7 +25,7 @@ mod scenario;
 mod state;
 
 /// The file name cargo gives this crate's cdylib.
-pub const LIBRARY_FILE_NAME: &str = "libnvml_sim.so";
+const LIBRARY_FILE_NAME: &str = "libnvml_sim.so";
 
 /// Where cargo put this library's cdylib for the running executable: in the same directory (a
 /// test binary in `target/<profile>/deps/`, where a dependency's cdylib lands) or one level up
