@@ -28,8 +28,8 @@ pub struct EventSets {
     sets: Mutex<HashMap<usize, Vec<Registration>>>,
 }
 
-/// The next set id. Ids are unique in the process, never only in a simulation, so the handle of
-/// a set of an earlier simulation is unknown to a later one.
+/// The next set id. Ids are unique across the simulations of the process, so the handle of a set
+/// of an earlier simulation is unknown to a later one.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
 /// An event handed to the caller.
