@@ -5,9 +5,10 @@
 //! two samples by the elapsed time; the simulator does the same with the integrals of these
 //! gauges (see `integrals.rs`).
 
+use crate::load::Load;
 use crate::pattern::Pattern;
 use crate::physics::{pcie_bytes_per_s, ratio};
-use crate::scenario::{GpuSpec, Load};
+use crate::scenario::GpuSpec;
 
 /// One activity gauge. The discriminant is its index in the array [`gauges`] returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

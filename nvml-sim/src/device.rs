@@ -1,37 +1,9 @@
-//! Enumerations of a GPU's static identity (architecture, brand) and the per-model support
-//! matrix: which queries a real board of that kind answers with NOT_SUPPORTED.
+//! What a scenario GPU offers, derived from its spec: its architecture as NVML reports it, the
+//! per-model support matrix (which queries a real board of that kind answers with
+//! NOT_SUPPORTED), its usable memory and its active links.
 
-use crate::scenario::GpuSpec;
+use crate::scenario::{GpuSpec, MIB, arch_code};
 use nvml_wrapper_sys::bindings as b;
-
-/// The `nvmlDeviceArchitecture_t` value for an architecture name.
-pub fn arch_code(name: &str) -> Option<u32> {
-    Some(match name {
-        "kepler" => b::NVML_DEVICE_ARCH_KEPLER,
-        "maxwell" => b::NVML_DEVICE_ARCH_MAXWELL,
-        "pascal" => b::NVML_DEVICE_ARCH_PASCAL,
-        "volta" => b::NVML_DEVICE_ARCH_VOLTA,
-        "turing" => b::NVML_DEVICE_ARCH_TURING,
-        "ampere" => b::NVML_DEVICE_ARCH_AMPERE,
-        "ada" => b::NVML_DEVICE_ARCH_ADA,
-        "hopper" => b::NVML_DEVICE_ARCH_HOPPER,
-        "blackwell" => b::NVML_DEVICE_ARCH_BLACKWELL,
-        _ => return None,
-    })
-}
-
-/// The `nvmlBrandType_t` value for a brand name.
-pub fn brand_code(name: &str) -> Option<u32> {
-    Some(match name {
-        "quadro" => b::nvmlBrandType_enum_NVML_BRAND_QUADRO,
-        "tesla" => b::nvmlBrandType_enum_NVML_BRAND_TESLA,
-        "geforce" => b::nvmlBrandType_enum_NVML_BRAND_GEFORCE,
-        "titan" => b::nvmlBrandType_enum_NVML_BRAND_TITAN,
-        "nvidia_rtx" => b::nvmlBrandType_enum_NVML_BRAND_NVIDIA_RTX,
-        "nvidia" => b::nvmlBrandType_enum_NVML_BRAND_NVIDIA,
-        _ => return None,
-    })
-}
 
 impl GpuSpec {
     /// The architecture as NVML reports it (validated at parse time).
@@ -66,6 +38,3 @@ impl GpuSpec {
         (self.memory_total_mib - self.memory_reserved_mib) * MIB
     }
 }
-
-/// Bytes in a MiB.
-pub const MIB: u64 = 1024 * 1024;

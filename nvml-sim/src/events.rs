@@ -6,7 +6,8 @@
 
 use crate::scenario::EventSpec;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 
 /// `nvmlEventTypeXidCriticalError`: the only event type the simulator generates.
 pub const XID_EVENT: u64 = nvml_wrapper_sys::bindings::nvmlEventTypeXidCriticalError as u64;
@@ -21,17 +22,15 @@ struct Registration {
     delivered: Key,
 }
 
-/// All event sets of the process, by id (the id is the handle the caller sees).
+/// The event sets of a simulation, by id (the id is the handle the caller sees).
 #[derive(Debug, Default)]
 pub struct EventSets {
-    inner: Mutex<Sets>,
+    sets: Mutex<HashMap<usize, Vec<Registration>>>,
 }
 
-#[derive(Debug, Default)]
-struct Sets {
-    next_id: usize,
-    sets: HashMap<usize, Vec<Registration>>,
-}
+/// The next set id. Ids are unique across the simulations of the process, so the handle of a set
+/// of an earlier simulation is unknown to a later one.
+static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 
 /// An event handed to the caller.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,25 +78,26 @@ fn next_occurrence(e: &EventSpec, i: usize, after: Key) -> Option<Key> {
 }
 
 impl EventSets {
+    fn lock(&self) -> MutexGuard<'_, HashMap<usize, Vec<Registration>>> {
+        self.sets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Creates an empty set and returns its id (never 0, so the handle is never null).
     pub fn create(&self) -> usize {
-        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        s.next_id += 1;
-        let id = s.next_id;
-        s.sets.insert(id, Vec::new());
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, Vec::new());
         id
     }
 
     /// Frees a set; false if unknown.
     pub fn free(&self, id: usize) -> bool {
-        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        s.sets.remove(&id).is_some()
+        self.lock().remove(&id).is_some()
     }
 
     /// Registers `gpu` for the event types in `mask` at time `t`; false if the set is unknown.
     pub fn register(&self, id: usize, gpu: usize, mask: u64, t: f64) -> bool {
-        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(regs) = s.sets.get_mut(&id) else {
+        let mut sets = self.lock();
+        let Some(regs) = sets.get_mut(&id) else {
             return false;
         };
         match regs.iter_mut().find(|r| r.gpu == gpu) {
@@ -119,8 +119,8 @@ impl EventSets {
         events: &[EventSpec],
         now: f64,
     ) -> Option<Result<Delivered, Option<f64>>> {
-        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        let regs = s.sets.get_mut(&id)?;
+        let mut sets = self.lock();
+        let regs = sets.get_mut(&id)?;
         let mut best: Option<(Key, usize)> = None;
         for (r, reg) in regs.iter().enumerate() {
             if reg.mask & XID_EVENT == 0 {

@@ -248,7 +248,7 @@ impl DeviceCall<'_> {
     /// Fails with NOT_SUPPORTED when the GPU runs in MIG mode or the handle is a MIG device:
     /// what `nvml.h` says "is not currently supported" on MIG-enabled GPUs.
     pub fn require_no_mig(&self) -> NvmlResult {
-        self.require(self.mig.is_none() && !self.gpu.mig_enabled())
+        self.require(self.mig.is_none() && !self.gpu.mig.enabled)
     }
 
     /// Fails with NO_PERMISSION when an unprivileged caller (`NVML_SIM_PRIVILEGED=0`) asks the
@@ -256,7 +256,7 @@ impl DeviceCall<'_> {
     /// the caller has appropriate privileges" and sends everyone else to the MIG device handles,
     /// which keep answering.
     pub fn require_privileged_on_mig_parent(&self) -> NvmlResult {
-        if self.sim.privileged || self.mig.is_some() || !self.gpu.mig_enabled() {
+        if self.sim.privileged || self.mig.is_some() || !self.gpu.mig.enabled {
             Ok(())
         } else {
             Err(NO_PERMISSION)
@@ -296,10 +296,10 @@ pub fn with_device(
 ) -> nvmlReturn_t {
     guard(|| {
         let sim = state::sim()?;
-        let (index, mig_ids) = match index_of(sim, device) {
+        let (index, mig_ids) = match index_of(&sim, device) {
             Some(index) => (index, None),
             None => {
-                let (index, gi, ci) = mig_of(sim, device).ok_or(INVALID_ARGUMENT)?;
+                let (index, gi, ci) = mig_of(&sim, device).ok_or(INVALID_ARGUMENT)?;
                 (index, Some((gi, ci)))
             }
         };
@@ -307,14 +307,14 @@ pub fn with_device(
         if faults::absent(&sim.scenario.faults, index, sim.now()) {
             return Err(GPU_IS_LOST);
         }
-        inject_faults(sim, index, function)?;
+        inject_faults(&sim, index, function)?;
         let gpu = &sim.scenario.gpus[index];
         let t = sim.now();
         let mig = match mig_ids {
             None => None,
             Some((gi, ci)) => {
                 // The instance was destroyed (or not created yet): the handle is invalid.
-                let device = gpu.mig_device(gi, ci, t).ok_or(INVALID_ARGUMENT)?;
+                let device = gpu.mig.device_at(gi, ci, t).ok_or(INVALID_ARGUMENT)?;
                 if !MIG_HANDLE_FUNCTIONS.contains(&function) {
                     return Err(NOT_SUPPORTED);
                 }
@@ -322,7 +322,7 @@ pub fn with_device(
             }
         };
         let call = DeviceCall {
-            sim,
+            sim: &sim,
             index,
             gpu,
             t,

@@ -35,6 +35,8 @@ pub fn supported(gpu: &GpuSpec) -> bool {
 /// What `nvmlGpmSampleGet` records: the device and its cumulative counters at a refresh point.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
+    /// The simulation it was taken in ([`Sim::id`]).
+    pub sim: u64,
     /// The GPU's index.
     pub index: usize,
     /// For a MIG sample: the GPU instance's position in the scenario's instance list.
@@ -57,6 +59,7 @@ impl Snapshot {
         let integrals = &sim.integrals[index];
         let totals = integrals.at(gpu, t);
         Snapshot {
+            sim: sim.id,
             index,
             instance: None,
             t,
@@ -72,6 +75,7 @@ impl Snapshot {
         let t = (t / REFRESH_S).floor() * REFRESH_S;
         let gpu = &sim.scenario.gpus[index];
         Snapshot {
+            sim: sim.id,
             index,
             instance: Some(gi_index),
             t,
@@ -354,6 +358,7 @@ mod tests {
 
     fn snap(index: usize, t: f64, activity: [f64; COUNT], nvlink: f64) -> Snapshot {
         Snapshot {
+            sim: 1,
             index,
             instance: None,
             t,

@@ -4,26 +4,28 @@
 //! real `libnvidia-ml.so.1` does) and answers from a scenario file: GPUs, load patterns over
 //! time, XID events and injected faults. Any NVML client (nvml-wrapper, pynvml, gpustat) can load
 //! it in place of the driver's library. See README.md for the scenario schema and environment.
+//!
+//! The NVML entry points are C symbols, not Rust items: the only Rust API is [`built_library`],
+//! which tests use to find the cdylib.
 
-pub mod activity;
-pub mod api;
-pub mod device;
-pub mod errors;
-pub mod events;
-pub mod faults;
+mod activity;
+mod api;
+mod device;
+mod errors;
+mod events;
+mod faults;
 mod ffi;
-pub mod gpm;
-pub mod integrals;
-pub mod mig;
-pub mod pattern;
-pub mod physics;
-pub mod scenario;
-pub mod state;
-
-pub use ffi::DeviceCall;
+mod gpm;
+mod integrals;
+mod load;
+mod mig;
+mod pattern;
+mod physics;
+mod scenario;
+mod state;
 
 /// The file name cargo gives this crate's cdylib.
-pub const LIBRARY_FILE_NAME: &str = "libnvml_sim.so";
+const LIBRARY_FILE_NAME: &str = "libnvml_sim.so";
 
 /// Where cargo put this library's cdylib for the running executable: in the same directory (a
 /// test binary in `target/<profile>/deps/`, where a dependency's cdylib lands) or one level up

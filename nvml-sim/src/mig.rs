@@ -6,9 +6,8 @@
 //! is a share of its GI's compute slices, and each CI is one "MIG device" with its own NVML
 //! handle and `MIG-…` UUID. The memory belongs to the GI, so every CI of a GI sees the GI's memory.
 
-use crate::device::MIB;
+use crate::load::Load;
 use crate::pattern::Pattern;
-use crate::scenario::{GpuSpec, Load};
 use serde::Deserialize;
 use std::collections::HashSet;
 
@@ -243,13 +242,14 @@ const A100_40GB: &[Profile] = &[
     profile("7g.40gb", 4, 0, 7, 8, AT_ZERO, 40448, 98, [7, 5, 1, 1]),
 ];
 
-/// The profile table of a board (`mig_board` in the model presets).
-pub fn board(name: &str) -> Option<&'static [Profile]> {
+/// The profile table of a board (`mig_board` in the model presets); empty for a board without
+/// MIG (no `mig_board`) or one not simulated here.
+pub fn board(name: Option<&str>) -> &'static [Profile] {
     match name {
-        "h100-80gb" => Some(H100_80GB),
-        "a100-80gb" => Some(A100_80GB),
-        "a100-40gb" => Some(A100_40GB),
-        _ => None,
+        Some("h100-80gb") => H100_80GB,
+        Some("a100-80gb") => A100_80GB,
+        Some("a100-40gb") => A100_40GB,
+        _ => &[],
     }
 }
 
@@ -343,19 +343,6 @@ impl GpuInstanceSpec {
     pub fn alive(&self, t: f64) -> bool {
         self.from.is_none_or(|f| t >= f) && self.to.is_none_or(|e| t < e)
     }
-
-    /// Memory the instance's processes and load use at `t` (bytes), within the instance's size.
-    pub fn memory_used(&self, gpu: &GpuSpec, t: f64) -> u64 {
-        let total = self.profile().memory_mib * MIB;
-        let held: u64 = gpu
-            .processes
-            .iter()
-            .filter(|p| p.gpu_instance == Some(self.id) && p.alive(t))
-            .map(|p| p.used_memory_mib * MIB)
-            .sum();
-        let ratio = crate::physics::ratio(self.activity.memory_used.at(t));
-        ((ratio * total as f64) as u64).max(held).min(total)
-    }
 }
 
 impl ComputeInstanceSpec {
@@ -389,13 +376,15 @@ impl MigDevice<'_> {
         }
     }
 
-    /// `nvmlDeviceGetName` on the MIG handle, e.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
-    pub fn name(&self, gpu: &GpuSpec) -> String {
-        format!("{} MIG {}", gpu.name, self.profile_name())
+    /// `nvmlDeviceGetName` on the MIG handle, e.g. "NVIDIA H100 80GB HBM3 MIG 1g.10gb" for
+    /// the parent GPU named `parent`.
+    pub fn name(&self, parent: &str) -> String {
+        format!("{parent} MIG {}", self.profile_name())
     }
 
-    /// `nvmlDeviceGetUUID` on the MIG handle: "MIG-" and a UUID.
-    pub fn uuid(&self, gpu: &GpuSpec) -> String {
+    /// `nvmlDeviceGetUUID` on the MIG handle: "MIG-" and a UUID (derived from the parent GPU's
+    /// `parent_uuid` when the scenario gives none).
+    pub fn uuid(&self, parent_uuid: &str) -> String {
         self.ci
             .uuid
             .clone()
@@ -404,7 +393,7 @@ impl MigDevice<'_> {
                     .then(|| self.gi.uuid.clone())
                     .flatten()
             })
-            .unwrap_or_else(|| derived_uuid(&gpu.uuid, self.gi, self.ci.id))
+            .unwrap_or_else(|| derived_uuid(parent_uuid, self.gi, self.ci.id))
     }
 }
 
@@ -455,17 +444,11 @@ fn derived_uuid(parent: &str, gi: &GpuInstanceSpec, ci: u32) -> String {
     )
 }
 
-impl GpuSpec {
-    /// Current MIG mode.
-    pub fn mig_enabled(&self) -> bool {
-        self.mig.enabled
-    }
-
+impl MigSpec {
     /// The GPU instances alive at `t` (none unless MIG is enabled), with their list positions.
-    pub fn gpu_instances(&self, t: f64) -> impl Iterator<Item = (usize, &GpuInstanceSpec)> {
-        let enabled = self.mig.enabled;
-        self.mig
-            .instances
+    pub fn instances_at(&self, t: f64) -> impl Iterator<Item = (usize, &GpuInstanceSpec)> {
+        let enabled = self.enabled;
+        self.instances
             .iter()
             .enumerate()
             .filter(move |(_, gi)| enabled && gi.alive(t))
@@ -473,9 +456,9 @@ impl GpuSpec {
 
     /// The MIG devices at `t`, in MIG device index order (by GPU instance id, then compute
     /// instance id).
-    pub fn mig_devices(&self, t: f64) -> Vec<MigDevice<'_>> {
+    pub fn devices_at(&self, t: f64) -> Vec<MigDevice<'_>> {
         let mut v: Vec<MigDevice> = self
-            .gpu_instances(t)
+            .instances_at(t)
             .flat_map(|(gi_index, gi)| {
                 gi.compute_instances()
                     .iter()
@@ -487,62 +470,41 @@ impl GpuSpec {
     }
 
     /// The MIG device with these ids at `t`, if it exists.
-    pub fn mig_device(&self, gi_id: u32, ci_id: u32, t: f64) -> Option<MigDevice<'_>> {
-        self.mig_devices(t)
+    pub fn device_at(&self, gi_id: u32, ci_id: u32, t: f64) -> Option<MigDevice<'_>> {
+        self.devices_at(t)
             .into_iter()
             .find(|d| d.gi.id == gi_id && d.ci.id == ci_id)
     }
 
-    /// The board's MIG profiles (empty when the board has none).
-    pub fn mig_profiles(&self) -> &'static [Profile] {
-        self.mig_board.as_deref().and_then(board).unwrap_or(&[])
+    /// Resolves each instance's profile (from the board's `profiles`) and load, and checks that
+    /// every layout the instances form over time is one the board allows.
+    pub fn resolve(&mut self, profiles: &'static [Profile]) -> Result<(), String> {
+        for (i, gi) in self.instances.iter_mut().enumerate() {
+            resolve_instance(gi, profiles).map_err(|e| format!("mig instance {i}: {e}"))?;
+        }
+        check_layouts(&self.instances)
     }
-}
 
-/// Validates `gpu.mig` and the processes' instance references; resolves profiles and loads.
-/// Returns the MIG UUIDs the GPU uses (for the scenario-wide uniqueness check).
-pub fn validate(gpu: &mut GpuSpec) -> Result<Vec<String>, String> {
-    let mig = &gpu.mig;
-    if (mig.enabled || mig.pending == Some(true) || !mig.instances.is_empty()) && !gpu.mig_capable {
-        return Err(format!("mig: model {} does not support MIG", gpu.model));
-    }
-    if !mig.enabled && !mig.instances.is_empty() {
-        return Err("mig: instances need `enabled = true`".into());
-    }
-    if !mig.enabled {
-        if let Some(p) = gpu.processes.iter().find(|p| p.gpu_instance.is_some()) {
-            return Err(format!("process {}: gpu_instance needs MIG enabled", p.pid));
-        }
-        return Ok(Vec::new());
-    }
-    let profiles = gpu.mig_profiles();
-    if profiles.is_empty() {
-        return Err(format!(
-            "mig: model {} has no `mig_board` profile table",
-            gpu.model
-        ));
-    }
-    for (i, gi) in gpu.mig.instances.iter_mut().enumerate() {
-        resolve_instance(gi, profiles).map_err(|e| format!("mig instance {i}: {e}"))?;
-    }
-    check_layouts(&gpu.mig.instances)?;
-    check_processes(gpu)?;
-    let mut uuids = Vec::new();
-    for gi in &gpu.mig.instances {
-        for ci in gi.compute_instances() {
-            let device = MigDevice {
-                gi_index: 0,
-                gi,
-                ci,
-            };
-            let uuid = device.uuid(gpu);
-            if !uuid.starts_with("MIG-") {
-                return Err(format!("mig: uuid must start with \"MIG-\": {uuid:?}"));
+    /// The UUIDs of every MIG device the layout ever has, on the GPU with UUID `parent_uuid`;
+    /// an error if one is not a `MIG-…` UUID.
+    pub fn uuids(&self, parent_uuid: &str) -> Result<Vec<String>, String> {
+        let mut uuids = Vec::new();
+        for gi in &self.instances {
+            for ci in gi.compute_instances() {
+                let device = MigDevice {
+                    gi_index: 0,
+                    gi,
+                    ci,
+                };
+                let uuid = device.uuid(parent_uuid);
+                if !uuid.starts_with("MIG-") {
+                    return Err(format!("mig: uuid must start with \"MIG-\": {uuid:?}"));
+                }
+                uuids.push(uuid);
             }
-            uuids.push(uuid);
         }
+        Ok(uuids)
     }
-    Ok(uuids)
 }
 
 fn resolve_instance(gi: &mut GpuInstanceSpec, profiles: &'static [Profile]) -> Result<(), String> {
@@ -670,55 +632,6 @@ fn check_layouts(instances: &[GpuInstanceSpec]) -> Result<(), String> {
     Ok(())
 }
 
-/// On a MIG GPU every process runs in a compute instance that exists for its whole life, and an
-/// instance's processes fit its memory.
-fn check_processes(gpu: &GpuSpec) -> Result<(), String> {
-    for p in &gpu.processes {
-        let gi_id = p.gpu_instance.ok_or_else(|| {
-            format!(
-                "process {}: MIG is enabled, `gpu_instance` is required",
-                p.pid
-            )
-        })?;
-        let ci_id = p.compute_instance.unwrap_or(0);
-        let from = p.from.unwrap_or(f64::NEG_INFINITY);
-        let to = p.to.unwrap_or(f64::INFINITY);
-        let host = gpu.mig.instances.iter().find(|gi| {
-            gi.id == gi_id
-                && gi.from.unwrap_or(f64::NEG_INFINITY) <= from
-                && to <= gi.to.unwrap_or(f64::INFINITY)
-                && gi.compute_instances().iter().any(|ci| ci.id == ci_id)
-        });
-        if host.is_none() {
-            return Err(format!(
-                "process {}: no GPU instance {gi_id} with compute instance {ci_id} exists for \
-                 the whole life of the process",
-                p.pid
-            ));
-        }
-    }
-    for gi in &gpu.mig.instances {
-        let held: u64 = gpu
-            .processes
-            .iter()
-            .filter(|p| {
-                p.gpu_instance == Some(gi.id)
-                    && gi.from.unwrap_or(f64::NEG_INFINITY) <= p.from.unwrap_or(f64::NEG_INFINITY)
-                    && p.to.unwrap_or(f64::INFINITY) <= gi.to.unwrap_or(f64::INFINITY)
-            })
-            .map(|p| p.used_memory_mib)
-            .sum();
-        if held > gi.profile().memory_mib {
-            return Err(format!(
-                "mig instance {}: processes hold {held} MiB, the instance has {}",
-                gi.id,
-                gi.profile().memory_mib
-            ));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use crate::scenario::Scenario;
@@ -839,13 +752,14 @@ mod tests {
             instance(10, "1g.10gb", 3, ""),
         ])
         .unwrap();
-        let devices = s.gpus[0].mig_devices(0.0);
-        let uuids: Vec<_> = devices.iter().map(|d| d.uuid(&s.gpus[0])).collect();
+        let gpu = &s.gpus[0];
+        let devices = gpu.mig.devices_at(0.0);
+        let uuids: Vec<_> = devices.iter().map(|d| d.uuid(&gpu.uuid)).collect();
         assert_eq!(uuids[0].len(), "MIG-".len() + 36);
         assert!(uuids.iter().all(|u| u.starts_with("MIG-")));
         assert_ne!(uuids[0], uuids[1]);
         assert_eq!(
-            devices[0].name(&s.gpus[0]),
+            devices[0].name(&gpu.name),
             "NVIDIA H100 80GB HBM3 MIG 1g.10gb"
         );
     }

@@ -6,9 +6,9 @@
 //! thermal reasons (above the max operating temperature: SW thermal slowdown; above the slowdown
 //! threshold: HW thermal slowdown) → further clock reduction.
 
-use crate::device::MIB;
+use crate::mig::GpuInstanceSpec;
 use crate::pattern::Pattern;
-use crate::scenario::GpuSpec;
+use crate::scenario::{GpuSpec, MIB};
 
 /// `nvmlClocksEventReasonGpuIdle`.
 pub const REASON_GPU_IDLE: u64 = 0x1;
@@ -28,8 +28,17 @@ pub const REASON_HW_THERMAL: u64 = 0x40;
 pub const REASON_HW_POWER_BRAKE: u64 = 0x80;
 /// `nvmlClocksEventReasonDisplayClockSetting`.
 pub const REASON_DISPLAY_CLOCK: u64 = 0x100;
-/// Every reason a simulated board can report.
-pub const SUPPORTED_REASONS: u64 = 0x1FF;
+/// Every reason a simulated board can report (`nvmlDeviceGetSupportedClocksEventReasons`); the
+/// simulation itself raises only some of them.
+pub const SUPPORTED_REASONS: u64 = REASON_GPU_IDLE
+    | REASON_APP_CLOCKS
+    | REASON_SW_POWER_CAP
+    | REASON_HW_SLOWDOWN
+    | REASON_SYNC_BOOST
+    | REASON_SW_THERMAL
+    | REASON_HW_THERMAL
+    | REASON_HW_POWER_BRAKE
+    | REASON_DISPLAY_CLOCK;
 
 /// Below this utilization the GPU counts as idle (gpu_idle reason, idle clocks).
 const IDLE_UTILIZATION: f64 = 0.01;
@@ -90,6 +99,20 @@ fn non_negative(x: f64) -> f64 {
 /// and the GPM counters so that both views of the link agree.
 pub(crate) fn pcie_bytes_per_s(rate_mb_s: &Pattern, t: f64) -> f64 {
     non_negative(rate_mb_s.at(t)) * 1e6
+}
+
+/// Memory MIG GPU instance `gi` of `gpu` uses at `t` (bytes): its load's `memory_used` share of
+/// the instance's size, never less than its processes hold, never more than the size.
+pub fn instance_memory_used(gpu: &GpuSpec, gi: &GpuInstanceSpec, t: f64) -> u64 {
+    let total = gi.profile().memory_mib * MIB;
+    let held: u64 = gpu
+        .processes
+        .iter()
+        .filter(|p| p.gpu_instance == Some(gi.id) && p.alive(t))
+        .map(|p| p.used_memory_mib * MIB)
+        .sum();
+    let share = ratio(gi.activity.memory_used.at(t));
+    ((share * total as f64) as u64).max(held).min(total)
 }
 
 impl Sample {
@@ -158,10 +181,11 @@ impl Sample {
             .map(|pr| pr.used_memory_mib * MIB)
             .sum();
         let usable = gpu.usable_bytes();
-        let memory_used = if gpu.mig_enabled() {
+        let memory_used = if gpu.mig.enabled {
             // With MIG the framebuffer belongs to the instances: the device total is their sum.
-            gpu.gpu_instances(t)
-                .map(|(_, gi)| gi.memory_used(gpu, t))
+            gpu.mig
+                .instances_at(t)
+                .map(|(_, gi)| instance_memory_used(gpu, gi, t))
                 .sum::<u64>()
                 .min(usable)
         } else {
@@ -267,6 +291,11 @@ mod tests {
             REASON_SW_THERMAL | REASON_HW_THERMAL | REASON_HW_SLOWDOWN
         );
         assert!(hw.sm_mhz < sw.sm_mhz);
+    }
+
+    #[test]
+    fn every_reason_bit_up_to_display_clock_is_supported() {
+        assert_eq!(SUPPORTED_REASONS, 0x1FF);
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //! A `[[gpu]]` table names a `model` preset (see `models.toml`); the preset's keys are merged under
 //! the GPU's own keys (tables merge key by key, everything else is replaced), and the result is
 //! deserialized strictly, so a misspelt key is an error rather than a silently ignored setting.
+//! The architecture and brand names a GPU may give map to their NVML codes here.
 
-use crate::pattern::Pattern;
+use crate::load::Load;
+use crate::mig::{self, MigSpec};
+use nvml_wrapper_sys::bindings as b;
 use serde::Deserialize;
 use std::collections::HashSet;
 
@@ -16,6 +19,9 @@ pub const MODEL_PRESETS: &str = include_str!("models.toml");
 
 /// Most GPUs a scenario may describe (the size of the handle table).
 pub const MAX_GPUS: usize = 64;
+
+/// Bytes in a MiB, the unit of every `*_mib` key.
+pub const MIB: u64 = 1024 * 1024;
 
 /// A fully resolved scenario: presets merged, every value checked.
 #[derive(Debug, Clone)]
@@ -95,7 +101,7 @@ pub struct GpuSpec {
     pub mig_board: Option<String>,
     /// MIG mode and instance layout.
     #[serde(default)]
-    pub mig: crate::mig::MigSpec,
+    pub mig: MigSpec,
     /// Encoder utilization is answered (H100/A100 lack NVENC but still answer 0 %).
     pub encoder: bool,
     /// Decoder utilization is answered.
@@ -326,67 +332,6 @@ pub struct MediaSpec {
     pub nvofa: u32,
 }
 
-/// Load over time. Ratios are 0..1; rates are MB/s or GB/s (10^6 / 10^9 bytes per second).
-///
-/// Each input is an independent pattern: "utilization" (a kernel ran) says nothing about how
-/// much of the GPU the kernels used, so the GPM activity inputs are set separately; the optional
-/// ones default to a value derived from another input (see each field).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Load {
-    /// Share of time a kernel ran (nvmlDeviceGetUtilizationRates.gpu).
-    pub utilization: Pattern,
-    /// Share of time device memory was read or written.
-    pub memory_utilization: Pattern,
-    /// Memory in use as a share of (total − reserved); never less than the processes' sum.
-    pub memory_used: Pattern,
-    /// Power intensity: 0 = idle draw, 1 = default limit, > 1 demands more than the limit
-    /// (the power cap then clips it). Defaults to `utilization`.
-    pub power: Option<Pattern>,
-    /// Encoder utilization ratio.
-    pub encoder: Pattern,
-    /// Decoder utilization ratio.
-    pub decoder: Pattern,
-    /// PCIe transmit, MB/s.
-    pub pcie_tx_mb_s: Pattern,
-    /// PCIe receive, MB/s.
-    pub pcie_rx_mb_s: Pattern,
-    /// NVLink transmit over all active links, GB/s.
-    pub nvlink_tx_gb_s: Pattern,
-    /// NVLink receive over all active links, GB/s.
-    pub nvlink_rx_gb_s: Pattern,
-    /// Graphics/compute engine active ratio (GPM GRAPHICS_UTIL). Default: `utilization`, since
-    /// both measure the share of time any work was running.
-    pub graphics_active: Option<Pattern>,
-    /// Average share of SMs with a resident warp (GPM SM_UTIL). Default: `utilization`.
-    pub sm_active: Option<Pattern>,
-    /// Resident warps over the maximum (GPM SM_OCCUPANCY). Default: half of `sm_active`.
-    pub sm_occupancy: Option<Pattern>,
-    /// Share of cycles any tensor pipe was active (GPM ANY_TENSOR_UTIL). Default: 0.
-    pub tensor_active: Pattern,
-    /// DRAM interface busy ratio (GPM DRAM_BW_UTIL). Default: `memory_utilization`.
-    pub dram_active: Option<Pattern>,
-    /// FP64 pipe (non-tensor) active ratio. Default: 0.
-    pub fp64_active: Pattern,
-    /// FP32 pipe (non-tensor) active ratio. Default: a quarter of `sm_active`.
-    pub fp32_active: Option<Pattern>,
-    /// FP16 pipe (non-tensor) active ratio. Default: 0.
-    pub fp16_active: Pattern,
-    /// Integer pipe active ratio. Default: 0.15 × `sm_active`.
-    pub integer_active: Option<Pattern>,
-    /// DFMA (FP64) tensor pipe active ratio. Default: 0.
-    pub dfma_tensor_active: Pattern,
-    /// HMMA (FP16/BF16/TF32) tensor pipe active ratio. Default: `tensor_active` (training and
-    /// inference tensor work is almost all HMMA).
-    pub hmma_tensor_active: Option<Pattern>,
-    /// IMMA (integer) tensor pipe active ratio. Default: 0.
-    pub imma_tensor_active: Pattern,
-    /// Each NVJPG engine's utilization ratio. Default: 0.
-    pub nvjpg: Pattern,
-    /// Each NVOFA engine's utilization ratio. Default: 0.
-    pub nvofa: Pattern,
-}
-
 /// A process with a context on the GPU.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -569,7 +514,7 @@ impl Scenario {
                 .try_into()
                 .map_err(|e: toml::de::Error| format!("gpu {i}: {}", e.message()))?;
             spec.validate().map_err(|e| format!("gpu {i}: {e}"))?;
-            for uuid in crate::mig::validate(&mut spec).map_err(|e| format!("gpu {i}: {e}"))? {
+            for uuid in spec.validate_mig().map_err(|e| format!("gpu {i}: {e}"))? {
                 if !mig_uuids.insert(uuid.to_ascii_lowercase()) {
                     return Err(format!("gpu {i}: duplicate MIG uuid {uuid}"));
                 }
@@ -677,10 +622,9 @@ impl GpuSpec {
         if !self.uuid.starts_with("GPU-") {
             return Err(format!("uuid must start with \"GPU-\": {:?}", self.uuid));
         }
-        crate::device::arch_code(&self.architecture)
+        arch_code(&self.architecture)
             .ok_or_else(|| format!("unknown architecture {:?}", self.architecture))?;
-        crate::device::brand_code(&self.brand)
-            .ok_or_else(|| format!("unknown brand {:?}", self.brand))?;
+        brand_code(&self.brand).ok_or_else(|| format!("unknown brand {:?}", self.brand))?;
         if self.memory_reserved_mib >= self.memory_total_mib {
             return Err("memory_reserved_mib must be below memory_total_mib".into());
         }
@@ -705,40 +649,121 @@ impl GpuSpec {
         if self.nvlink.down.iter().any(|&l| l >= self.nvlink.links) {
             return Err("nvlink.down names a link beyond nvlink.links".into());
         }
-        let l = &self.load;
-        let patterns = [
-            ("utilization", Some(&l.utilization)),
-            ("memory_utilization", Some(&l.memory_utilization)),
-            ("memory_used", Some(&l.memory_used)),
-            ("power", l.power.as_ref()),
-            ("encoder", Some(&l.encoder)),
-            ("decoder", Some(&l.decoder)),
-            ("pcie_tx_mb_s", Some(&l.pcie_tx_mb_s)),
-            ("pcie_rx_mb_s", Some(&l.pcie_rx_mb_s)),
-            ("nvlink_tx_gb_s", Some(&l.nvlink_tx_gb_s)),
-            ("nvlink_rx_gb_s", Some(&l.nvlink_rx_gb_s)),
-            ("graphics_active", l.graphics_active.as_ref()),
-            ("sm_active", l.sm_active.as_ref()),
-            ("sm_occupancy", l.sm_occupancy.as_ref()),
-            ("tensor_active", Some(&l.tensor_active)),
-            ("dram_active", l.dram_active.as_ref()),
-            ("fp64_active", Some(&l.fp64_active)),
-            ("fp32_active", l.fp32_active.as_ref()),
-            ("fp16_active", Some(&l.fp16_active)),
-            ("integer_active", l.integer_active.as_ref()),
-            ("dfma_tensor_active", Some(&l.dfma_tensor_active)),
-            ("hmma_tensor_active", l.hmma_tensor_active.as_ref()),
-            ("imma_tensor_active", Some(&l.imma_tensor_active)),
-            ("nvjpg", Some(&l.nvjpg)),
-            ("nvofa", Some(&l.nvofa)),
-        ];
-        for (name, p) in patterns {
-            if let Some(p) = p {
-                p.validate().map_err(|e| format!("load.{name}: {e}"))?;
+        self.load.validate()?;
+        Ok(())
+    }
+}
+
+impl GpuSpec {
+    /// Validates `gpu.mig` against the model and the processes against the instances; resolves
+    /// the instances' profiles and loads. Returns the MIG UUIDs the GPU uses (for the
+    /// scenario-wide uniqueness check).
+    fn validate_mig(&mut self) -> Result<Vec<String>, String> {
+        let mig = &self.mig;
+        if (mig.enabled || mig.pending == Some(true) || !mig.instances.is_empty())
+            && !self.mig_capable
+        {
+            return Err(format!("mig: model {} does not support MIG", self.model));
+        }
+        if !mig.enabled && !mig.instances.is_empty() {
+            return Err("mig: instances need `enabled = true`".into());
+        }
+        if !mig.enabled {
+            if let Some(p) = self.processes.iter().find(|p| p.gpu_instance.is_some()) {
+                return Err(format!("process {}: gpu_instance needs MIG enabled", p.pid));
+            }
+            return Ok(Vec::new());
+        }
+        let profiles = mig::board(self.mig_board.as_deref());
+        if profiles.is_empty() {
+            return Err(format!(
+                "mig: model {} has no `mig_board` profile table",
+                self.model
+            ));
+        }
+        self.mig.resolve(profiles)?;
+        self.check_mig_processes()?;
+        self.mig.uuids(&self.uuid)
+    }
+
+    /// On a MIG GPU every process runs in a compute instance that exists for its whole life, and
+    /// an instance's processes fit its memory.
+    fn check_mig_processes(&self) -> Result<(), String> {
+        for p in &self.processes {
+            let gi_id = p.gpu_instance.ok_or_else(|| {
+                format!(
+                    "process {}: MIG is enabled, `gpu_instance` is required",
+                    p.pid
+                )
+            })?;
+            let ci_id = p.compute_instance.unwrap_or(0);
+            let from = p.from.unwrap_or(f64::NEG_INFINITY);
+            let to = p.to.unwrap_or(f64::INFINITY);
+            let host = self.mig.instances.iter().find(|gi| {
+                gi.id == gi_id
+                    && gi.from.unwrap_or(f64::NEG_INFINITY) <= from
+                    && to <= gi.to.unwrap_or(f64::INFINITY)
+                    && gi.compute_instances().iter().any(|ci| ci.id == ci_id)
+            });
+            if host.is_none() {
+                return Err(format!(
+                    "process {}: no GPU instance {gi_id} with compute instance {ci_id} exists for \
+                     the whole life of the process",
+                    p.pid
+                ));
+            }
+        }
+        for gi in &self.mig.instances {
+            let held: u64 = self
+                .processes
+                .iter()
+                .filter(|p| {
+                    p.gpu_instance == Some(gi.id)
+                        && gi.from.unwrap_or(f64::NEG_INFINITY)
+                            <= p.from.unwrap_or(f64::NEG_INFINITY)
+                        && p.to.unwrap_or(f64::INFINITY) <= gi.to.unwrap_or(f64::INFINITY)
+                })
+                .map(|p| p.used_memory_mib)
+                .sum();
+            if held > gi.profile().memory_mib {
+                return Err(format!(
+                    "mig instance {}: processes hold {held} MiB, the instance has {}",
+                    gi.id,
+                    gi.profile().memory_mib
+                ));
             }
         }
         Ok(())
     }
+}
+
+/// The `nvmlDeviceArchitecture_t` value of an `architecture` name.
+pub fn arch_code(name: &str) -> Option<u32> {
+    Some(match name {
+        "kepler" => b::NVML_DEVICE_ARCH_KEPLER,
+        "maxwell" => b::NVML_DEVICE_ARCH_MAXWELL,
+        "pascal" => b::NVML_DEVICE_ARCH_PASCAL,
+        "volta" => b::NVML_DEVICE_ARCH_VOLTA,
+        "turing" => b::NVML_DEVICE_ARCH_TURING,
+        "ampere" => b::NVML_DEVICE_ARCH_AMPERE,
+        "ada" => b::NVML_DEVICE_ARCH_ADA,
+        "hopper" => b::NVML_DEVICE_ARCH_HOPPER,
+        "blackwell" => b::NVML_DEVICE_ARCH_BLACKWELL,
+        _ => return None,
+    })
+}
+
+/// The `nvmlBrandType_t` value of a `brand` name.
+pub fn brand_code(name: &str) -> Option<u32> {
+    Some(match name {
+        "quadro" => b::nvmlBrandType_enum_NVML_BRAND_QUADRO,
+        "tesla" => b::nvmlBrandType_enum_NVML_BRAND_TESLA,
+        "geforce" => b::nvmlBrandType_enum_NVML_BRAND_GEFORCE,
+        "titan" => b::nvmlBrandType_enum_NVML_BRAND_TITAN,
+        "nvidia_rtx" => b::nvmlBrandType_enum_NVML_BRAND_NVIDIA_RTX,
+        "nvidia" => b::nvmlBrandType_enum_NVML_BRAND_NVIDIA,
+        _ => return None,
+    })
 }
 
 /// Parses "DDDDDDDD:BB:DD.F", "DDDD:BB:DD.F" or "BB:DD.F" (hex) into (domain, bus, device, function).
@@ -765,6 +790,33 @@ mod tests {
         assert_eq!(parse_bus_id("0000:1a:00.0"), Some((0, 0x1a, 0, 0)));
         assert_eq!(parse_bus_id("1A:00.0"), Some((0, 0x1a, 0, 0)));
         assert_eq!(parse_bus_id("nonsense"), None);
+    }
+
+    #[test]
+    fn every_shipped_scenario_parses() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios");
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                let s =
+                    Scenario::parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                assert!(!s.gpus.is_empty());
+                names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        for required in [
+            "a100x4.toml",
+            "faults.toml",
+            "h100x8.toml",
+            "l4x2.toml",
+            "rtx6000ada.toml",
+        ] {
+            assert!(names.iter().any(|n| n == required), "missing {required}");
+        }
+        assert_eq!(Scenario::parse(DEFAULT_SCENARIO).unwrap().gpus.len(), 8);
     }
 
     #[test]

@@ -1,14 +1,31 @@
-//! Process-global state: the loaded scenario, the init reference count and the simulated clock.
+//! Process-global state: the init reference count and the current simulation (a loaded scenario,
+//! its clocks and its runtime state).
 //!
-//! The scenario is loaded once per process, at the first nvmlInit; a load error is printed to
-//! stderr once and every nvmlInit then fails. t = 0 is the first successful init.
+//! An `nvmlInit` that finds no live reference (the count at 0: the first init of the process, the
+//! first after every reference was shut down, or a retry after a failed init) reads the
+//! environment (`NVML_SIM_SCENARIO`, `NVML_SIM_TIME`, `NVML_SIM_START`, `NVML_SIM_PRIVILEGED`)
+//! and the scenario file again:
+//! - both as the current simulation was loaded from them: that simulation goes on, with its
+//!   clock, its init-fault clock and its event sets, as a real driver outlives a client that shuts
+//!   NVML down and initialises it again (after a driver restart, say);
+//! - anything changed: a new simulation starts, and its t = 0 is its own first successful init.
+//!
+//! A load error is printed to stderr once per environment and scenario text, and every `nvmlInit`
+//! fails until one of them changes.
+//!
+//! Handles of an earlier simulation never reach into the current one's state: event sets and GPM
+//! samples answer INVALID_ARGUMENT; device, MIG device and GPU instance handles name a GPU index
+//! and instance ids, and answer for what the current simulation has there (INVALID_ARGUMENT where
+//! it has nothing).
 
 use crate::events::EventSets;
+use crate::faults;
 use crate::integrals::Integrals;
 use crate::scenario::{DEFAULT_SCENARIO, Scenario};
 use nvml_wrapper_sys::bindings as b;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::ffi::OsString;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 /// Path of the scenario file; unset: the compiled-in `h100x8.toml`.
@@ -20,20 +37,28 @@ pub const ENV_START: &str = "NVML_SIM_START";
 /// `0`/`false`: the caller is an unprivileged user, not root (default `1`, privileged).
 pub const ENV_PRIVILEGED: &str = "NVML_SIM_PRIVILEGED";
 
-/// A loaded scenario and its runtime caches.
+/// A loaded scenario, its clocks and its runtime state.
 #[derive(Debug)]
 pub struct Sim {
+    /// Tells this simulation from the others of the process (a GPM sample records it).
+    pub id: u64,
     /// The scenario.
     pub scenario: Scenario,
     /// Per-GPU integral caches.
     pub integrals: Vec<Integrals>,
     /// Event sets.
     pub events: EventSets,
+    /// Per-GPU GPM streaming state (`nvmlGpmSetStreamingEnabled`); off until enabled.
+    pub gpm_streaming: Vec<AtomicBool>,
     /// How time is read.
     pub clock: Clock,
     /// The caller has root/admin privileges (`NVML_SIM_PRIVILEGED`); only calls `nvml.h`
     /// restricts to privileged callers look at it.
     pub privileged: bool,
+    /// The first init attempt: `init` faults count from here.
+    first_attempt: Instant,
+    /// The first successful init: t = 0 of the running clock.
+    origin: OnceLock<Instant>,
 }
 
 /// How the simulated time is obtained.
@@ -45,96 +70,165 @@ pub struct Clock {
     pub start: f64,
 }
 
-static LOADED: OnceLock<Result<Arc<Sim>, String>> = OnceLock::new();
-static FIRST_ATTEMPT: OnceLock<Instant> = OnceLock::new();
-static ORIGIN: OnceLock<Instant> = OnceLock::new();
-static INIT_COUNT: AtomicU32 = AtomicU32::new(0);
-/// Serializes init/shutdown transitions so the count and the origin change together.
-static TRANSITION: Mutex<()> = Mutex::new(());
+/// What a simulation is loaded from: the environment and the scenario text.
+#[derive(Debug, PartialEq)]
+struct Source {
+    scenario_path: Option<OsString>,
+    time: Option<OsString>,
+    start: Option<OsString>,
+    privileged: Option<OsString>,
+    /// The scenario text, or why it could not be read.
+    text: Result<String, String>,
+}
 
-fn env_seconds(name: &str) -> Result<Option<f64>, String> {
-    match std::env::var(name) {
-        Ok(v) => v
+impl Source {
+    fn read() -> Source {
+        let scenario_path = std::env::var_os(ENV_SCENARIO);
+        let text = match &scenario_path {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.to_string_lossy())),
+            None => Ok(DEFAULT_SCENARIO.to_owned()),
+        };
+        Source {
+            scenario_path,
+            time: std::env::var_os(ENV_TIME),
+            start: std::env::var_os(ENV_START),
+            privileged: std::env::var_os(ENV_PRIVILEGED),
+            text,
+        }
+    }
+}
+
+/// The init reference count and the simulation, which init and shutdown change together.
+struct Driver {
+    /// Live `nvmlInit` references.
+    count: u32,
+    /// The last load: what it read, and the simulation or why there is none.
+    loaded: Option<(Source, Result<Arc<Sim>, String>)>,
+}
+
+static DRIVER: RwLock<Driver> = RwLock::new(Driver {
+    count: 0,
+    loaded: None,
+});
+
+fn driver() -> RwLockReadGuard<'static, Driver> {
+    DRIVER.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn driver_mut() -> RwLockWriteGuard<'static, Driver> {
+    DRIVER.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A non-UTF-8 value counts as unset.
+fn env_str(value: &Option<OsString>) -> Option<&str> {
+    value.as_deref().and_then(|v| v.to_str())
+}
+
+fn env_seconds(name: &str, value: &Option<OsString>) -> Result<Option<f64>, String> {
+    match env_str(value) {
+        Some(v) => v
             .trim()
             .parse::<f64>()
             .ok()
             .filter(|x| x.is_finite() && *x >= 0.0)
             .map(Some)
             .ok_or_else(|| format!("{name}={v:?} is not a number of seconds >= 0")),
-        Err(_) => Ok(None),
+        None => Ok(None),
     }
 }
 
-fn env_bool(name: &str, default: bool) -> Result<bool, String> {
-    match std::env::var(name) {
-        Ok(v) => match v.trim() {
+fn env_bool(name: &str, value: &Option<OsString>, default: bool) -> Result<bool, String> {
+    match env_str(value) {
+        Some(v) => match v.trim() {
             "1" | "true" => Ok(true),
             "0" | "false" => Ok(false),
             _ => Err(format!("{name}={v:?} is not 0, 1, true or false")),
         },
-        Err(_) => Ok(default),
+        None => Ok(default),
     }
 }
 
-fn load() -> Result<Arc<Sim>, String> {
-    let (text, origin) = match std::env::var_os(ENV_SCENARIO) {
-        Some(path) => {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read {}: {e}", path.to_string_lossy()))?;
-            (text, path.to_string_lossy().into_owned())
-        }
-        None => (DEFAULT_SCENARIO.to_owned(), "built-in h100x8.toml".into()),
-    };
-    let scenario = Scenario::parse(&text).map_err(|e| format!("scenario {origin}: {e}"))?;
-    let clock = Clock {
-        pinned: env_seconds(ENV_TIME)?,
-        start: env_seconds(ENV_START)?.unwrap_or(0.0),
-    };
-    Ok(Arc::new(Sim {
-        integrals: scenario.gpus.iter().map(Integrals::for_gpu).collect(),
-        events: EventSets::default(),
-        scenario,
-        clock,
-        privileged: env_bool(ENV_PRIVILEGED, true)?,
-    }))
+impl Sim {
+    fn load(source: &Source) -> Result<Sim, String> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let text = source.text.as_deref().map_err(Clone::clone)?;
+        let origin = match &source.scenario_path {
+            Some(path) => path.to_string_lossy().into_owned(),
+            None => "built-in h100x8.toml".into(),
+        };
+        let scenario = Scenario::parse(text).map_err(|e| format!("scenario {origin}: {e}"))?;
+        let clock = Clock {
+            pinned: env_seconds(ENV_TIME, &source.time)?,
+            start: env_seconds(ENV_START, &source.start)?.unwrap_or(0.0),
+        };
+        Ok(Sim {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            integrals: scenario.gpus.iter().map(Integrals::for_gpu).collect(),
+            events: EventSets::default(),
+            gpm_streaming: scenario
+                .gpus
+                .iter()
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+            scenario,
+            clock,
+            privileged: env_bool(ENV_PRIVILEGED, &source.privileged, true)?,
+            first_attempt: Instant::now(),
+            origin: OnceLock::new(),
+        })
+    }
+
+    /// The current simulated time, seconds.
+    pub fn now(&self) -> f64 {
+        self.clock.pinned.unwrap_or_else(|| {
+            let origin = self.origin.get().copied().unwrap_or_else(Instant::now);
+            self.clock.start + origin.elapsed().as_secs_f64()
+        })
+    }
 }
 
-fn loaded() -> Result<&'static Arc<Sim>, &'static str> {
-    LOADED
-        .get_or_init(|| {
-            let r = load();
-            if let Err(e) = &r {
-                // Printed once: the OnceLock makes this the only load attempt in the process.
-                eprintln!("nvml-sim: {e}");
-            }
-            r
-        })
-        .as_ref()
-        .map_err(|e| e.as_str())
+impl Driver {
+    /// Loads the simulation again unless the environment and the scenario text are the ones the
+    /// current simulation (or the last failed load) came from.
+    fn reload(&mut self) {
+        let source = Source::read();
+        if self.loaded.as_ref().is_some_and(|(s, _)| *s == source) {
+            return;
+        }
+        let sim = Sim::load(&source).map(Arc::new);
+        if let Err(e) = &sim {
+            eprintln!("nvml-sim: {e}");
+        }
+        self.loaded = Some((source, sim));
+    }
 }
 
 /// nvmlInit: reference-counted; fails with an injected init error or a bad scenario.
 pub fn init() -> u32 {
-    let _guard = TRANSITION.lock().unwrap_or_else(|e| e.into_inner());
+    let mut driver = driver_mut();
     stay_loaded();
-    let first_attempt = *FIRST_ATTEMPT.get_or_init(Instant::now);
-    let Ok(sim) = loaded() else {
+    if driver.count == 0 {
+        driver.reload();
+    }
+    let Some((_, Ok(sim))) = &driver.loaded else {
         return b::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
     };
+    let sim = Arc::clone(sim);
     let since_first_attempt = sim
         .clock
         .pinned
-        .unwrap_or_else(|| sim.clock.start + first_attempt.elapsed().as_secs_f64());
+        .unwrap_or_else(|| sim.clock.start + sim.first_attempt.elapsed().as_secs_f64());
     // Driver restarts follow the simulated clock, which starts at the first successful init.
-    let t = match ORIGIN.get() {
+    let t = match sim.origin.get() {
         Some(_) => sim.now(),
         None => since_first_attempt,
     };
-    if let Some(code) = crate::faults::init_error(&sim.scenario.faults, since_first_attempt, t) {
+    if let Some(code) = faults::init_error(&sim.scenario.faults, since_first_attempt, t) {
         return code;
     }
-    ORIGIN.get_or_init(Instant::now);
-    INIT_COUNT.fetch_add(1, Ordering::SeqCst);
+    sim.origin.get_or_init(Instant::now);
+    driver.count += 1;
     b::nvmlReturn_enum_NVML_SUCCESS
 }
 
@@ -166,35 +260,26 @@ fn stay_loaded() {
 
 /// nvmlShutdown: drops one reference.
 pub fn shutdown() -> u32 {
-    let _guard = TRANSITION.lock().unwrap_or_else(|e| e.into_inner());
-    if INIT_COUNT.load(Ordering::SeqCst) == 0 {
+    let mut driver = driver_mut();
+    if driver.count == 0 {
         return b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED;
     }
-    INIT_COUNT.fetch_sub(1, Ordering::SeqCst);
+    driver.count -= 1;
     b::nvmlReturn_enum_NVML_SUCCESS
 }
 
 /// The simulation, if the library is initialized and the driver is not restarting (then the
 /// restart's error, UNINITIALIZED by default, as a client's session does not survive a reload).
-pub fn sim() -> Result<&'static Sim, u32> {
-    if INIT_COUNT.load(Ordering::SeqCst) == 0 {
-        return Err(b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED);
-    }
-    let sim = loaded()
-        .map(|s| s.as_ref())
-        .map_err(|_| b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED)?;
-    match crate::faults::driver_down(&sim.scenario.faults, sim.now()) {
+pub fn sim() -> Result<Arc<Sim>, u32> {
+    let sim = match &*driver() {
+        Driver {
+            count: 1..,
+            loaded: Some((_, Ok(sim))),
+        } => Arc::clone(sim),
+        _ => return Err(b::nvmlReturn_enum_NVML_ERROR_UNINITIALIZED),
+    };
+    match faults::driver_down(&sim.scenario.faults, sim.now()) {
         Some(code) => Err(code),
         None => Ok(sim),
-    }
-}
-
-impl Sim {
-    /// The current simulated time, seconds.
-    pub fn now(&self) -> f64 {
-        self.clock.pinned.unwrap_or_else(|| {
-            let origin = ORIGIN.get().copied().unwrap_or_else(Instant::now);
-            self.clock.start + origin.elapsed().as_secs_f64()
-        })
     }
 }

@@ -81,7 +81,7 @@ plain_fns! {
         if data.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        write(data, wait(sim, set, timeout_ms)?)
+        write(data, wait(&sim, set, timeout_ms)?)
     }
     /// Waits for the next event (v1 data).
     fn nvmlEventSetWait(set: nvmlEventSet_t, data: *mut EventDataV1, timeout_ms: c_uint) {
@@ -89,7 +89,7 @@ plain_fns! {
         if data.is_null() {
             return Err(INVALID_ARGUMENT);
         }
-        let ev = wait(sim, set, timeout_ms)?;
+        let ev = wait(&sim, set, timeout_ms)?;
         write(data, EventDataV1 { device: ev.device, event_type: ev.eventType, event_data: ev.eventData })
     }
 }

@@ -10,7 +10,6 @@ use crate::ffi::{
     read, write,
 };
 use crate::gpm::{self, Snapshot};
-use crate::scenario::MAX_GPUS;
 use crate::state;
 use nvml_wrapper_sys::bindings::{
     self as b, nvmlGpmMetric_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpmSupport_t,
@@ -18,14 +17,12 @@ use nvml_wrapper_sys::bindings::{
 use std::collections::BTreeMap;
 use std::os::raw::{c_char, c_uint};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Live samples by handle: `None` until `nvmlGpmSampleGet` fills one.
 static SAMPLES: Mutex<BTreeMap<usize, Option<Snapshot>>> = Mutex::new(BTreeMap::new());
 /// The next handle id. Ids are never reused, so a stale handle cannot alias a new sample.
 static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
-/// Per-GPU GPM streaming state (`nvmlGpmSetStreamingEnabled`); off until enabled.
-static STREAMING: [AtomicBool; MAX_GPUS] = [const { AtomicBool::new(false) }; MAX_GPUS];
 
 /// Handles are spaced like aligned allocations so they look like the pointers clients expect.
 const HANDLE_STRIDE: usize = 16;
@@ -109,7 +106,8 @@ device_fns! {
         c.require(gpm::supported(c.gpu) && c.gpu.mig_capable)?;
         let (gi_index, _) = c
             .gpu
-            .gpu_instances(c.t)
+            .mig
+            .instances_at(c.t)
             .find(|(_, gi)| gi.id == gpu_instance_id)
             .ok_or(INVALID_ARGUMENT)?;
         fill(gpm_sample, Snapshot::take_instance(c.sim, c.index, gi_index, c.t))
@@ -117,13 +115,13 @@ device_fns! {
     /// Whether GPM streaming is enabled (NOT_SUPPORTED without GPM).
     fn nvmlGpmQueryIfStreamingEnabled(state: *mut c_uint) |c| {
         c.require(gpm::supported(c.gpu))?;
-        write(state, c_uint::from(STREAMING[c.index].load(Ordering::Relaxed)))
+        write(state, c_uint::from(c.sim.gpm_streaming[c.index].load(Ordering::Relaxed)))
     }
     /// Enables (1) or disables (0) GPM streaming.
     fn nvmlGpmSetStreamingEnabled(state: c_uint) |c| {
         c.require(gpm::supported(c.gpu))?;
         match state {
-            0 | 1 => STREAMING[c.index].store(state == 1, Ordering::Relaxed),
+            0 | 1 => c.sim.gpm_streaming[c.index].store(state == 1, Ordering::Relaxed),
             _ => return Err(INVALID_ARGUMENT),
         }
         Ok(())
@@ -156,12 +154,17 @@ fn metrics_get_body(m: *mut nvmlGpmMetricsGet_t) -> NvmlResult {
     }
     let s1 = snapshot_of(sample1)?;
     let s2 = snapshot_of(sample2)?;
+    // A sample of an earlier simulation (before a shutdown and an init with another scenario or
+    // environment) says nothing about this one's GPUs.
+    if s1.sim != sim.id || s2.sim != sim.id {
+        return Err(INVALID_ARGUMENT);
+    }
     // Both samples must come from the same GPU, and from the same GPU instance (or both from the
     // whole GPU): a window across a MIG reconfiguration has nothing to average.
     if s1.index != s2.index || s1.instance != s2.instance {
         return Err(INVALID_ARGUMENT);
     }
-    inject_faults(sim, s1.index, "nvmlGpmMetricsGet")?;
+    inject_faults(&sim, s1.index, "nvmlGpmMetricsGet")?;
     // Same refresh (or reversed order): there is no window to average over.
     if s2.t <= s1.t {
         return Err(INVALID_ARGUMENT);

@@ -1,8 +1,7 @@
 //! Static device identity: names, ids, PCI info, architecture, persistence and compute modes.
 
-use crate::device::{arch_code, brand_code};
 use crate::ffi::{self, device_fns, write, write_str};
-use crate::scenario::{GpuSpec, parse_bus_id};
+use crate::scenario::{GpuSpec, arch_code, brand_code, parse_bus_id};
 use nvml_wrapper_sys::bindings::{nvmlBrandType_t, nvmlDeviceArchitecture_t, nvmlPciInfo_t};
 use std::os::raw::{c_char, c_int, c_uint};
 
@@ -53,7 +52,7 @@ device_fns! {
         if let Some(d) = c.mig {
             // A MIG device's index is its position under the parent (the index
             // nvmlDeviceGetMigDeviceHandleByIndex takes).
-            let devices = c.gpu.mig_devices(c.t);
+            let devices = c.gpu.mig.devices_at(c.t);
             let position = devices
                 .iter()
                 .position(|m| m.gi.id == d.gi.id && m.ci.id == d.ci.id)
@@ -67,14 +66,14 @@ device_fns! {
     /// "NVIDIA H100 80GB HBM3 MIG 1g.10gb".
     fn nvmlDeviceGetName(name: *mut c_char, length: c_uint) |c| {
         match c.mig {
-            Some(d) => write_str(name, length, &d.name(c.gpu)),
+            Some(d) => write_str(name, length, &d.name(&c.gpu.name)),
             None => write_str(name, length, &c.gpu.name),
         }
     }
     /// "GPU-…" UUID; "MIG-…" for a MIG device.
     fn nvmlDeviceGetUUID(uuid: *mut c_char, length: c_uint) |c| {
         match c.mig {
-            Some(d) => write_str(uuid, length, &d.uuid(c.gpu)),
+            Some(d) => write_str(uuid, length, &d.uuid(&c.gpu.uuid)),
             None => write_str(uuid, length, &c.gpu.uuid),
         }
     }

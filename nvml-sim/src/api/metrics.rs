@@ -1,9 +1,9 @@
 //! Time-varying device readings: utilization, memory, power, energy, temperature, fans, clocks,
 //! clock-event reasons, violation time and PCIe.
 
-use crate::device::MIB;
 use crate::ffi::{INVALID_ARGUMENT, NOT_SUPPORTED, check_version, device_fns, read, write};
-use crate::physics::SUPPORTED_REASONS;
+use crate::physics::{self, SUPPORTED_REASONS};
+use crate::scenario::MIB;
 use nvml_wrapper_sys::bindings::{
     nvmlBAR1Memory_t, nvmlMemory_t, nvmlMemory_v2_t, nvmlUtilization_t, nvmlViolationTime_t,
 };
@@ -49,7 +49,7 @@ fn instance_memory(c: &crate::ffi::DeviceCall) -> Option<(u64, u64)> {
     let d = c.mig?;
     Some((
         d.gi.profile().memory_mib * MIB,
-        d.gi.memory_used(c.gpu, c.t),
+        physics::instance_memory_used(c.gpu, d.gi, c.t),
     ))
 }
 

@@ -8,7 +8,7 @@ use crate::ffi::{
     self, INVALID_ARGUMENT, NOT_FOUND, NOT_SUPPORTED, NvmlResult, check_version, device_fns,
     plain_fns, read, write, write_array,
 };
-use crate::mig::{MAX_MIG_DEVICES, Profile};
+use crate::mig::{self, MAX_MIG_DEVICES, Profile};
 use crate::state;
 use nvml_wrapper_sys::bindings::{
     self as b, nvmlDevice_t, nvmlDeviceAttributes_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
@@ -28,8 +28,7 @@ fn profile_by_enum(c: &ffi::DeviceCall, profile: c_uint) -> Result<&'static Prof
     if profile >= b::NVML_GPU_INSTANCE_PROFILE_COUNT {
         return Err(INVALID_ARGUMENT);
     }
-    c.gpu
-        .mig_profiles()
+    mig::board(c.gpu.mig_board.as_deref())
         .iter()
         .find(|p| p.nvml_profile == profile)
         .ok_or(NOT_SUPPORTED)
@@ -37,8 +36,7 @@ fn profile_by_enum(c: &ffi::DeviceCall, profile: c_uint) -> Result<&'static Prof
 
 /// The profile with this profile id on this board.
 fn profile_by_id(c: &ffi::DeviceCall, profile_id: c_uint) -> Result<&'static Profile, u32> {
-    c.gpu
-        .mig_profiles()
+    mig::board(c.gpu.mig_board.as_deref())
         .iter()
         .find(|p| p.id == profile_id)
         .ok_or(INVALID_ARGUMENT)
@@ -150,16 +148,16 @@ device_fns! {
     /// Most MIG devices the GPU can have: 7 with MIG enabled, 0 otherwise ("Returns zero if MIG
     /// is not supported or enabled").
     fn nvmlDeviceGetMaxMigDeviceCount(count: *mut c_uint) |c| {
-        write(count, if c.gpu.mig_enabled() { MAX_MIG_DEVICES } else { 0 })
+        write(count, if c.gpu.mig.enabled { MAX_MIG_DEVICES } else { 0 })
     }
     /// The MIG device at `index` (0 ≤ index < the max count); NOT_FOUND where no compute
     /// instance has that index now.
     fn nvmlDeviceGetMigDeviceHandleByIndex(index: c_uint, mig_device: *mut nvmlDevice_t) |c| {
         c.require(c.gpu.mig_capable)?;
-        if mig_device.is_null() || !c.gpu.mig_enabled() || index >= MAX_MIG_DEVICES {
+        if mig_device.is_null() || !c.gpu.mig.enabled || index >= MAX_MIG_DEVICES {
             return Err(INVALID_ARGUMENT);
         }
-        let devices = c.gpu.mig_devices(c.t);
+        let devices = c.gpu.mig.devices_at(c.t);
         let d = devices.get(index as usize).ok_or(NOT_FOUND)?;
         write(mig_device, ffi::mig_handle_of(c.index, d.gi.id, d.ci.id))
     }
@@ -193,7 +191,7 @@ device_fns! {
     /// needs MIG enabled, as `nvml.h` says.
     fn nvmlDeviceGetGpuInstanceProfileInfoV(profile: c_uint, info: *mut nvmlGpuInstanceProfileInfo_v2_t) |c| {
         let p = profile_by_enum(c, profile)?;
-        c.require(c.gpu.mig_enabled())?;
+        c.require(c.gpu.mig.enabled)?;
         write_info_versioned(info, p)
     }
     /// Every placement the board allows for a profile id, enabled or not.
@@ -217,11 +215,12 @@ device_fns! {
     }
     /// The GPU instances of a profile id that exist now.
     fn nvmlDeviceGetGpuInstances(profile_id: c_uint, gpu_instances: *mut nvmlGpuInstance_t, count: *mut c_uint) |c| {
-        c.require(c.gpu.mig_enabled())?;
+        c.require(c.gpu.mig.enabled)?;
         let p = profile_by_id(c, profile_id)?;
         let handles: Vec<_> = c
             .gpu
-            .gpu_instances(c.t)
+            .mig
+            .instances_at(c.t)
             .filter(|(_, gi)| std::ptr::eq(gi.profile(), p))
             .map(|(_, gi)| ffi::gi_handle_of(c.index, gi.id))
             .collect();
@@ -238,8 +237,8 @@ device_fns! {
     }
     /// The GPU instance with this id (NOT_FOUND when none exists now).
     fn nvmlDeviceGetGpuInstanceById(id: c_uint, gpu_instance: *mut nvmlGpuInstance_t) |c| {
-        c.require(c.gpu.mig_enabled())?;
-        c.gpu.gpu_instances(c.t).find(|(_, gi)| gi.id == id).ok_or(NOT_FOUND)?;
+        c.require(c.gpu.mig.enabled)?;
+        c.gpu.mig.instances_at(c.t).find(|(_, gi)| gi.id == id).ok_or(NOT_FOUND)?;
         write(gpu_instance, ffi::gi_handle_of(c.index, id))
     }
 }
@@ -249,11 +248,12 @@ plain_fns! {
     /// handle is INVALID_ARGUMENT.
     fn nvmlGpuInstanceGetInfo(gpu_instance: nvmlGpuInstance_t, info: *mut nvmlGpuInstanceInfo_t) {
         let sim = state::sim()?;
-        let (index, id) = ffi::gi_of(sim, gpu_instance).ok_or(INVALID_ARGUMENT)?;
-        ffi::inject_faults(sim, index, "nvmlGpuInstanceGetInfo")?;
+        let (index, id) = ffi::gi_of(&sim, gpu_instance).ok_or(INVALID_ARGUMENT)?;
+        ffi::inject_faults(&sim, index, "nvmlGpuInstanceGetInfo")?;
         let gpu = &sim.scenario.gpus[index];
         let (_, gi) = gpu
-            .gpu_instances(sim.now())
+            .mig
+            .instances_at(sim.now())
             .find(|(_, gi)| gi.id == id)
             .ok_or(INVALID_ARGUMENT)?;
         let p = gi.profile();

@@ -1,11 +1,11 @@
 //! The exported NVML C functions, grouped as in `nvml.h`.
 
-pub mod events;
-pub mod fields;
-pub mod gpm;
-pub mod identity;
-pub mod metrics;
-pub mod mig;
-pub mod processes;
-pub mod reliability;
-pub mod system;
+mod events;
+mod fields;
+mod gpm;
+mod identity;
+mod metrics;
+mod mig;
+mod processes;
+mod reliability;
+mod system;

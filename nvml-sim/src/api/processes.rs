@@ -4,9 +4,8 @@
 //! otherwise, see [`DeviceCall::require_privileged_on_mig_parent`]); a MIG device handle's list
 //! answers anyone.
 
-use crate::device::MIB;
 use crate::ffi::{DeviceCall, NOT_FOUND, device_fns, read, write_array};
-use crate::scenario::ProcessSpec;
+use crate::scenario::{MIB, ProcessSpec};
 use nvml_wrapper_sys::bindings::{
     nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlProcessUtilizationSample_t,
 };

@@ -14,18 +14,18 @@ fn init() -> ffi::NvmlResult {
 }
 
 fn count(out: *mut c_uint) -> ffi::NvmlResult {
-    write(out, ffi::present(state::sim()?).len() as c_uint)
+    write(out, ffi::present(&*state::sim()?).len() as c_uint)
 }
 
 fn by_index(index: c_uint, out: *mut nvmlDevice_t) -> ffi::NvmlResult {
     let sim = state::sim()?;
     // NVML indices count the GPUs present now; a restart that dropped one renumbers the rest.
-    let i = *ffi::present(sim)
+    let i = *ffi::present(&sim)
         .get(index as usize)
         .ok_or(INVALID_ARGUMENT)?;
     // A lost GPU cannot be opened, just as the real driver answers when it fell off the bus;
     // error and hang faults naming this function apply too.
-    ffi::inject_faults(sim, i, "nvmlDeviceGetHandleByIndex")?;
+    ffi::inject_faults(&sim, i, "nvmlDeviceGetHandleByIndex")?;
     write(out, ffi::handle_of(i))
 }
 
@@ -37,7 +37,7 @@ fn by_bus_id(bus: *const c_char, out: *mut nvmlDevice_t) -> ffi::NvmlResult {
         .gpus
         .iter()
         .position(|g| parse_bus_id(&g.pci_bus_id) == Some(want))
-        .filter(|i| ffi::present(sim).contains(i))
+        .filter(|i| ffi::present(&sim).contains(i))
         .ok_or(NOT_FOUND)?;
     write(out, ffi::handle_of(i))
 }
@@ -109,7 +109,7 @@ plain_fns! {
             .gpus
             .iter()
             .position(|g| g.uuid.eq_ignore_ascii_case(want))
-            .filter(|i| ffi::present(sim).contains(i))
+            .filter(|i| ffi::present(&sim).contains(i))
             .ok_or(NOT_FOUND)?;
         write(device, ffi::handle_of(i))
     }
@@ -122,7 +122,7 @@ plain_fns! {
             .gpus
             .iter()
             .position(|g| g.serial == want)
-            .filter(|i| ffi::present(sim).contains(i))
+            .filter(|i| ffi::present(&sim).contains(i))
             .ok_or(NOT_FOUND)?;
         write(device, ffi::handle_of(i))
     }

@@ -3,8 +3,7 @@
 //!
 //! Every GPM input of h100x8 is constant, so the averages are exact whatever the window.
 
-mod common;
-
+use crate::common::{self, Session};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::gpm::GpmMetricId as M;
 use nvml_wrapper::error::NvmlError;
@@ -13,8 +12,8 @@ use std::time::Duration;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-fn nvml() -> &'static Nvml {
-    common::nvml(&[
+fn session() -> Session {
+    common::session(&[
         ("NVML_SIM_SCENARIO", None),
         ("NVML_SIM_TIME", None),
         // Away from t = 0 so the window lies well inside the scenario (and past XID 79 at 30 s).
@@ -23,8 +22,7 @@ fn nvml() -> &'static Nvml {
 }
 
 /// Metric values (or their per-metric errors) of GPU `index` over a 300 ms window.
-fn window(index: u32, ids: &[M]) -> Vec<Result<f64, NvmlError>> {
-    let nvml = nvml();
+fn window(nvml: &Nvml, index: u32, ids: &[M]) -> Vec<Result<f64, NvmlError>> {
     let device = nvml.device_by_index(index).unwrap();
     let s1 = device.gpm_sample().unwrap();
     // A real wait: the GPM unit refreshes every 100 ms, and the clock is running.
@@ -46,7 +44,7 @@ fn close(value: f64, expected: f64, what: &str) {
 
 #[test]
 fn every_h100_supports_gpm() {
-    let nvml = nvml();
+    let nvml = session();
     for i in 0..nvml.device_count().unwrap() {
         assert!(nvml.device_by_index(i).unwrap().gpm_support().unwrap());
     }
@@ -54,10 +52,12 @@ fn every_h100_supports_gpm() {
 
 #[test]
 fn the_trap_gpu_is_busy_but_not_saturated() {
-    let device = nvml().device_by_index(1).unwrap();
+    let nvml = session();
+    let device = nvml.device_by_index(1).unwrap();
     let utilization = device.utilization_rates().unwrap().gpu;
     assert!(utilization >= 97, "GPU1 utilization {utilization} %");
     let v = window(
+        &nvml,
         1,
         &[
             M::GraphicsUtil,
@@ -77,7 +77,9 @@ fn the_trap_gpu_is_busy_but_not_saturated() {
 
 #[test]
 fn saturated_training_gpu_and_its_link_rates() {
+    let nvml = session();
     let v = window(
+        &nvml,
         2,
         &[
             M::SmUtil,
@@ -106,10 +108,15 @@ fn saturated_training_gpu_and_its_link_rates() {
 
 #[test]
 fn idle_and_allocated_idle_gpus_show_no_activity() {
+    let nvml = session();
     for index in [0, 7] {
-        for (value, what) in window(index, &[M::SmUtil, M::GraphicsUtil, M::AnyTensorUtil])
-            .into_iter()
-            .zip(["SM", "graphics", "tensor"])
+        for (value, what) in window(
+            &nvml,
+            index,
+            &[M::SmUtil, M::GraphicsUtil, M::AnyTensorUtil],
+        )
+        .into_iter()
+        .zip(["SM", "graphics", "tensor"])
         {
             assert_eq!(value.unwrap(), 0.0, "GPU{index} {what}");
         }
@@ -118,8 +125,10 @@ fn idle_and_allocated_idle_gpus_show_no_activity() {
 
 #[test]
 fn missing_engines_answer_not_supported_per_metric() {
+    let nvml = session();
     // H100: 7 NVDEC (0..6), 7 NVJPG, 1 NVOFA; the call itself succeeds.
     let v = window(
+        &nvml,
         4,
         &[
             M::Nvdec6Util,
@@ -138,12 +147,12 @@ fn missing_engines_answer_not_supported_per_metric() {
 
 #[test]
 fn metric_info_names_the_metric_and_its_unit() {
-    let nvml = nvml();
+    let nvml = session();
     let device = nvml.device_by_index(3).unwrap();
     let s1 = device.gpm_sample().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let s2 = device.gpm_sample().unwrap();
-    let r = gpm_metrics_get(nvml, &s1, &s2, &[M::SmOccupancy, M::PcieRxPerSec]).unwrap();
+    let r = gpm_metrics_get(&nvml, &s1, &s2, &[M::SmOccupancy, M::PcieRxPerSec]).unwrap();
     let occupancy = r[0].as_ref().unwrap();
     assert_eq!(occupancy.metric_info.short_name, "SM_OCCUPANCY");
     assert_eq!(occupancy.metric_info.unit, "%");
@@ -152,23 +161,23 @@ fn metric_info_names_the_metric_and_its_unit() {
 
 #[test]
 fn samples_of_different_gpus_are_rejected() {
-    let nvml = nvml();
+    let nvml = session();
     let s1 = nvml.device_by_index(2).unwrap().gpm_sample().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let s2 = nvml.device_by_index(3).unwrap().gpm_sample().unwrap();
-    let r = gpm_metrics_get(nvml, &s1, &s2, &[M::SmUtil]);
+    let r = gpm_metrics_get(&nvml, &s1, &s2, &[M::SmUtil]);
     assert!(matches!(r, Err(NvmlError::InvalidArg)), "{r:?}");
 }
 
 #[test]
 fn reversed_or_identical_samples_are_rejected() {
-    let nvml = nvml();
+    let nvml = session();
     let device = nvml.device_by_index(2).unwrap();
     let s1 = device.gpm_sample().unwrap();
     std::thread::sleep(Duration::from_millis(300));
     let s2 = device.gpm_sample().unwrap();
     for (a, b) in [(&s2, &s1), (&s1, &s1)] {
-        let r = gpm_metrics_get(nvml, a, b, &[M::SmUtil]);
+        let r = gpm_metrics_get(&nvml, a, b, &[M::SmUtil]);
         assert!(matches!(r, Err(NvmlError::InvalidArg)), "{r:?}");
     }
 }

@@ -1,14 +1,12 @@
 //! GPM on boards older than Hopper (the a100x4 scenario): the support query answers "no" and
 //! every sampling call answers NOT_SUPPORTED, so a client exports no GPM series for them.
 
-mod common;
-
-use nvml_wrapper::Nvml;
+use crate::common::{self, Session};
 use nvml_wrapper::error::NvmlError;
 
-fn nvml() -> &'static Nvml {
+fn session() -> Session {
     let scenario = common::scenario("a100x4.toml");
-    common::nvml(&[
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(scenario.as_str())),
         ("NVML_SIM_TIME", Some("10")),
         ("NVML_SIM_START", None),
@@ -17,7 +15,7 @@ fn nvml() -> &'static Nvml {
 
 #[test]
 fn a100_reports_gpm_unsupported() {
-    let nvml = nvml();
+    let nvml = session();
     let count = nvml.device_count().unwrap();
     assert_eq!(count, 4);
     for i in 0..count {

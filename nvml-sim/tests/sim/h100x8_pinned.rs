@@ -1,8 +1,7 @@
 //! The default scenario at a pinned t = 60 s, read through nvml-wrapper and the raw ABI:
 //! identities, values, versioned structs, buffer protocols, NOT_SUPPORTED answers.
 
-mod common;
-
+use crate::common::{self, Session};
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{Clock, EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -13,21 +12,21 @@ use std::os::raw::c_uint;
 
 const MIB: u64 = 1024 * 1024;
 
-fn nvml() -> &'static Nvml {
-    common::nvml(&[
+fn session() -> Session {
+    common::session(&[
         ("NVML_SIM_SCENARIO", None),
         ("NVML_SIM_START", None),
         ("NVML_SIM_TIME", Some("60")),
     ])
 }
 
-fn gpu(i: u32) -> Device<'static> {
-    nvml().device_by_index(i).unwrap()
+fn gpu(nvml: &Nvml, i: u32) -> Device<'_> {
+    nvml.device_by_index(i).unwrap()
 }
 
 #[test]
 fn system_versions() {
-    let nvml = nvml();
+    let nvml = session();
     assert_eq!(nvml.sys_driver_version().unwrap(), "550.127.05");
     assert_eq!(nvml.sys_nvml_version().unwrap(), "12.550.127.05");
     assert_eq!(nvml.sys_cuda_driver_version().unwrap(), 12040);
@@ -36,6 +35,7 @@ fn system_versions() {
 
 #[test]
 fn identity_of_every_gpu() {
+    let nvml = session();
     let uuids = [
         "GPU-3b1e5a5c-0c1d-4a6e-9f0b-6f2d1c9e8a01",
         "GPU-8f4c2d7e-1a3b-4c5d-8e9f-0a1b2c3d4e02",
@@ -47,29 +47,30 @@ fn identity_of_every_gpu() {
         "GPU-1c3e5f7a-9b2d-4c6e-a8f0-7b9d1f3e5c08",
     ];
     for (i, uuid) in uuids.iter().enumerate() {
-        let d = gpu(i as u32);
+        let d = gpu(&nvml, i as u32);
         assert_eq!(d.index().unwrap(), i as u32);
         assert_eq!(d.name().unwrap(), "NVIDIA H100 80GB HBM3");
         assert_eq!(&d.uuid().unwrap(), uuid);
         assert_eq!(d.serial().unwrap(), format!("165492301010{}", i + 1));
         assert_eq!(d.cuda_compute_capability().unwrap().major, 9);
         assert_eq!(d.minor_number().unwrap(), i as u32);
-        let by_uuid = nvml().device_by_uuid(*uuid).unwrap();
+        let by_uuid = nvml.device_by_uuid(*uuid).unwrap();
         assert_eq!(by_uuid.index().unwrap(), i as u32);
         let pci = d.pci_info().unwrap();
         assert_eq!(pci.pci_device_id, 0x2330_10DE);
-        let by_bus = nvml().device_by_pci_bus_id(pci.bus_id.as_str()).unwrap();
+        let by_bus = nvml.device_by_pci_bus_id(pci.bus_id.as_str()).unwrap();
         assert_eq!(by_bus.index().unwrap(), i as u32);
     }
-    assert_eq!(gpu(4).pci_info().unwrap().bus_id, "00000000:9D:00.0");
+    assert_eq!(gpu(&nvml, 4).pci_info().unwrap().bus_id, "00000000:9D:00.0");
     assert!(matches!(
-        nvml().device_by_uuid("GPU-00000000-0000-0000-0000-000000000000"),
+        nvml.device_by_uuid("GPU-00000000-0000-0000-0000-000000000000"),
         Err(NvmlError::NotFound)
     ));
 }
 
 #[test]
 fn values_at_t60_follow_the_scenario() {
+    let nvml = session();
     // (utilization %, power W, temperature °C, reasons)
     let idle = ThrottleReasons::GPU_IDLE;
     let none = ThrottleReasons::empty();
@@ -86,7 +87,7 @@ fn values_at_t60_follow_the_scenario() {
         (0, 72.0, 34, idle),
     ];
     for (i, (util, watts, temp, reasons)) in expected.into_iter().enumerate() {
-        let d = gpu(i as u32);
+        let d = gpu(&nvml, i as u32);
         assert_eq!(
             d.utilization_rates().unwrap().gpu,
             util,
@@ -108,56 +109,70 @@ fn values_at_t60_follow_the_scenario() {
             "gpu {i} reasons"
         );
     }
-    assert_eq!(gpu(5).enforced_power_limit().unwrap(), 450_000);
-    assert_eq!(gpu(0).enforced_power_limit().unwrap(), 700_000);
+    assert_eq!(gpu(&nvml, 5).enforced_power_limit().unwrap(), 450_000);
+    assert_eq!(gpu(&nvml, 0).enforced_power_limit().unwrap(), 700_000);
     // Power-capped and hot: the SM clock is well below max; the idle GPU sits at its idle clock.
-    assert_eq!(gpu(5).clock_info(Clock::SM).unwrap(), 1666);
-    assert_eq!(gpu(2).clock_info(Clock::SM).unwrap(), 1980);
-    assert_eq!(gpu(0).clock_info(Clock::SM).unwrap(), 345);
-    assert_eq!(gpu(0).max_clock_info(Clock::SM).unwrap(), 1980);
-    assert_eq!(gpu(0).max_clock_info(Clock::Memory).unwrap(), 2619);
+    assert_eq!(gpu(&nvml, 5).clock_info(Clock::SM).unwrap(), 1666);
+    assert_eq!(gpu(&nvml, 2).clock_info(Clock::SM).unwrap(), 1980);
+    assert_eq!(gpu(&nvml, 0).clock_info(Clock::SM).unwrap(), 345);
+    assert_eq!(gpu(&nvml, 0).max_clock_info(Clock::SM).unwrap(), 1980);
+    assert_eq!(gpu(&nvml, 0).max_clock_info(Clock::Memory).unwrap(), 2619);
 }
 
 #[test]
 fn memory_and_processes() {
-    let m = gpu(7).memory_info().unwrap();
+    let nvml = session();
+    let m = gpu(&nvml, 7).memory_info().unwrap();
     assert_eq!(m.total, 81559 * MIB);
     assert_eq!(m.reserved, 579 * MIB);
     assert_eq!(m.used, 20480 * MIB);
     assert_eq!(m.free, m.total - m.reserved - m.used);
-    let procs = gpu(7).running_compute_processes().unwrap();
+    let procs = gpu(&nvml, 7).running_compute_processes().unwrap();
     assert_eq!(procs.len(), 1);
     assert_eq!(procs[0].pid, 412850);
     assert!(matches!(procs[0].used_gpu_memory, UsedGpuMemory::Used(b) if b == 20480 * MIB));
     assert_eq!(procs[0].gpu_instance_id, None);
-    assert!(gpu(0).running_compute_processes().unwrap().is_empty());
-    assert!(gpu(7).running_graphics_processes().unwrap().is_empty());
-    assert_eq!(gpu(7).utilization_rates().unwrap().gpu, 0);
+    assert!(
+        gpu(&nvml, 0)
+            .running_compute_processes()
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        gpu(&nvml, 7)
+            .running_graphics_processes()
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(gpu(&nvml, 7).utilization_rates().unwrap().gpu, 0);
 }
 
 #[test]
 fn counters_are_deterministic_and_consistent_with_power() {
+    let nvml = session();
     // Pinned clock: identical answers on every call; energy = power × 60 s at constant load.
-    let e0 = gpu(0).total_energy_consumption().unwrap();
-    assert_eq!(e0, gpu(0).total_energy_consumption().unwrap());
+    let e0 = gpu(&nvml, 0).total_energy_consumption().unwrap();
+    assert_eq!(e0, gpu(&nvml, 0).total_energy_consumption().unwrap());
     assert_eq!(e0, 72 * 60 * 1000);
-    let e5 = gpu(5).total_energy_consumption().unwrap();
+    let e5 = gpu(&nvml, 5).total_energy_consumption().unwrap();
     assert_eq!(e5, 450 * 60 * 1000);
     use nvml_wrapper::enum_wrappers::device::PerformancePolicy;
-    let v = gpu(5).violation_status(PerformancePolicy::Power).unwrap();
+    let v = gpu(&nvml, 5)
+        .violation_status(PerformancePolicy::Power)
+        .unwrap();
     assert_eq!(v.violation_time, 60_000_000_000);
     assert_eq!(
-        gpu(0)
+        gpu(&nvml, 0)
             .violation_status(PerformancePolicy::Power)
             .unwrap()
             .violation_time,
         0
     );
-    let ecc = gpu(6)
+    let ecc = gpu(&nvml, 6)
         .total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
         .unwrap();
     assert_eq!(ecc, 14);
-    let agg = gpu(6)
+    let agg = gpu(&nvml, 6)
         .total_ecc_errors(MemoryError::Corrected, EccCounter::Aggregate)
         .unwrap();
     assert_eq!(agg, 354);
@@ -165,7 +180,8 @@ fn counters_are_deterministic_and_consistent_with_power() {
 
 #[test]
 fn passive_cooling_and_no_page_retirement_on_hopper() {
-    let d = gpu(0);
+    let nvml = session();
+    let d = gpu(&nvml, 0);
     assert_eq!(d.num_fans().unwrap(), 0);
     assert!(matches!(d.fan_speed(0), Err(NvmlError::NotSupported)));
     assert_eq!(d.encoder_utilization().unwrap().utilization, 0);
@@ -181,7 +197,8 @@ fn passive_cooling_and_no_page_retirement_on_hopper() {
 
 #[test]
 fn nvlink_state_errors_and_throughput_fields() {
-    let d = gpu(3);
+    let nvml = session();
+    let d = gpu(&nvml, 3);
     for link in 0..18 {
         assert!(d.link_wrapper_for(link).is_active().unwrap());
     }
@@ -214,8 +231,7 @@ fn nvlink_state_errors_and_throughput_fields() {
         .collect();
     // SAFETY: valid handle and an array of 3 entries.
     let rc = unsafe {
-        nvml()
-            .lib()
+        nvml.lib()
             .nvmlDeviceGetFieldValues(d.handle(), 3, values.as_mut_ptr())
     };
     assert_eq!(rc, b::nvmlReturn_enum_NVML_SUCCESS);
@@ -236,11 +252,12 @@ fn nvlink_state_errors_and_throughput_fields() {
 
 #[test]
 fn remapped_rows_through_the_raw_abi() {
+    let nvml = session();
     let (mut corr, mut unc, mut pending, mut failure) = (9, 9, 9, 9);
     // SAFETY: valid handle and four out-pointers.
     let rc = unsafe {
-        nvml().lib().nvmlDeviceGetRemappedRows(
-            gpu(0).handle(),
+        nvml.lib().nvmlDeviceGetRemappedRows(
+            gpu(&nvml, 0).handle(),
             &mut corr,
             &mut unc,
             &mut pending,
@@ -253,10 +270,11 @@ fn remapped_rows_through_the_raw_abi() {
 
 #[test]
 fn versioned_struct_and_buffer_protocols() {
-    let lib = nvml().lib();
+    let nvml = session();
+    let lib = nvml.lib();
     // SAFETY: valid handle; every pointer below is a live local.
     unsafe {
-        let h = gpu(1).handle();
+        let h = gpu(&nvml, 1).handle();
         let mut mem: b::nvmlMemory_v2_t = std::mem::zeroed();
         mem.version = 1 << 24 | std::mem::size_of::<b::nvmlMemory_v2_t>() as u32;
         assert_eq!(
@@ -312,10 +330,11 @@ fn versioned_struct_and_buffer_protocols() {
 
 #[test]
 fn concurrent_callers_see_the_same_answers() {
+    let nvml = session();
     let read_all = || -> Vec<(u32, u32, u64, u64)> {
         (0..8)
             .map(|i| {
-                let d = gpu(i);
+                let d = gpu(&nvml, i);
                 (
                     d.power_usage().unwrap(),
                     d.temperature(TemperatureSensor::Gpu).unwrap(),
@@ -326,12 +345,14 @@ fn concurrent_callers_see_the_same_answers() {
             .collect()
     };
     let expected = read_all();
-    let handles: Vec<_> = (0..8)
-        .map(|_| std::thread::spawn(move || (0..50).map(|_| read_all()).collect::<Vec<_>>()))
-        .collect();
-    for h in handles {
-        for got in h.join().unwrap() {
-            assert_eq!(got, expected);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| (0..50).map(|_| read_all()).collect::<Vec<_>>()))
+            .collect();
+        for h in handles {
+            for got in h.join().unwrap() {
+                assert_eq!(got, expected);
+            }
         }
-    }
+    });
 }

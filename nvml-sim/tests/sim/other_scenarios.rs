@@ -1,15 +1,13 @@
 //! The V100 scenario at a pinned t: page retirement (with its INSUFFICIENT_SIZE protocol) instead
 //! of row remapping, an older reported driver, and the process-utilization split.
 
-mod common;
-
-use nvml_wrapper::Nvml;
+use crate::common::{self, Session};
 use nvml_wrapper::enum_wrappers::device::RetirementCause;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings as b;
 
-fn nvml() -> &'static Nvml {
-    common::nvml(&[
+fn session() -> Session {
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(&common::scenario("v100x2.toml"))),
         ("NVML_SIM_TIME", Some("60")),
         ("NVML_SIM_START", None),
@@ -18,7 +16,8 @@ fn nvml() -> &'static Nvml {
 
 #[test]
 fn retired_pages_before_ampere() {
-    let d = nvml().device_by_index(1).unwrap();
+    let nvml = session();
+    let d = nvml.device_by_index(1).unwrap();
     let single = d
         .retired_pages(RetirementCause::MultipleSingleBitEccErrors)
         .unwrap();
@@ -32,7 +31,7 @@ fn retired_pages_before_ampere() {
     );
     assert!(!d.are_pages_pending_retired().unwrap());
 
-    let lib = nvml().lib();
+    let lib = nvml.lib();
     // SAFETY: valid handle; pointers to live locals.
     unsafe {
         let mut count = 1;
@@ -48,9 +47,10 @@ fn retired_pages_before_ampere() {
 
 #[test]
 fn scenario_driver_version_and_nvlink_generation() {
-    assert_eq!(nvml().sys_driver_version().unwrap(), "535.261.03");
-    assert_eq!(nvml().sys_cuda_driver_version().unwrap(), 12020);
-    let d = nvml().device_by_index(0).unwrap();
+    let nvml = session();
+    assert_eq!(nvml.sys_driver_version().unwrap(), "535.261.03");
+    assert_eq!(nvml.sys_cuda_driver_version().unwrap(), 12020);
+    let d = nvml.device_by_index(0).unwrap();
     assert_eq!(d.name().unwrap(), "Tesla V100-SXM2-32GB");
     assert_eq!(d.link_wrapper_for(5).version().unwrap(), 2);
     assert!(matches!(
@@ -61,13 +61,14 @@ fn scenario_driver_version_and_nvlink_generation() {
 
 #[test]
 fn process_utilization_follows_the_device() {
-    let d = nvml().device_by_index(0).unwrap();
+    let nvml = session();
+    let d = nvml.device_by_index(0).unwrap();
     let samples = d.process_utilization_stats(0).unwrap();
     assert_eq!(samples.len(), 1);
     assert_eq!(samples[0].pid, 856101);
     assert_eq!(samples[0].sm_util, 80);
     // No process on GPU1: nothing to report.
-    let idle = nvml().device_by_index(1).unwrap();
+    let idle = nvml.device_by_index(1).unwrap();
     assert!(matches!(
         idle.process_utilization_stats(0),
         Err(NvmlError::NotFound)

@@ -1,8 +1,6 @@
 //! A scenario that does not parse makes nvmlInit fail (the reason goes to stderr).
 
-mod common;
-
-use nvml_wrapper::Nvml;
+use crate::common;
 use nvml_wrapper::error::NvmlError;
 
 #[test]
@@ -13,10 +11,8 @@ fn init_fails_on_a_bad_scenario() {
         "[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"GPU-1\"\n",
     )
     .unwrap();
-    common::set_env(&[("NVML_SIM_SCENARIO", Some(path.to_str().unwrap()))]);
-    let r = Nvml::builder()
-        .lib_path(common::lib_path().as_os_str())
-        .init();
+    let _turn = common::turn(&[("NVML_SIM_SCENARIO", Some(path.to_str().unwrap()))]);
+    let r = common::init();
     std::fs::remove_file(&path).ok();
     assert!(matches!(r, Err(NvmlError::Unknown)), "{:?}", r.err());
 }

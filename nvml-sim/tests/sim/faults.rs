@@ -1,9 +1,7 @@
 //! Injected faults at a pinned t = 75 s: a lost GPU (repeating window), a hanging call, a
 //! per-function error and an error window that does not cover t.
 
-mod common;
-
-use nvml_wrapper::Nvml;
+use crate::common::{self, Session};
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::error::NvmlError;
 use std::time::{Duration, Instant};
@@ -58,14 +56,14 @@ from = 0
 to = 74
 "#;
 
-fn nvml() -> &'static Nvml {
+fn session() -> Session {
     static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     let path = PATH.get_or_init(|| {
         let p = std::env::temp_dir().join(format!("nvml-sim-faults-{}.toml", std::process::id()));
         std::fs::write(&p, SCENARIO).unwrap();
         p
     });
-    common::nvml(&[
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(path.to_str().unwrap())),
         ("NVML_SIM_TIME", Some("75")),
         ("NVML_SIM_START", None),
@@ -74,10 +72,11 @@ fn nvml() -> &'static Nvml {
 
 #[test]
 fn lost_gpu_answers_gpu_is_lost() {
-    assert!(matches!(nvml().device_by_index(1), Err(NvmlError::GpuLost)));
-    assert_eq!(nvml().device_count().unwrap(), 4);
+    let nvml = session();
+    assert!(matches!(nvml.device_by_index(1), Err(NvmlError::GpuLost)));
+    assert_eq!(nvml.device_count().unwrap(), 4);
     // A handle obtained some other way fails the same on every call.
-    let d = nvml()
+    let d = nvml
         .device_by_uuid("GPU-00000000-0000-4000-8000-000000000001")
         .unwrap();
     assert!(matches!(d.name(), Err(NvmlError::GpuLost)));
@@ -86,7 +85,8 @@ fn lost_gpu_answers_gpu_is_lost() {
 
 #[test]
 fn hanging_call_blocks_then_answers() {
-    let d = nvml().device_by_index(2).unwrap();
+    let nvml = session();
+    let d = nvml.device_by_index(2).unwrap();
     let start = Instant::now();
     assert!(d.temperature(TemperatureSensor::Gpu).is_ok());
     assert!(start.elapsed() >= Duration::from_millis(500));
@@ -100,9 +100,10 @@ fn hanging_call_blocks_then_answers() {
 
 #[test]
 fn error_hits_only_the_named_function_and_device() {
-    let d3 = nvml().device_by_index(3).unwrap();
+    let nvml = session();
+    let d3 = nvml.device_by_index(3).unwrap();
     assert!(matches!(d3.power_usage(), Err(NvmlError::Unknown)));
     assert!(d3.name().is_ok());
     // GPU0's TIMEOUT window ended at 74 s.
-    assert!(nvml().device_by_index(0).unwrap().power_usage().is_ok());
+    assert!(nvml.device_by_index(0).unwrap().power_usage().is_ok());
 }

@@ -1,8 +1,7 @@
 //! What each model answers NOT_SUPPORTED for, checked on one scenario holding one GPU of every
 //! preset: fans, encoder, NVLink, MIG, ECC, row remapping vs page retirement, memory temperature.
 
-mod common;
-
+use crate::common::{self, Session};
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
@@ -16,7 +15,7 @@ const MODELS: [&str; 5] = [
     "V100-SXM2-32GB",
 ];
 
-fn nvml() -> &'static Nvml {
+fn session() -> Session {
     static PATH: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
     let path = PATH.get_or_init(|| {
         let mut text = String::new();
@@ -30,16 +29,16 @@ fn nvml() -> &'static Nvml {
         std::fs::write(&p, text).unwrap();
         p
     });
-    common::nvml(&[
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(path.to_str().unwrap())),
         ("NVML_SIM_TIME", Some("10")),
         ("NVML_SIM_START", None),
     ])
 }
 
-fn gpu(model: &str) -> Device<'static> {
+fn gpu<'n>(nvml: &'n Nvml, model: &str) -> Device<'n> {
     let i = MODELS.iter().position(|m| *m == model).unwrap();
-    nvml().device_by_index(i as u32).unwrap()
+    nvml.device_by_index(i as u32).unwrap()
 }
 
 fn unsupported<T: std::fmt::Debug>(r: Result<T, NvmlError>) -> bool {
@@ -50,7 +49,7 @@ fn remapped_rows(d: &Device) -> u32 {
     let (mut a, mut b_, mut c, mut e) = (0, 0, 0, 0);
     // SAFETY: valid handle and out-pointers.
     unsafe {
-        nvml()
+        d.nvml()
             .lib()
             .nvmlDeviceGetRemappedRows(d.handle(), &mut a, &mut b_, &mut c, &mut e)
     }
@@ -62,7 +61,9 @@ fn memory_temp(d: &Device) -> u32 {
         let mut v: b::nvmlFieldValue_t = std::mem::zeroed();
         v.fieldId = b::field_id::NVML_FI_DEV_MEMORY_TEMP;
         assert_eq!(
-            nvml().lib().nvmlDeviceGetFieldValues(d.handle(), 1, &mut v),
+            d.nvml()
+                .lib()
+                .nvmlDeviceGetFieldValues(d.handle(), 1, &mut v),
             0
         );
         v.nvmlReturn
@@ -71,7 +72,11 @@ fn memory_temp(d: &Device) -> u32 {
 
 #[test]
 fn names_and_architectures() {
-    let names: Vec<_> = MODELS.iter().map(|m| gpu(m).name().unwrap()).collect();
+    let nvml = session();
+    let names: Vec<_> = MODELS
+        .iter()
+        .map(|m| gpu(&nvml, m).name().unwrap())
+        .collect();
     assert_eq!(
         names,
         [
@@ -82,21 +87,25 @@ fn names_and_architectures() {
             "Tesla V100-SXM2-32GB"
         ]
     );
-    assert_eq!(gpu("L4").memory_info().unwrap().total, 23034 * 1024 * 1024);
     assert_eq!(
-        gpu("A100-SXM4-80GB").enforced_power_limit().unwrap(),
+        gpu(&nvml, "L4").memory_info().unwrap().total,
+        23034 * 1024 * 1024
+    );
+    assert_eq!(
+        gpu(&nvml, "A100-SXM4-80GB").enforced_power_limit().unwrap(),
         400_000
     );
-    assert_eq!(gpu("L4").enforced_power_limit().unwrap(), 72_000);
+    assert_eq!(gpu(&nvml, "L4").enforced_power_limit().unwrap(), 72_000);
 }
 
 #[test]
 fn fans_only_on_the_blower_card() {
+    let nvml = session();
     for m in ["H100-SXM5-80GB", "A100-SXM4-80GB", "L4", "V100-SXM2-32GB"] {
-        assert_eq!(gpu(m).num_fans().unwrap(), 0, "{m}");
-        assert!(unsupported(gpu(m).fan_speed(0)), "{m}");
+        assert_eq!(gpu(&nvml, m).num_fans().unwrap(), 0, "{m}");
+        assert!(unsupported(gpu(&nvml, m).fan_speed(0)), "{m}");
     }
-    let rtx = gpu("RTX6000-Ada");
+    let rtx = gpu(&nvml, "RTX6000-Ada");
     assert_eq!(rtx.num_fans().unwrap(), 1);
     let speed = rtx.fan_speed(0).unwrap();
     assert!((30..=100).contains(&speed), "{speed}");
@@ -105,52 +114,58 @@ fn fans_only_on_the_blower_card() {
 
 #[test]
 fn encoder_nvlink_and_mig() {
+    let nvml = session();
     // No NVENC on H100/A100, but the query answers 0 % rather than NOT_SUPPORTED.
     assert_eq!(
-        gpu("H100-SXM5-80GB")
+        gpu(&nvml, "H100-SXM5-80GB")
             .encoder_utilization()
             .unwrap()
             .utilization,
         0
     );
     assert_eq!(
-        gpu("A100-SXM4-80GB")
+        gpu(&nvml, "A100-SXM4-80GB")
             .encoder_utilization()
             .unwrap()
             .utilization,
         0
     );
-    assert!(gpu("L4").encoder_utilization().is_ok());
-    assert!(gpu("RTX6000-Ada").encoder_utilization().is_ok());
+    assert!(gpu(&nvml, "L4").encoder_utilization().is_ok());
+    assert!(gpu(&nvml, "RTX6000-Ada").encoder_utilization().is_ok());
 
-    assert!(unsupported(gpu("L4").link_wrapper_for(0).is_active()));
     assert!(unsupported(
-        gpu("RTX6000-Ada").link_wrapper_for(0).is_active()
+        gpu(&nvml, "L4").link_wrapper_for(0).is_active()
+    ));
+    assert!(unsupported(
+        gpu(&nvml, "RTX6000-Ada").link_wrapper_for(0).is_active()
     ));
     assert!(
-        gpu("A100-SXM4-80GB")
+        gpu(&nvml, "A100-SXM4-80GB")
             .link_wrapper_for(11)
             .is_active()
             .unwrap()
     );
 
-    assert!(gpu("H100-SXM5-80GB").mig_mode().is_ok());
-    assert!(gpu("A100-SXM4-80GB").mig_mode().is_ok());
-    assert!(unsupported(gpu("L4").mig_mode()));
+    assert!(gpu(&nvml, "H100-SXM5-80GB").mig_mode().is_ok());
+    assert!(gpu(&nvml, "A100-SXM4-80GB").mig_mode().is_ok());
+    assert!(unsupported(gpu(&nvml, "L4").mig_mode()));
 }
 
 #[test]
 fn remapping_from_ampere_retirement_before() {
+    let nvml = session();
     let ok = b::nvmlReturn_enum_NVML_SUCCESS;
     let ns = b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
-    assert_eq!(remapped_rows(&gpu("H100-SXM5-80GB")), ok);
-    assert_eq!(remapped_rows(&gpu("A100-SXM4-80GB")), ok);
-    assert_eq!(remapped_rows(&gpu("L4")), ok);
-    assert_eq!(remapped_rows(&gpu("V100-SXM2-32GB")), ns);
+    assert_eq!(remapped_rows(&gpu(&nvml, "H100-SXM5-80GB")), ok);
+    assert_eq!(remapped_rows(&gpu(&nvml, "A100-SXM4-80GB")), ok);
+    assert_eq!(remapped_rows(&gpu(&nvml, "L4")), ok);
+    assert_eq!(remapped_rows(&gpu(&nvml, "V100-SXM2-32GB")), ns);
     let cause = RetirementCause::MultipleSingleBitEccErrors;
-    assert!(unsupported(gpu("A100-SXM4-80GB").retired_pages(cause)));
+    assert!(unsupported(
+        gpu(&nvml, "A100-SXM4-80GB").retired_pages(cause)
+    ));
     assert!(
-        gpu("V100-SXM2-32GB")
+        gpu(&nvml, "V100-SXM2-32GB")
             .retired_pages(cause)
             .unwrap()
             .is_empty()
@@ -159,12 +174,13 @@ fn remapping_from_ampere_retirement_before() {
 
 #[test]
 fn ecc_off_on_the_workstation_card_and_hbm_sensor_only_on_hbm() {
-    let ecc = |m| gpu(m).total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile);
+    let nvml = session();
+    let ecc = |m| gpu(&nvml, m).total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile);
     assert!(unsupported(ecc("RTX6000-Ada")));
     assert_eq!(ecc("L4").unwrap(), 0);
-    assert_eq!(memory_temp(&gpu("H100-SXM5-80GB")), 0);
+    assert_eq!(memory_temp(&gpu(&nvml, "H100-SXM5-80GB")), 0);
     assert_eq!(
-        memory_temp(&gpu("L4")),
+        memory_temp(&gpu(&nvml, "L4")),
         b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
     );
 }

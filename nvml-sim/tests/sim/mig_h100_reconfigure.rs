@@ -1,18 +1,21 @@
 //! The h100-mig reconfiguration at t = 60 s with a running clock started at 58 s: a handle of
 //! the destroyed instance turns invalid, the new instance appears under the same index, and GPM
 //! metrics are computed per GPU instance from each instance's own activity.
+//!
+//! The steps share one running clock, so they run in order in one test: the reconfiguration
+//! first, while t is still before 60 s. No other test uses this environment, so the session
+//! starts a new simulation and its clock at 58 s.
 
-mod common;
-
+use crate::common::{self, Session};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enums::gpm::GpmMetricId as M;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::gpm_metrics_get;
 use std::time::Duration;
 
-fn nvml() -> &'static Nvml {
+fn session() -> Session {
     let scenario = common::scenario("h100-mig.toml");
-    common::nvml(&[
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(scenario.as_str())),
         ("NVML_SIM_TIME", None),
         ("NVML_SIM_START", Some("58")),
@@ -20,8 +23,7 @@ fn nvml() -> &'static Nvml {
 }
 
 /// SM_UTIL and DRAM_BW_UTIL (percent) of GPU instance `gi` of GPU0 over a 300 ms window.
-fn instance_window(gi: u32) -> Vec<Result<f64, NvmlError>> {
-    let nvml = nvml();
+fn instance_window(nvml: &Nvml, gi: u32) -> Vec<Result<f64, NvmlError>> {
     let device = nvml.device_by_index(0).unwrap();
     let s1 = device.gpm_mig_sample(gi).unwrap();
     // A real wait: the GPM unit refreshes every 100 ms, and the clock is running.
@@ -35,8 +37,15 @@ fn instance_window(gi: u32) -> Vec<Result<f64, NvmlError>> {
 }
 
 #[test]
-fn the_layout_changes_at_60_s_and_stale_handles_become_invalid() {
-    let gpu = nvml().device_by_index(0).unwrap();
+fn the_reconfiguration_at_60_s() {
+    let nvml = session();
+    the_layout_changes_at_60_s_and_stale_handles_become_invalid(&nvml);
+    gpm_is_per_instance(&nvml);
+    a_mig_device_handle_samples_its_gpu_instance(&nvml);
+}
+
+fn the_layout_changes_at_60_s_and_stale_handles_become_invalid(nvml: &Nvml) {
+    let gpu = nvml.device_by_index(0).unwrap();
     // Before 60 s (the clock started at 58 s; 2 s of margin): index 1 is GI 3, the 2g.20gb.
     let old = gpu.mig_device_by_index(1).unwrap();
     assert_eq!(old.name().unwrap(), "NVIDIA H100 80GB HBM3 MIG 2g.20gb");
@@ -58,11 +67,10 @@ fn the_layout_changes_at_60_s_and_stale_handles_become_invalid() {
     assert!(matches!(gpu.gpm_mig_sample(3), Err(NvmlError::InvalidArg)));
 }
 
-#[test]
-fn gpm_is_per_instance() {
+fn gpm_is_per_instance(nvml: &Nvml) {
     // GI 2 (3g.40gb) trains: SM 85 %, DRAM 50 %. GI 9 (1g.10gb) is idle. Both constant.
-    let busy = instance_window(2);
-    let idle = instance_window(9);
+    let busy = instance_window(nvml, 2);
+    let idle = instance_window(nvml, 9);
     let close = |v: &Result<f64, NvmlError>, want: f64| {
         let v = *v.as_ref().unwrap();
         assert!((v - want).abs() < 1e-6, "{v} vs {want}");
@@ -75,9 +83,7 @@ fn gpm_is_per_instance() {
     assert!(matches!(busy[2], Err(NvmlError::NotSupported)));
 }
 
-#[test]
-fn a_mig_device_handle_samples_its_gpu_instance() {
-    let nvml = nvml();
+fn a_mig_device_handle_samples_its_gpu_instance(nvml: &Nvml) {
     let gpu = nvml.device_by_index(0).unwrap();
     let d = gpu.mig_device_by_index(0).unwrap(); // GI 2 at every time of this test
     let s1 = d.gpm_sample().unwrap();

@@ -3,14 +3,13 @@
 //! "appropriate privileges"; its MIG device handles still list their own processes, and the GPU
 //! with MIG off lists its processes as for anyone.
 
-mod common;
-
+use crate::common::{self, Session};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 
-fn nvml() -> &'static Nvml {
+fn session() -> Session {
     let scenario = common::scenario("h100-mig.toml");
-    common::nvml(&[
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(scenario.as_str())),
         ("NVML_SIM_TIME", Some("30")),
         ("NVML_SIM_START", None),
@@ -18,8 +17,8 @@ fn nvml() -> &'static Nvml {
     ])
 }
 
-fn gpu(i: u32) -> Device<'static> {
-    nvml().device_by_index(i).unwrap()
+fn gpu(nvml: &Nvml, i: u32) -> Device<'_> {
+    nvml.device_by_index(i).unwrap()
 }
 
 /// A listed process: pid, GPU instance, compute instance, MiB.
@@ -42,7 +41,8 @@ fn compute(d: &Device) -> Result<Vec<Listed>, NvmlError> {
 
 #[test]
 fn the_mig_parent_refuses_its_process_lists() {
-    let parent = gpu(0);
+    let nvml = session();
+    let parent = gpu(&nvml, 0);
     assert!(matches!(compute(&parent), Err(NvmlError::NoPermission)));
     assert!(matches!(
         parent.running_graphics_processes(),
@@ -63,7 +63,8 @@ fn the_mig_parent_refuses_its_process_lists() {
 
 #[test]
 fn mig_handles_list_their_own_processes() {
-    let parent = gpu(0);
+    let nvml = session();
+    let parent = gpu(&nvml, 0);
     let by_handle: Vec<_> = (0..parent.mig_device_count().unwrap())
         .filter_map(|i| parent.mig_device_by_index(i).ok())
         .map(|m| compute(&m).unwrap())
@@ -81,5 +82,9 @@ fn mig_handles_list_their_own_processes() {
 
 #[test]
 fn a_gpu_with_mig_off_lists_its_processes() {
-    assert_eq!(compute(&gpu(1)).unwrap(), [(610101, None, None, 40960)]);
+    let nvml = session();
+    assert_eq!(
+        compute(&gpu(&nvml, 1)).unwrap(),
+        [(610101, None, None, 40960)]
+    );
 }

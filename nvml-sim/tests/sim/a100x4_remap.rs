@@ -1,26 +1,25 @@
 //! The A100 scenario at a pinned t: row remapping state per GPU (one with a pending remap),
 //! ECC counts, NVLink 3 and MIG supported but disabled.
 
-mod common;
-
+use crate::common::{self, Session};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper_sys::bindings as b;
 
-fn nvml() -> &'static Nvml {
-    common::nvml(&[
+fn session() -> Session {
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(&common::scenario("a100x4.toml"))),
         ("NVML_SIM_TIME", Some("60")),
         ("NVML_SIM_START", None),
     ])
 }
 
-fn remapped(i: u32) -> (u32, u32, u32, u32) {
-    let d = nvml().device_by_index(i).unwrap();
+fn remapped(nvml: &Nvml, i: u32) -> (u32, u32, u32, u32) {
+    let d = nvml.device_by_index(i).unwrap();
     let (mut corr, mut unc, mut pending, mut failure) = (0, 0, 0, 0);
     // SAFETY: valid handle and out-pointers.
     let rc = unsafe {
-        nvml().lib().nvmlDeviceGetRemappedRows(
+        nvml.lib().nvmlDeviceGetRemappedRows(
             d.handle(),
             &mut corr,
             &mut unc,
@@ -34,15 +33,17 @@ fn remapped(i: u32) -> (u32, u32, u32, u32) {
 
 #[test]
 fn remapped_rows_per_gpu() {
-    assert_eq!(remapped(0), (0, 0, 0, 0));
-    assert_eq!(remapped(1), (2, 0, 0, 0));
-    assert_eq!(remapped(2), (1, 1, 1, 0));
-    assert_eq!(remapped(3), (0, 0, 0, 0));
+    let nvml = session();
+    assert_eq!(remapped(&nvml, 0), (0, 0, 0, 0));
+    assert_eq!(remapped(&nvml, 1), (2, 0, 0, 0));
+    assert_eq!(remapped(&nvml, 2), (1, 1, 1, 0));
+    assert_eq!(remapped(&nvml, 3), (0, 0, 0, 0));
 }
 
 #[test]
 fn ecc_mig_and_nvlink() {
-    let d2 = nvml().device_by_index(2).unwrap();
+    let nvml = session();
+    let d2 = nvml.device_by_index(2).unwrap();
     assert_eq!(
         d2.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
             .unwrap(),
@@ -53,7 +54,7 @@ fn ecc_mig_and_nvlink() {
             .unwrap(),
         2
     );
-    let d0 = nvml().device_by_index(0).unwrap();
+    let d0 = nvml.device_by_index(0).unwrap();
     assert_eq!(d0.name().unwrap(), "NVIDIA A100-SXM4-80GB");
     assert_eq!(d0.memory_info().unwrap().total, 81920 * 1024 * 1024);
     assert_eq!(d0.mig_mode().unwrap().current, 0);

@@ -1,16 +1,14 @@
 //! The a100-mig scenario at a pinned t = 90 s (after its reconfiguration): seven MIG devices,
 //! GI 13 replaced by GI 14 (1g.20gb), per-instance memory, and no GPM on Ampere.
 
-mod common;
-
-use nvml_wrapper::Nvml;
+use crate::common::{self, Session};
 use nvml_wrapper::error::NvmlError;
 
 const MIB: u64 = 1024 * 1024;
 
-fn nvml() -> &'static Nvml {
+fn session() -> Session {
     let scenario = common::scenario("a100-mig.toml");
-    common::nvml(&[
+    common::session(&[
         ("NVML_SIM_SCENARIO", Some(scenario.as_str())),
         ("NVML_SIM_TIME", Some("90")),
         ("NVML_SIM_START", None),
@@ -19,7 +17,8 @@ fn nvml() -> &'static Nvml {
 
 #[test]
 fn seven_instances_after_the_reconfiguration() {
-    let gpu = nvml().device_by_index(0).unwrap();
+    let nvml = session();
+    let gpu = nvml.device_by_index(0).unwrap();
     assert_eq!(gpu.mig_device_count().unwrap(), 7);
     let mut names = Vec::new();
     for i in 0..7 {
@@ -46,7 +45,8 @@ fn seven_instances_after_the_reconfiguration() {
 
 #[test]
 fn no_gpm_and_no_utilization() {
-    let gpu = nvml().device_by_index(0).unwrap();
+    let nvml = session();
+    let gpu = nvml.device_by_index(0).unwrap();
     assert!(matches!(
         gpu.gpm_mig_sample(7),
         Err(NvmlError::NotSupported)

@@ -1,15 +1,17 @@
 //! XID delivery on a running clock: the default scenario has XID 79 on GPU6 at t = 30 s; the
 //! clock starts at 29.5 s, so a set registered now sees it about half a second later, once.
+//!
+//! Both steps read the same running clock, so they run in order in one test; no other test uses
+//! this environment, so the session starts a new simulation and its clock at 29.5 s.
 
-mod common;
-
+use crate::common::{self, Session};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::error::NvmlError;
 use std::time::{Duration, Instant};
 
-fn nvml() -> &'static Nvml {
-    common::nvml(&[
+fn session() -> Session {
+    common::session(&[
         ("NVML_SIM_SCENARIO", None),
         ("NVML_SIM_TIME", None),
         ("NVML_SIM_START", Some("29.5")),
@@ -17,8 +19,13 @@ fn nvml() -> &'static Nvml {
 }
 
 #[test]
-fn xid_79_arrives_once_on_gpu6_only() {
-    let nvml = nvml();
+fn xid_79_arrives_once_and_only_to_sets_registered_before() {
+    let nvml = session();
+    xid_79_arrives_once_on_gpu6_only(&nvml);
+    a_set_registered_after_the_event_never_sees_it(&nvml);
+}
+
+fn xid_79_arrives_once_on_gpu6_only(nvml: &Nvml) {
     let gpu6 = nvml.device_by_index(6).unwrap();
     assert!(
         gpu6.supported_event_types()
@@ -46,20 +53,10 @@ fn xid_79_arrives_once_on_gpu6_only() {
     assert!(matches!(set.wait(200), Err(NvmlError::Timeout)));
 }
 
-#[test]
-fn a_set_registered_after_the_event_never_sees_it() {
-    let nvml = nvml();
+/// Runs after [`xid_79_arrives_once_on_gpu6_only`], which saw the event: t is past 30 s.
+fn a_set_registered_after_the_event_never_sees_it(nvml: &Nvml) {
     let set = nvml.create_event_set().unwrap();
-    // Make sure t is past 30 s: a probe registered at t >= 29.5 returns either the event
-    // (t >= 30) or a timeout 2 s later (t >= 31.5).
     let d = nvml.device_by_index(6).unwrap();
-    let probe = d
-        .register_events(
-            EventTypes::CRITICAL_XID_ERROR,
-            nvml.create_event_set().unwrap(),
-        )
-        .unwrap();
-    let _ = probe.wait(2000);
     let set = d
         .register_events(EventTypes::CRITICAL_XID_ERROR, set)
         .unwrap();
