@@ -4,6 +4,7 @@
 //! [`sample::Snapshot`] → [`metrics`] (encoded once per tick) → [`http`] (serves the bytes).
 //! A scrape never calls NVML and never encodes.
 
+mod certificates;
 pub mod config;
 pub mod http;
 pub mod kubernetes;
@@ -12,7 +13,6 @@ pub mod nvml;
 pub mod processes;
 pub mod sample;
 pub mod sampler;
-
 
 use std::future::Future;
 use std::sync::Arc;

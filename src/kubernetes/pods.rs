@@ -22,15 +22,13 @@ use http::{HeaderValue, Request, StatusCode, Uri};
 use hyper::body::Body as _;
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 use serde::Deserialize;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use crate::certificates::{self, AnyCertificate};
 use crate::config::KubernetesConfig;
 use crate::sample::{ContainerIdentity, KubeletError, PodIdentity};
 
@@ -252,14 +250,19 @@ impl PodsClient {
             .with_safe_default_protocol_versions()
             .map_err(|e| PodsError::new(KubeletError::PodsTls, e.to_string()))?;
         let config = match &self.ca_file {
-            Some(ca_file) => builder
-                .with_root_certificates(read_roots(ca_file)?)
-                .with_no_client_auth(),
+            Some(ca_file) => {
+                let roots = certificates::read_roots(ca_file).map_err(|e| {
+                    PodsError::new(
+                        KubeletError::PodsTls,
+                        format!("--kubelet-ca-file {}: {e}", ca_file.display()),
+                    )
+                })?;
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+            // `--kubelet-insecure-tls`, as metrics-server's flag of the same name.
             None => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyServerCert {
-                    algorithms: provider.signature_verification_algorithms,
-                }))
+                .with_custom_certificate_verifier(AnyCertificate::of_servers(&provider))
                 .with_no_client_auth(),
         };
         Ok(config)
@@ -365,69 +368,6 @@ fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
         .map_err(|_| fail("the token has characters a header cannot carry".into()))?;
     value.set_sensitive(true);
     Ok(value)
-}
-
-fn read_roots(path: &Path) -> Result<RootCertStore, PodsError> {
-    let fail = |what: String| {
-        PodsError::new(
-            KubeletError::PodsTls,
-            format!("--kubelet-ca-file {}: {what}", path.display()),
-        )
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| fail(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(fail("no PEM certificate in the file".into()));
-    }
-    let mut roots = RootCertStore::empty();
-    for cert in certs {
-        roots.add(cert).map_err(|e| fail(e.to_string()))?;
-    }
-    Ok(roots)
-}
-
-/// `--kubelet-insecure-tls`: any server certificate is accepted, as metrics-server's flag of the
-/// same name does. The handshake signature is still checked, so the server must hold the
-/// certificate's key; only who signed the certificate is not.
-#[derive(Debug)]
-struct AnyServerCert {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
 }
 
 // Only the fields used; serde skips the rest of each (large) pod object.
