@@ -227,6 +227,12 @@ impl PodsClient {
         if let Some(tls) = tls_cause(e) {
             return self.handshake_failed(tls);
         }
+        if e.is_builder() {
+            return PodsError::new(
+                KubeletError::PodsHttp,
+                format!("GET {}: {}", self.url, causes(e)),
+            );
+        }
         if e.is_connect() {
             // The innermost cause says it: "Connection refused", "failed to lookup address".
             let cause = chain(e).last().unwrap_or(e);
@@ -477,6 +483,74 @@ fn strip_scheme(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TLS server on 127.0.0.1 that reads one request, writes `answer` and closes; the
+    /// `--kubelet-insecure-tls` client that calls it, with its token file.
+    async fn server_answering(answer: &'static [u8]) -> (PodsClient, tempfile::TempDir) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let _ = tls.read(&mut [0; 4096]).await;
+            let _ = tls.write_all(answer).await;
+            let _ = tls.shutdown().await;
+        });
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "t\n").unwrap();
+        let client = PodsClient::new(&KubernetesConfig {
+            pods: true,
+            kubelet_url: format!("https://{address}").parse().unwrap(),
+            kubelet_token_file: dir.path().join("token"),
+            kubelet_insecure_tls: true,
+            timeout: Duration::from_secs(10),
+            ..KubernetesConfig::default()
+        });
+        (client, dir)
+    }
+
+    #[tokio::test]
+    async fn a_kubelet_that_drops_the_connection_is_unavailable_and_says_how() {
+        let (mut client, _dir) = server_answering(b"").await;
+        let e = client.fetch().await.unwrap_err();
+        assert_eq!(e.reason, KubeletError::PodsUnavailable);
+        assert_eq!(
+            e.message,
+            format!(
+                "GET {}: connection closed before message completed",
+                client.url()
+            )
+        );
+
+        let (mut client, _dir) =
+            server_answering(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}").await;
+        let e = client.fetch().await.unwrap_err();
+        assert_eq!(e.reason, KubeletError::PodsUnavailable);
+        assert!(
+            e.message.starts_with(&format!(
+                "GET {}: error reading a body from connection: ",
+                client.url()
+            )),
+            "{}",
+            e.message
+        );
+    }
 
     #[test]
     fn pods_url_appends_to_the_path() {
