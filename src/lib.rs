@@ -5,6 +5,7 @@
 //! answer from [`kubernetes`]) → [`http`] (serves the bytes). A scrape never calls NVML and never
 //! encodes.
 
+mod certificates;
 pub mod config;
 pub mod http;
 pub mod kubernetes;

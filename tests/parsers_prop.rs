@@ -947,7 +947,9 @@ fn load_web_file(bytes: &[u8]) -> Result<(WebSettings, WebConfigFile), String> {
     std::fs::write(&path, bytes).unwrap();
     let arg = path.clone();
     let result = within_time_limit("WebSettings::load", move || {
-        WebSettings::load(Some(&arg)).map(|s| (s, WebConfigFile::read(&arg)))
+        WebSettings::load(Some(&arg))
+            .map(|s| (s, WebConfigFile::read(&arg)))
+            .map_err(|e| e.to_string())
     });
     match result {
         Ok((settings, file)) => {

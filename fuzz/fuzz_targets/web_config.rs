@@ -28,7 +28,8 @@ fn file() -> &'static PathBuf {
 fuzz_target!(|data: &[u8]| {
     let path = file();
     std::fs::write(path, data).expect("write the input");
-    if let Err(msg) = WebSettings::load(Some(path)) {
+    if let Err(e) = WebSettings::load(Some(path)) {
+        let msg = e.to_string();
         assert!(!msg.contains(['\n', '\r']), "not one line: {msg:?}");
         assert!(
             msg.contains(&*path.to_string_lossy()),

@@ -35,6 +35,24 @@ pub const MAX_CONCURRENT_VERIFY: usize = 2;
 /// The `WWW-Authenticate` challenge sent with a 401.
 pub const CHALLENGE: &str = "Basic realm=\"nvml-exporter\", charset=\"UTF-8\"";
 
+/// Why the configured users cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// A user's hash is not a bcrypt hash.
+    #[error(
+        "basic_auth_users.{user}: not a bcrypt hash ({error}); create one with htpasswd -nBC 10 {user}"
+    )]
+    NotBcrypt {
+        /// The user named in the file.
+        user: String,
+        /// What bcrypt found wrong.
+        error: bcrypt::BcryptError,
+    },
+    /// No user at all.
+    #[error("basic_auth_users is empty")]
+    NoUsers,
+}
+
 /// Configured users and the cache of verified headers.
 #[derive(Debug)]
 pub struct BasicAuth {
@@ -47,17 +65,14 @@ pub struct BasicAuth {
 
 impl BasicAuth {
     /// Checks every hash is a well-formed bcrypt hash; the error names the user.
-    pub fn new(users: BTreeMap<String, String>) -> Result<BasicAuth, String> {
+    pub fn new(users: BTreeMap<String, String>) -> Result<BasicAuth, AuthError> {
         for (user, hash) in &users {
-            bcrypt::HashParts::from_str(hash).map_err(|e| {
-                format!("basic_auth_users.{user}: not a bcrypt hash ({e}); create one with htpasswd -nBC 10 {user}")
+            bcrypt::HashParts::from_str(hash).map_err(|error| AuthError::NotBcrypt {
+                user: user.clone(),
+                error,
             })?;
         }
-        let decoy = users
-            .values()
-            .next()
-            .cloned()
-            .ok_or("basic_auth_users is empty")?;
+        let decoy = users.values().next().cloned().ok_or(AuthError::NoUsers)?;
         Ok(BasicAuth {
             users,
             decoy,
@@ -197,7 +212,8 @@ mod tests {
     #[test]
     fn malformed_hash_is_refused_naming_the_user() {
         let e = BasicAuth::new(BTreeMap::from([("alice".to_string(), "plain".to_string())]))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("alice") && e.contains("bcrypt"), "{e}");
     }
 }

@@ -7,20 +7,67 @@
 //! previous certificate and logs a warning; it is tried again when the files change again.
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use rustls::client::danger::HandshakeSignatureValid;
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, UnixTime};
-use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::{ServerConfig, WebPkiClientVerifier};
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureScheme};
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::PrivateKeyDer;
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ServerConfig, VerifierBuilderError, WebPkiClientVerifier};
 use tokio_rustls::TlsAcceptor;
 
 use super::web_config::{ClientAuth, TlsSettings, TlsVersion};
+use crate::certificates::{self, AnyCertificate, CertificateFileError};
+
+/// Why the TLS settings cannot be served. Each names the `tls_server_config` key and file at
+/// fault; [`super::WebSettings::load`] puts the web-config file in front.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// `cert_file` or `client_ca_file` cannot be read as PEM certificates.
+    #[error("{key} {}: {error}", path.display())]
+    Certificates {
+        /// The key that names the file.
+        key: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: CertificateFileError,
+    },
+    /// `key_file` cannot be read as a PEM private key.
+    #[error("key_file {}: {error}", path.display())]
+    Key {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        error: pem::Error,
+    },
+    /// rustls refuses the protocol versions.
+    #[error("tls_server_config: {0}")]
+    Versions(rustls::Error),
+    /// The key does not go with the certificate, or rustls refuses the pair.
+    #[error("cert_file {} and key_file {}: {error}", cert_file.display(), key_file.display())]
+    KeyPair {
+        /// The certificate chain.
+        cert_file: PathBuf,
+        /// The private key.
+        key_file: PathBuf,
+        /// Why rustls refuses them.
+        error: rustls::Error,
+    },
+    /// A client-certificate policy that verifies, without a CA to verify against.
+    #[error("client_ca_file is required for this client_auth_type")]
+    NoClientCa,
+    /// The client CA certificates cannot verify clients.
+    #[error("client_ca_file {}: {error}", path.display())]
+    ClientVerifier {
+        /// The CA file.
+        path: PathBuf,
+        /// Why rustls refuses it.
+        error: VerifierBuilderError,
+    },
+}
 
 /// How often, at most, a handshake looks at the files' modification times.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
@@ -50,7 +97,7 @@ impl fmt::Debug for TlsReloader {
 
 impl TlsReloader {
     /// Loads the certificate, key and client CA now; an error names the file at fault.
-    pub fn new(settings: TlsSettings) -> Result<TlsReloader, String> {
+    pub fn new(settings: TlsSettings) -> Result<TlsReloader, TlsError> {
         let stamps = stamps(&settings);
         let config = server_config(&settings)?;
         Ok(TlsReloader {
@@ -107,10 +154,17 @@ fn provider() -> Arc<CryptoProvider> {
 }
 
 /// Builds the rustls configuration; errors name the file or setting at fault.
-pub fn server_config(s: &TlsSettings) -> Result<ServerConfig, String> {
-    let certs = read_certs(&s.cert_file, "cert_file")?;
-    let key = PrivateKeyDer::from_pem_file(&s.key_file)
-        .map_err(|e| format!("key_file {}: {e}", s.key_file.display()))?;
+pub fn server_config(s: &TlsSettings) -> Result<ServerConfig, TlsError> {
+    let certs =
+        certificates::read_certificates(&s.cert_file).map_err(|error| TlsError::Certificates {
+            key: "cert_file",
+            path: s.cert_file.clone(),
+            error,
+        })?;
+    let key = PrivateKeyDer::from_pem_file(&s.key_file).map_err(|error| TlsError::Key {
+        path: s.key_file.clone(),
+        error,
+    })?;
     let provider = provider();
     let versions: &[&rustls::SupportedProtocolVersion] = match (s.min_version, s.max_version) {
         (TlsVersion::TLS12, TlsVersion::TLS12) => &[&rustls::version::TLS12],
@@ -122,121 +176,44 @@ pub fn server_config(s: &TlsSettings) -> Result<ServerConfig, String> {
     let verifier = client_verifier(s, &provider)?;
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(versions)
-        .map_err(|e| format!("tls_server_config: {e}"))?
+        .map_err(TlsError::Versions)?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs, key)
-        .map_err(|e| {
-            format!(
-                "cert_file {} and key_file {}: {e}",
-                s.cert_file.display(),
-                s.key_file.display()
-            )
+        .map_err(|error| TlsError::KeyPair {
+            cert_file: s.cert_file.clone(),
+            key_file: s.key_file.clone(),
+            error,
         })?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
 
-fn read_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>, String> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{key} {}: {e}", path.display()))?;
-    if certs.is_empty() {
-        return Err(format!(
-            "{key} {}: no PEM certificate in the file",
-            path.display()
-        ));
-    }
-    Ok(certs)
-}
-
 fn client_verifier(
     s: &TlsSettings,
     provider: &Arc<CryptoProvider>,
-) -> Result<Arc<dyn ClientCertVerifier>, String> {
-    let unverified = |mandatory| -> Arc<dyn ClientCertVerifier> {
-        Arc::new(AnyClientCert {
-            mandatory,
-            algorithms: provider.signature_verification_algorithms,
-        })
-    };
-    let verified = |optional: bool| -> Result<Arc<dyn ClientCertVerifier>, String> {
-        let ca: &PathBuf = s
-            .client_ca_file
-            .as_ref()
-            .ok_or("client_ca_file is required for this client_auth_type")?;
-        let mut roots = RootCertStore::empty();
-        for cert in read_certs(ca, "client_ca_file")? {
-            roots
-                .add(cert)
-                .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))?;
-        }
+) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let verified = |optional: bool| -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+        let ca = s.client_ca_file.as_ref().ok_or(TlsError::NoClientCa)?;
+        let roots = certificates::read_roots(ca).map_err(|error| TlsError::Certificates {
+            key: "client_ca_file",
+            path: ca.clone(),
+            error,
+        })?;
         let mut builder =
             WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
         if optional {
             builder = builder.allow_unauthenticated();
         }
-        builder
-            .build()
-            .map_err(|e| format!("client_ca_file {}: {e}", ca.display()))
+        builder.build().map_err(|error| TlsError::ClientVerifier {
+            path: ca.clone(),
+            error,
+        })
     };
     match s.client_auth {
         ClientAuth::NoClientCert => Ok(WebPkiClientVerifier::no_client_auth()),
-        ClientAuth::RequestClientCert => Ok(unverified(false)),
-        ClientAuth::RequireAnyClientCert => Ok(unverified(true)),
+        ClientAuth::RequestClientCert => Ok(AnyCertificate::of_clients(provider, false)),
+        ClientAuth::RequireAnyClientCert => Ok(AnyCertificate::of_clients(provider, true)),
         ClientAuth::VerifyClientCertIfGiven => verified(true),
         ClientAuth::RequireAndVerifyClientCert => verified(false),
-    }
-}
-
-/// `RequestClientCert` / `RequireAnyClientCert`: any certificate is accepted without checking who
-/// signed it (Go's semantics), but the client must still prove it holds the certificate's key.
-#[derive(Debug)]
-struct AnyClientCert {
-    mandatory: bool,
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ClientCertVerifier for AnyClientCert {
-    fn offer_client_auth(&self) -> bool {
-        true
-    }
-
-    fn client_auth_mandatory(&self) -> bool {
-        self.mandatory
-    }
-
-    fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        &[]
-    }
-
-    fn verify_client_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _now: UnixTime,
-    ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
     }
 }

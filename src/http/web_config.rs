@@ -7,14 +7,126 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
 use std::sync::Arc;
 
 use serde::Deserialize;
 
-use super::auth::BasicAuth;
-use super::tls::TlsReloader;
+use super::auth::{AuthError, BasicAuth};
+use super::tls::{TlsError, TlsReloader};
 use crate::config::one_line;
+
+/// Why the `--web-config` file cannot be used: one line that names the file (and the line of it,
+/// for a mistake in the text), printed before the exporter exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum WebConfigError {
+    /// The file cannot be read.
+    #[error("--web-config: cannot read {}: {error}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be read.
+        error: std::io::Error,
+    },
+    /// The text is not a valid web-config.
+    #[error("--web-config {}{}{error}", path.display(), if error.line().is_some() { " " } else { ": " })]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it.
+        error: ParseError,
+    },
+    /// The certificate, key or client CA files cannot be served.
+    #[error("--web-config {}: {error}", path.display())]
+    Tls {
+        /// The web-config file that names them.
+        path: PathBuf,
+        /// Which file is at fault and why (boxed: far larger than the other variants).
+        error: Box<TlsError>,
+    },
+    /// The basic-auth users cannot be used.
+    #[error("--web-config {}: {error}", path.display())]
+    Auth {
+        /// The file.
+        path: PathBuf,
+        /// Which user is at fault and why.
+        error: AuthError,
+    },
+}
+
+/// What is wrong in the text of a web-config file. Values quoted from the file are made one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    /// Not YAML, or not this format (an unknown key, a value of the wrong type).
+    #[error("line {line}: {message}")]
+    Yaml {
+        /// The line of the file (1-based).
+        line: usize,
+        /// The YAML parser's message.
+        message: String,
+    },
+    /// The same, where the YAML parser gives no position.
+    #[error("{0}")]
+    YamlWithoutLine(String),
+    /// More than [`MAX_FLOW_COLLECTIONS`] brackets.
+    #[error(
+        "line {line}: more than {MAX_FLOW_COLLECTIONS} '[' and '{{' in the file; nesting this deep is refused"
+    )]
+    TooManyFlowCollections {
+        /// The line of the first bracket too many.
+        line: usize,
+    },
+    /// `basic_auth_users: {}`.
+    #[error("basic_auth_users is empty; remove it to disable basic auth")]
+    NoUsers,
+    /// A user name with ':', which could never log in.
+    #[error("basic_auth_users.{0}: a user name cannot contain ':'")]
+    UserWithColon(String),
+    /// A user name with a control character.
+    #[error("basic_auth_users.{0}: a user name cannot contain control characters")]
+    UserWithControlCharacter(String),
+    /// The hash of this user has a space or control character.
+    #[error("basic_auth_users.{0}: the bcrypt hash contains a space or control character")]
+    HashWithSpace(String),
+    /// `cert_file` or `key_file` is an empty string.
+    #[error("tls_server_config.{0} is empty")]
+    EmptyPath(&'static str),
+    /// A file name with a control character.
+    #[error("tls_server_config.{key} {path} contains a control character")]
+    PathWithControlCharacter {
+        /// The key that names the file.
+        key: &'static str,
+        /// The file name, made one line.
+        path: String,
+    },
+    /// `max_version` below `min_version`.
+    #[error("tls_server_config.max_version {max:?} is below min_version {min:?}")]
+    MaxBelowMin {
+        /// `min_version`.
+        min: TlsVersion,
+        /// `max_version`.
+        max: TlsVersion,
+    },
+    /// A policy that verifies client certificates, without a CA to verify them against.
+    #[error("tls_server_config.client_auth_type {0:?} needs client_ca_file")]
+    NoClientCa(ClientAuth),
+    /// A client CA with `NoClientCert`: a mistake, as exporter-toolkit rules.
+    #[error(
+        "tls_server_config.client_ca_file is set but client_auth_type is NoClientCert; set it to RequireAndVerifyClientCert for mTLS"
+    )]
+    UnusedClientCa,
+}
+
+impl ParseError {
+    /// The line of the file the mistake is on, where known.
+    pub fn line(&self) -> Option<usize> {
+        match self {
+            ParseError::Yaml { line, .. } | ParseError::TooManyFlowCollections { line } => {
+                Some(*line)
+            }
+            _ => None,
+        }
+    }
+}
 
 /// The file as written.
 #[derive(Debug, Default, Deserialize)]
@@ -91,16 +203,20 @@ pub struct WebConfigFile {
 
 impl WebConfigFile {
     /// Reads and validates `path`; the error names the file, and the line for YAML errors.
-    pub fn read(path: &Path) -> Result<WebConfigFile, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--web-config: cannot read {}: {e}", path.display()))?;
+    pub fn read(path: &Path) -> Result<WebConfigFile, WebConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|error| WebConfigError::Read {
+            path: path.to_owned(),
+            error,
+        })?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        WebConfigFile::parse(&text, dir).map_err(|e| format!("--web-config {}{e}", path.display()))
+        WebConfigFile::parse(&text, dir).map_err(|error| WebConfigError::Parse {
+            path: path.to_owned(),
+            error,
+        })
     }
 
-    /// Parses `text`, resolving relative paths against `dir`. Errors start with " line N: " or
-    /// ": " so that the caller can put the file name in front.
-    pub fn parse(text: &str, dir: &Path) -> Result<WebConfigFile, String> {
+    /// Parses `text`, resolving relative paths against `dir`.
+    pub fn parse(text: &str, dir: &Path) -> Result<WebConfigFile, ParseError> {
         check_flow_collections(text)?;
         // An empty file (or only comments) is a valid "no TLS, no auth", as in exporter-toolkit.
         let raw: Option<RawFile> = yaml_serde::from_str(text).map_err(|e| {
@@ -112,8 +228,11 @@ impl WebConfigFile {
             // the last line that exists instead.
             let last_line = text.split('\n').count();
             match e.location() {
-                Some(loc) => format!(" line {}: {msg}", loc.line().min(last_line)),
-                None => format!(": {msg}"),
+                Some(loc) => ParseError::Yaml {
+                    line: loc.line().min(last_line),
+                    message: msg,
+                },
+                None => ParseError::YamlWithoutLine(msg),
             }
         })?;
         let raw = raw.unwrap_or_default();
@@ -123,7 +242,7 @@ impl WebConfigFile {
             .transpose()?;
         if let Some(users) = &raw.basic_auth_users {
             if users.is_empty() {
-                return Err(": basic_auth_users is empty; remove it to disable basic auth".into());
+                return Err(ParseError::NoUsers);
             }
             for (user, hash) in users {
                 check_user(user, hash)?;
@@ -144,44 +263,36 @@ pub const MAX_FLOW_COLLECTIONS: usize = 1000;
 /// Refuses a file with more than [`MAX_FLOW_COLLECTIONS`] opening brackets, naming the line of
 /// the first one too many. Counted without regard to quoting: a bracket in a quoted string counts
 /// too, which only matters for files far beyond any real web-config.
-fn check_flow_collections(text: &str) -> Result<(), String> {
+fn check_flow_collections(text: &str) -> Result<(), ParseError> {
     let Some((offset, _)) = text.match_indices(['[', '{']).nth(MAX_FLOW_COLLECTIONS) else {
         return Ok(());
     };
     let line = text[..offset].matches('\n').count() + 1;
-    Err(format!(
-        " line {line}: more than {MAX_FLOW_COLLECTIONS} '[' and '{{' in the file; nesting this deep is refused"
-    ))
+    Err(ParseError::TooManyFlowCollections { line })
 }
 
 /// A user name and hash that basic auth can use. A name with ':' could never log in (the
 /// `Authorization` header splits name and password at the first ':'); control characters belong
 /// in neither and would break the one-line error messages that quote them.
-fn check_user(user: &str, hash: &str) -> Result<(), String> {
+fn check_user(user: &str, hash: &str) -> Result<(), ParseError> {
     let shown = one_line(user);
     if user.contains(':') {
-        return Err(format!(
-            ": basic_auth_users.{shown}: a user name cannot contain ':'"
-        ));
+        return Err(ParseError::UserWithColon(shown));
     }
     if user.chars().any(char::is_control) {
-        return Err(format!(
-            ": basic_auth_users.{shown}: a user name cannot contain control characters"
-        ));
+        return Err(ParseError::UserWithControlCharacter(shown));
     }
     if hash.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(format!(
-            ": basic_auth_users.{shown}: the bcrypt hash contains a space or control character"
-        ));
+        return Err(ParseError::HashWithSpace(shown));
     }
     Ok(())
 }
 
-fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, String> {
+fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, ParseError> {
     let resolve = |p: PathBuf| if p.is_relative() { dir.join(p) } else { p };
     for (key, path) in [("cert_file", &t.cert_file), ("key_file", &t.key_file)] {
         if path.as_os_str().is_empty() {
-            return Err(format!(": tls_server_config.{key} is empty"));
+            return Err(ParseError::EmptyPath(key));
         }
     }
     // Paths are quoted in later errors (unreadable file, bad PEM), which must stay one line.
@@ -192,33 +303,27 @@ fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, String> {
     ] {
         let shown = path.map(|p| p.to_string_lossy()).unwrap_or_default();
         if shown.chars().any(char::is_control) {
-            return Err(format!(
-                ": tls_server_config.{key} {} contains a control character",
-                one_line(&shown)
-            ));
+            return Err(ParseError::PathWithControlCharacter {
+                key,
+                path: one_line(&shown),
+            });
         }
     }
     let max_version = t.max_version.unwrap_or(TlsVersion::TLS13);
     if max_version < t.min_version {
-        return Err(format!(
-            ": tls_server_config.max_version {max_version:?} is below min_version {:?}",
-            t.min_version
-        ));
+        return Err(ParseError::MaxBelowMin {
+            min: t.min_version,
+            max: max_version,
+        });
     }
     let verifies = matches!(
         t.client_auth_type,
         ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert
     );
     match (&t.client_ca_file, t.client_auth_type) {
-        (None, auth) if verifies => {
-            return Err(format!(
-                ": tls_server_config.client_auth_type {auth:?} needs client_ca_file"
-            ));
-        }
+        (None, auth) if verifies => return Err(ParseError::NoClientCa(auth)),
         // Same rule as exporter-toolkit: a CA without a policy that uses it is a mistake.
-        (Some(_), ClientAuth::NoClientCert) => {
-            return Err(": tls_server_config.client_ca_file is set but client_auth_type is NoClientCert; set it to RequireAndVerifyClientCert for mTLS".into());
-        }
+        (Some(_), ClientAuth::NoClientCert) => return Err(ParseError::UnusedClientCa),
         _ => {}
     }
     Ok(TlsSettings {
@@ -246,22 +351,27 @@ impl WebSettings {
     /// Everything that can be wrong is found here, before serving: YAML syntax, unknown keys,
     /// unreadable or mismatched certificate and key, a bad client CA, a malformed bcrypt hash.
     /// The error is one line naming the file (and the line, for YAML errors).
-    pub fn load(path: Option<&Path>) -> Result<WebSettings, String> {
+    pub fn load(path: Option<&Path>) -> Result<WebSettings, WebConfigError> {
         let Some(path) = path else {
             return Ok(WebSettings::default());
         };
         let parsed = WebConfigFile::read(path)?;
-        let in_file = |msg: String| format!("--web-config {}: {msg}", path.display());
         let tls = parsed
             .tls
             .map(|settings| TlsReloader::new(settings).map(Arc::new))
             .transpose()
-            .map_err(in_file)?;
+            .map_err(|error| WebConfigError::Tls {
+                path: path.to_owned(),
+                error: Box::new(error),
+            })?;
         let auth = parsed
             .basic_auth_users
             .map(|users| BasicAuth::new(users).map(Arc::new))
             .transpose()
-            .map_err(in_file)?;
+            .map_err(|error| WebConfigError::Auth {
+                path: path.to_owned(),
+                error,
+            })?;
         Ok(WebSettings { tls, auth })
     }
 }
@@ -270,8 +380,15 @@ impl WebSettings {
 mod tests {
     use super::*;
 
+    /// The error as printed, for a file at /etc/nvml-exporter/web.yml.
     fn parse(text: &str) -> Result<WebConfigFile, String> {
-        WebConfigFile::parse(text, Path::new("/etc/nvml-exporter"))
+        WebConfigFile::parse(text, Path::new("/etc/nvml-exporter")).map_err(|error| {
+            WebConfigError::Parse {
+                path: PathBuf::from("/etc/nvml-exporter/web.yml"),
+                error,
+            }
+            .to_string()
+        })
     }
 
     #[test]
@@ -312,7 +429,8 @@ mod tests {
         let e =
             parse("basic_auth_users:\n  a: b\ntls_server_confg:\n  cert_file: x\n").unwrap_err();
         assert!(
-            e.starts_with(" line 3:") && e.contains("tls_server_confg"),
+            e.starts_with("--web-config /etc/nvml-exporter/web.yml line 3: ")
+                && e.contains("tls_server_confg"),
             "{e}"
         );
         let e = parse("tls_server_config:\n  cert_file: a\n  key_file: b\n  cipher_suites: []\n")
@@ -330,13 +448,17 @@ mod tests {
         let e = parse("tls_server_config:\n  cert_file: a\n").unwrap_err();
         assert!(e.contains("key_file"), "{e}");
         let e = parse("basic_auth_users: {}\n").unwrap_err();
-        assert!(e.contains("basic_auth_users"), "{e}");
+        assert_eq!(
+            e,
+            "--web-config /etc/nvml-exporter/web.yml: basic_auth_users is empty; remove it to \
+             disable basic auth"
+        );
     }
 
     #[test]
     fn an_error_at_the_end_names_a_line_that_exists() {
         let e = WebConfigFile::parse("basic_auth_users: [", Path::new(".")).unwrap_err();
-        assert!(e.starts_with(" line 1: "), "{e}");
+        assert_eq!(e.line(), Some(1), "{e}");
     }
 
     #[test]
@@ -368,7 +490,10 @@ mod tests {
             "]".repeat(100_000)
         );
         let e = parse(&text).unwrap_err();
-        assert!(e.starts_with(" line 2:") && e.contains("1000"), "{e}");
+        assert!(
+            e.starts_with("--web-config /etc/nvml-exporter/web.yml line 2: ") && e.contains("1000"),
+            "{e}"
+        );
         let text = format!("basic_auth_users: {}\n", "[".repeat(MAX_FLOW_COLLECTIONS));
         assert!(!parse(&text).unwrap_err().contains("1000"));
     }

@@ -7,30 +7,25 @@
 //!
 //! [`PodsClient`] calls it with the service account's bearer token, re-read on every call because
 //! projected tokens rotate. The kubelet's serving certificate is verified against a CA file, or not
-//! at all with `--kubelet-insecure-tls` (kubelets often serve a self-signed certificate). One
-//! HTTP/1.1 keep-alive connection is reused between calls and remade after it closes or a call
-//! fails; a new connection re-reads the CA file. Every failure carries the `pods_*` reason it is
-//! counted under in `nvml_exporter_kubernetes_errors_total`, and a message that says what to fix.
+//! at all with `--kubelet-insecure-tls` (kubelets often serve a self-signed certificate). The
+//! HTTP client (reqwest, on rustls with the ring provider) keeps one HTTP/1.1 keep-alive
+//! connection between calls and reconnects when the kubelet closes it; after a failed call the
+//! client is made anew, which re-reads the CA file. Every failure carries the `pods_*` reason it
+//! is counted under in `nvml_exporter_kubernetes_errors_total`, and a message that says what to
+//! fix.
 
+use std::error::Error;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_LENGTH, HOST};
-use http::{HeaderValue, Request, StatusCode, Uri};
-use hyper::body::Body as _;
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::crypto::WebPkiSupportedAlgorithms;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use http::header::{ACCEPT, AUTHORIZATION};
+use http::{HeaderValue, StatusCode, Uri};
+use rustls::ClientConfig;
+use rustls::pki_types::ServerName;
 use serde::Deserialize;
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 
+use crate::certificates::{self, AnyCertificate};
 use crate::config::Config;
 use crate::sample::{ContainerIdentity, KubeletError, PodIdentity};
 
@@ -73,6 +68,7 @@ impl PodsError {
 }
 
 /// A client of one kubelet's `/pods`.
+#[derive(Debug)]
 pub struct PodsClient {
     /// `<kubelet-url>/pods`.
     url: Uri,
@@ -80,19 +76,9 @@ pub struct PodsClient {
     /// `None` with `--kubelet-insecure-tls`.
     ca_file: Option<PathBuf>,
     timeout: Duration,
-    /// The open keep-alive connection, if any.
-    connection: Option<SendRequest<String>>,
-}
-
-impl std::fmt::Debug for PodsClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PodsClient")
-            .field("url", &self.url)
-            .field("token_file", &self.token_file)
-            .field("ca_file", &self.ca_file)
-            .field("timeout", &self.timeout)
-            .finish_non_exhaustive()
-    }
+    /// The HTTP client, whose pool keeps the keep-alive connection between calls. Made (reading
+    /// the CA file) on the first call and again after a failed one.
+    http: Option<reqwest::Client>,
 }
 
 impl PodsClient {
@@ -104,7 +90,7 @@ impl PodsClient {
             token_file: config.kubelet_token_file.clone(),
             ca_file: (!config.kubelet_insecure_tls).then(|| config.kubelet_ca_file.clone()),
             timeout: config.kubernetes_timeout,
-            connection: None,
+            http: None,
         }
     }
 
@@ -127,9 +113,9 @@ impl PodsClient {
             )),
         };
         if result.is_err() {
-            // Whatever state the connection is in (a half-read answer, a stalled server), the
-            // next call starts afresh.
-            self.connection = None;
+            // Whatever state the connection is in (a half-read answer, a stalled server), and
+            // whatever changed in the CA file, the next call starts afresh.
+            self.http = None;
         }
         result
     }
@@ -137,30 +123,36 @@ impl PodsClient {
     async fn call(&mut self) -> Result<Vec<PodIdentity>, PodsError> {
         // Read before connecting: a missing token is a configuration error, not a kubelet one.
         let token = read_token(&self.token_file)?;
-        let (mut sender, reused) = match self.connection.take() {
-            Some(sender) if !sender.is_closed() => (sender, true),
-            _ => (self.connect().await?, false),
-        };
-        let response = match self.send(&mut sender, &token).await {
-            // The kubelet may close an idle keep-alive connection just as it is reused; that is
-            // no kubelet failure, so the request is sent once more on a new connection.
-            Err(_) if reused => {
-                sender = self.connect().await?;
-                self.send(&mut sender, &token).await?
+        let http = match &self.http {
+            Some(http) => http.clone(),
+            None => {
+                let http = self.client()?;
+                self.http.insert(http).clone()
             }
-            result => result?,
         };
+        // A keep-alive connection the kubelet closed just as it is reused is no kubelet failure:
+        // reqwest sends a request that had not gone out again, on a new connection.
+        let mut response = http
+            .get(self.url.to_string())
+            .header(ACCEPT, "application/json")
+            .header(AUTHORIZATION, token)
+            .send()
+            .await
+            .map_err(|e| self.send_failed(&e))?;
         let status = response.status();
-        let declared_length = response
-            .headers()
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-        if declared_length.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        if response
+            .content_length()
+            .is_some_and(|n| n > MAX_BODY_BYTES as u64)
+        {
             return Err(self.too_large());
         }
-        let body = self.read_body(response.into_body()).await?;
-        // The answer was read whole, so the connection can carry the next call.
-        self.connection = Some(sender);
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.unavailable(&e))? {
+            if body.len() + chunk.len() > MAX_BODY_BYTES {
+                return Err(self.too_large());
+            }
+            body.extend_from_slice(&chunk);
+        }
         if !status.is_success() {
             return Err(self.refused(status, &body));
         }
@@ -172,78 +164,32 @@ impl PodsClient {
         })
     }
 
-    async fn send(
-        &self,
-        sender: &mut SendRequest<String>,
-        token: &HeaderValue,
-    ) -> Result<http::Response<hyper::body::Incoming>, PodsError> {
-        sender.ready().await.map_err(|e| self.unavailable(&e))?;
-        let authority = self.url.authority().map(|a| a.as_str()).unwrap_or_default();
-        let request = Request::get(self.url.path())
-            .header(HOST, authority)
-            .header(ACCEPT, "application/json")
-            .header(AUTHORIZATION, token.clone())
-            .body(String::new())
-            .map_err(|e| {
-                PodsError::new(KubeletError::PodsHttp, format!("GET {}: {e}", self.url))
-            })?;
-        sender
-            .send_request(request)
-            .await
-            .map_err(|e| self.unavailable(&e))
-    }
-
-    /// Reads the whole body, at most [`MAX_BODY_BYTES`].
-    async fn read_body(&self, mut body: hyper::body::Incoming) -> Result<Vec<u8>, PodsError> {
-        let mut out = Vec::new();
-        while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
-        {
-            let frame = frame.map_err(|e| self.unavailable(&e))?;
-            if let Ok(data) = frame.into_data() {
-                if out.len() + data.len() > MAX_BODY_BYTES {
-                    return Err(self.too_large());
-                }
-                out.extend_from_slice(&data);
-            }
-        }
-        Ok(out)
-    }
-
-    /// A new TCP + TLS connection, driven by a task of its own until either side closes it.
-    async fn connect(&self) -> Result<SendRequest<String>, PodsError> {
-        let host = self.url.host().unwrap_or_default();
-        // An IPv6 literal is written in brackets in a URL but not in a socket address or SNI.
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        let port = self.url.port_u16().unwrap_or(443);
-        let server_name = ServerName::try_from(host.to_owned()).map_err(|e| {
-            PodsError::new(
+    /// An HTTP/1.1 client that verifies the kubelet as `--kubelet-ca-file` (read now) or
+    /// `--kubelet-insecure-tls` say, and talks to it directly: no proxy from the environment, no
+    /// redirect followed.
+    fn client(&self) -> Result<reqwest::Client, PodsError> {
+        let host = self.host();
+        if let Err(e) = ServerName::try_from(host) {
+            return Err(PodsError::new(
                 KubeletError::PodsTls,
                 format!(
                     "--kubelet-url {}: {host:?} is not a TLS server name: {e}",
                     self.url
                 ),
-            )
-        })?;
-        let tls = TlsConnector::from(Arc::new(self.tls_config()?));
-        let tcp = TcpStream::connect((host, port)).await.map_err(|e| {
-            PodsError::new(
-                KubeletError::PodsUnavailable,
-                format!("connecting to the kubelet at {host}:{port}: {e}"),
-            )
-        })?;
-        let stream = tls
-            .connect(server_name, tcp)
-            .await
-            .map_err(|e| self.handshake_failed(e))?;
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| self.unavailable(&e))?;
-        tokio::spawn(async move {
-            // Ends when the kubelet or the client closes the connection; the next call notices
-            // through `is_closed` and reconnects, so the error itself has no one to tell.
-            let _ = connection.await;
-        });
-        Ok(sender)
+            ));
+        }
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(self.tls_config()?)
+            .http1_only()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
+                PodsError::new(
+                    KubeletError::PodsTls,
+                    format!("the HTTPS client for {}: {}", self.url, causes(&e)),
+                )
+            })
     }
 
     fn tls_config(&self) -> Result<ClientConfig, PodsError> {
@@ -252,29 +198,57 @@ impl PodsClient {
             .with_safe_default_protocol_versions()
             .map_err(|e| PodsError::new(KubeletError::PodsTls, e.to_string()))?;
         let config = match &self.ca_file {
-            Some(ca_file) => builder
-                .with_root_certificates(read_roots(ca_file)?)
-                .with_no_client_auth(),
+            Some(ca_file) => {
+                let roots = certificates::read_roots(ca_file).map_err(|e| {
+                    PodsError::new(
+                        KubeletError::PodsTls,
+                        format!("--kubelet-ca-file {}: {e}", ca_file.display()),
+                    )
+                })?;
+                builder.with_root_certificates(roots).with_no_client_auth()
+            }
+            // `--kubelet-insecure-tls`, as metrics-server's flag of the same name.
             None => builder
                 .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyServerCert {
-                    algorithms: provider.signature_verification_algorithms,
-                }))
+                .with_custom_certificate_verifier(AnyCertificate::of_servers(&provider))
                 .with_no_client_auth(),
         };
         Ok(config)
     }
 
-    fn handshake_failed(&self, e: std::io::Error) -> PodsError {
-        let is_tls = e
-            .get_ref()
-            .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some());
-        if !is_tls {
+    /// The kubelet's host, without the brackets of an IPv6 literal.
+    fn host(&self) -> &str {
+        let host = self.url.host().unwrap_or_default();
+        host.trim_start_matches('[').trim_end_matches(']')
+    }
+
+    /// A request that got no answer: refused by TLS, or no connection, or one that failed.
+    fn send_failed(&self, e: &reqwest::Error) -> PodsError {
+        if let Some(tls) = tls_cause(e) {
+            return self.handshake_failed(tls);
+        }
+        if e.is_builder() {
             return PodsError::new(
-                KubeletError::PodsUnavailable,
-                format!("TLS handshake with the kubelet at {}: {e}", self.url),
+                KubeletError::PodsHttp,
+                format!("GET {}: {}", self.url, causes(e)),
             );
         }
+        if e.is_connect() {
+            // The innermost cause says it: "Connection refused", "failed to lookup address".
+            let cause = chain(e).last().unwrap_or(e);
+            let port = self.url.port_u16().unwrap_or(443);
+            return PodsError::new(
+                KubeletError::PodsUnavailable,
+                format!(
+                    "connecting to the kubelet at {}:{port}: {cause}",
+                    self.host()
+                ),
+            );
+        }
+        self.unavailable(e)
+    }
+
+    fn handshake_failed(&self, e: &rustls::Error) -> PodsError {
         let hint = match &self.ca_file {
             Some(ca) => format!(
                 "; is the kubelet's serving certificate signed by --kubelet-ca-file {} and valid \
@@ -290,14 +264,11 @@ impl PodsClient {
         )
     }
 
-    fn unavailable(&self, e: &hyper::Error) -> PodsError {
-        let mut message = format!("GET {}: {e}", self.url);
-        let mut source = std::error::Error::source(e);
-        while let Some(s) = source {
-            message.push_str(&format!(": {s}"));
-            source = s.source();
-        }
-        PodsError::new(KubeletError::PodsUnavailable, message)
+    fn unavailable(&self, e: &reqwest::Error) -> PodsError {
+        PodsError::new(
+            KubeletError::PodsUnavailable,
+            format!("GET {}: {}", self.url, causes(e)),
+        )
     }
 
     fn too_large(&self) -> PodsError {
@@ -340,6 +311,41 @@ impl PodsClient {
     }
 }
 
+/// The rustls error among `e`'s causes: what refused the handshake, if TLS did.
+fn tls_cause(e: &reqwest::Error) -> Option<&rustls::Error> {
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        if let Some(tls) = c.downcast_ref::<rustls::Error>() {
+            return Some(tls);
+        }
+        // The TLS stream reports rustls's error inside I/O errors, whose `source` skips the
+        // error they wrap.
+        cause = match c
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(wrapped) => Some(wrapped),
+            None => c.source(),
+        };
+    }
+    None
+}
+
+/// What failed, from hyper's error on ("connection closed before message completed"): the levels
+/// reqwest adds above it only repeat that the request or its body failed, with the URL.
+fn causes(e: &reqwest::Error) -> String {
+    let first = chain(e).find(|c| c.is::<hyper::Error>()).unwrap_or(e);
+    chain(first)
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(": ")
+}
+
+/// `e` and its sources, outermost first.
+fn chain<'a>(e: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
+    std::iter::successors(Some(e), |&c| c.source())
+}
+
 /// `https://host:port[/prefix]` → `https://host:port[/prefix]/pods`.
 fn pods_url(base: &Uri) -> Uri {
     let path = format!("{}/pods", base.path().trim_end_matches('/'));
@@ -365,69 +371,6 @@ fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
         .map_err(|_| fail("the token has characters a header cannot carry".into()))?;
     value.set_sensitive(true);
     Ok(value)
-}
-
-fn read_roots(path: &Path) -> Result<RootCertStore, PodsError> {
-    let fail = |what: String| {
-        PodsError::new(
-            KubeletError::PodsTls,
-            format!("--kubelet-ca-file {}: {what}", path.display()),
-        )
-    };
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| fail(e.to_string()))?;
-    if certs.is_empty() {
-        return Err(fail("no PEM certificate in the file".into()));
-    }
-    let mut roots = RootCertStore::empty();
-    for cert in certs {
-        roots.add(cert).map_err(|e| fail(e.to_string()))?;
-    }
-    Ok(roots)
-}
-
-/// `--kubelet-insecure-tls`: any server certificate is accepted, as metrics-server's flag of the
-/// same name does. The handshake signature is still checked, so the server must hold the
-/// certificate's key; only who signed the certificate is not.
-#[derive(Debug)]
-struct AnyServerCert {
-    algorithms: WebPkiSupportedAlgorithms,
-}
-
-impl ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algorithms.supported_schemes()
-    }
 }
 
 // Only the fields used; serde skips the rest of each (large) pod object.
@@ -540,6 +483,74 @@ fn strip_scheme(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A TLS server on 127.0.0.1 that reads one request, writes `answer` and closes; the
+    /// `--kubelet-insecure-tls` client that calls it, with its token file.
+    async fn server_answering(answer: &'static [u8]) -> (PodsClient, tempfile::TempDir) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let key = rcgen::KeyPair::generate().unwrap();
+        let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".into()])
+            .unwrap()
+            .self_signed(&key)
+            .unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert.der().clone()], key)
+        .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let mut tls = acceptor.accept(tcp).await.unwrap();
+            let _ = tls.read(&mut [0; 4096]).await;
+            let _ = tls.write_all(answer).await;
+            let _ = tls.shutdown().await;
+        });
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "t\n").unwrap();
+        let client = PodsClient::new(&Config {
+            processes: true,
+            kubelet_url: format!("https://{address}").parse().unwrap(),
+            kubelet_token_file: dir.path().join("token"),
+            kubelet_insecure_tls: true,
+            kubernetes_timeout: Duration::from_secs(10),
+            ..Config::default()
+        });
+        (client, dir)
+    }
+
+    #[tokio::test]
+    async fn a_kubelet_that_drops_the_connection_is_unavailable_and_says_how() {
+        let (mut client, _dir) = server_answering(b"").await;
+        let e = client.fetch().await.unwrap_err();
+        assert_eq!(e.reason, KubeletError::PodsUnavailable);
+        assert_eq!(
+            e.message,
+            format!(
+                "GET {}: connection closed before message completed",
+                client.url()
+            )
+        );
+
+        let (mut client, _dir) =
+            server_answering(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{}").await;
+        let e = client.fetch().await.unwrap_err();
+        assert_eq!(e.reason, KubeletError::PodsUnavailable);
+        assert!(
+            e.message.starts_with(&format!(
+                "GET {}: error reading a body from connection: ",
+                client.url()
+            )),
+            "{}",
+            e.message
+        );
+    }
 
     #[test]
     fn pods_url_appends_to_the_path() {
