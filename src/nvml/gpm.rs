@@ -22,7 +22,7 @@ use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, GpmSample, Nvml};
 
-use super::device::Tick;
+use super::ledger::CallLedger;
 use super::raw::GpmRequest;
 use super::units::{mib_to_bytes_f64, percent_to_ratio_f64};
 use crate::sample::{GpmMetrics, GpmPipe, MediaEngine};
@@ -195,7 +195,7 @@ impl Buffers {
     /// `arg_base`, in one `nvmlGpmMetricsGet`; `None` when the call failed.
     fn metrics(
         &mut self,
-        t: &mut Tick,
+        t: &mut CallLedger,
         nvml: &Nvml,
         prev: &GpmSample,
         cur: &GpmSample,
@@ -277,7 +277,7 @@ const INSTANCE_METRIC_ARG: u32 = 1 << 20;
 /// Reads one MIG GPU instance's GPM for this tick (the GPU must support GPM): its sample closes
 /// the instance's window when the previous tick sampled the same instance.
 pub(super) fn read_instance_gpm<'nvml>(
-    t: &mut Tick,
+    t: &mut CallLedger,
     nvml: &'nvml Nvml,
     device: &Device<'nvml>,
     key: &InstanceKey,
@@ -321,7 +321,7 @@ pub fn library_has_gpm(nvml: &Nvml) -> bool {
 
 /// Reads GPM for one tick: fills `gpm_supported` and, when a window closes, `gpm`.
 pub(super) fn read_gpm<'nvml>(
-    t: &mut Tick,
+    t: &mut CallLedger,
     nvml: &'nvml Nvml,
     device: &Device<'nvml>,
     state: &mut GpmState<'nvml>,
@@ -349,7 +349,7 @@ pub(super) fn read_gpm<'nvml>(
 /// Asks once whether the device supports GPM. `Some(false)` also when the library has no GPM
 /// at all (or answers NOT_SUPPORTED): there is nothing to sample either way. `None` when the
 /// query failed for another reason: it is asked again next tick.
-fn query_support(t: &mut Tick, nvml: &Nvml, device: &Device) -> Option<bool> {
+fn query_support(t: &mut CallLedger, nvml: &Nvml, device: &Device) -> Option<bool> {
     const QUERY: &str = "nvmlGpmQueryDeviceSupport";
     if !library_has_gpm(nvml) {
         return Some(false);
@@ -364,7 +364,7 @@ fn query_support(t: &mut Tick, nvml: &Nvml, device: &Device) -> Option<bool> {
 /// [`decode_with`] for the GPU's own metrics.
 #[cfg(test)]
 fn decode(
-    t: &mut Tick,
+    t: &mut CallLedger,
     requested: &[(GpmMetricId, Target)],
     results: Vec<Result<f64, NvmlError>>,
 ) -> GpmMetrics {
@@ -375,7 +375,7 @@ fn decode(
 /// failed is left out; NOT_SUPPORTED is remembered under `arg_base | metric id` (not asked again
 /// this session) and never counted, any other error is counted under `nvmlGpmMetricsGet`.
 fn decode_with(
-    t: &mut Tick,
+    t: &mut CallLedger,
     requested: &[(GpmMetricId, Target)],
     results: impl IntoIterator<Item = Result<f64, NvmlError>>,
     arg_base: u32,
@@ -412,7 +412,7 @@ fn decode_with(
 mod tests {
     use std::collections::HashSet;
 
-    use crate::nvml::device::Unsupported;
+    use crate::nvml::ledger::Unsupported;
 
     use super::*;
     use crate::nvml::error::ErrorCounter;
@@ -468,7 +468,7 @@ mod tests {
     fn percentages_become_ratios_and_mib_per_second_bytes_per_second() {
         let errors = ErrorCounter::default();
         let mut unsupported = Unsupported::default();
-        let mut t = Tick::new(0, &errors, &mut unsupported);
+        let mut t = CallLedger::new(0, &errors, &mut unsupported);
         let requested = [
             (GpmMetricId::SmUtil, Target::SmActive),
             (GpmMetricId::SmOccupancy, Target::SmOccupancy),
@@ -503,7 +503,7 @@ mod tests {
     fn a_failed_metric_is_absent_and_only_real_errors_count() {
         let errors = ErrorCounter::default();
         let mut unsupported = Unsupported::default();
-        let mut t = Tick::new(0, &errors, &mut unsupported);
+        let mut t = CallLedger::new(0, &errors, &mut unsupported);
         let requested = [
             (GpmMetricId::SmUtil, Target::SmActive),
             (GpmMetricId::Nvofa0Util, Target::Media(MediaEngine::Nvofa0)),

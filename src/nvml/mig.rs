@@ -33,8 +33,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlGpuInstanceProfileInfo_v2_t,
 };
 
-use super::device::Tick;
 use super::gpm::{GpmState, InstanceKey, read_instance_gpm};
+use super::ledger::CallLedger;
 use crate::sample::{ComputeInstanceSample, MemoryInfo, MigInstanceSample};
 
 /// Argument under which calls on MIG device handles are remembered as not supported, apart from
@@ -79,7 +79,7 @@ impl MigReader {
     /// from `gpm`.
     pub(super) fn read<'nvml>(
         &mut self,
-        t: &mut Tick,
+        t: &mut CallLedger,
         nvml: &'nvml Nvml,
         device: &Device<'nvml>,
         gpm: &mut GpmState<'nvml>,
@@ -147,7 +147,7 @@ impl MigReader {
     }
 
     /// The name of profile `profile_id`, reading the board's profile table the first time.
-    fn profile_name(&mut self, t: &mut Tick, device: &Device, profile_id: u32) -> String {
+    fn profile_name(&mut self, t: &mut CallLedger, device: &Device, profile_id: u32) -> String {
         if !self.table_read && !self.profile_names.contains_key(&profile_id) {
             let mut complete = true;
             for profile in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
@@ -172,7 +172,7 @@ impl MigReader {
 }
 
 /// The MIG devices of `device` now. A slot whose handle or ids cannot be read is left out.
-fn enumerate<'nvml>(t: &mut Tick, device: &Device<'nvml>) -> Vec<MigDevice<'nvml>> {
+fn enumerate<'nvml>(t: &mut CallLedger, device: &Device<'nvml>) -> Vec<MigDevice<'nvml>> {
     let count = t
         .call("nvmlDeviceGetMaxMigDeviceCount", 0, || {
             device.mig_device_count()
