@@ -13,9 +13,7 @@ pub mod processes;
 pub mod sample;
 pub mod sampler;
 
-
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use config::Config;
@@ -83,9 +81,7 @@ pub async fn run(
     let kubelet = watcher.as_ref().map(kubernetes::Watcher::state);
     let sampler = sampler::Sampler::start(sampler_options(&config), move |mut snapshot| {
         snapshot.kubernetes = kubelet.as_ref().map(kubernetes::StateHandle::current);
-        let snapshot = Arc::new(snapshot);
-        publisher.publish(Arc::clone(&snapshot));
-        snapshot
+        publisher.publish(snapshot);
     })?;
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);

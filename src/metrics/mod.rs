@@ -36,9 +36,9 @@
 pub mod catalog;
 pub mod dcgm;
 pub mod docs;
-mod lines;
 #[cfg(target_os = "linux")]
 mod exporter_process;
+mod lines;
 pub mod samples;
 mod text;
 
@@ -362,7 +362,7 @@ impl Encoder {
         } = scratch;
         out.clear();
         let mut gathered = self.registry.gather();
-        let mut devices: Vec<&DeviceSample> = snap.devices.iter().collect();
+        let mut devices: Vec<&DeviceSample> = snap.devices.iter().map(Arc::as_ref).collect();
         devices.sort_by_key(|d| d.index);
         indices.clear();
         indices.extend(devices.iter().map(|d| d.index.to_string()));

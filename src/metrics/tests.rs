@@ -225,7 +225,7 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
             nvml_version: "12.550.54.15".into(),
             cuda_driver_version: "12.4".into(),
         },
-        devices,
+        devices: devices.into_iter().map(Arc::new).collect(),
         nvml_errors: BTreeMap::from([(
             (
                 "nvmlDeviceGetPowerUsage".to_owned(),
@@ -754,15 +754,15 @@ fn an_encoder_that_copies_last_tick_s_lines_writes_what_a_fresh_one_writes() {
     let base = snapshot(vec![full_device(0), full_device(1), bare_device(2)]);
     let mut steps = vec![("first", base.clone()), ("unchanged", base.clone())];
     let mut s = base.clone();
-    s.devices[0].power_watts = Some(123.5);
-    s.devices[1].temperature_celsius = Some(91.0);
+    Arc::make_mut(&mut s.devices[0]).power_watts = Some(123.5);
+    Arc::make_mut(&mut s.devices[1]).temperature_celsius = Some(91.0);
     steps.push(("new values", s));
     let mut s = base.clone();
-    s.devices[0].nvlinks.remove(0);
+    Arc::make_mut(&mut s.devices[0]).nvlinks.remove(0);
     steps.push(("a link fewer: every later series one place earlier", s));
     steps.push(("the link back", base.clone()));
     let mut s = base.clone();
-    s.devices[1].uuid = "GPU-another".into();
+    Arc::make_mut(&mut s.devices[1]).uuid = "GPU-another".into();
     steps.push(("another uuid at the same index", s));
     let mut s = base.clone();
     s.kubernetes = Some(kubelet(&[("nvidia0", "ml", "train-1", "main")]));
@@ -771,7 +771,7 @@ fn an_encoder_that_copies_last_tick_s_lines_writes_what_a_fresh_one_writes() {
     s.kubernetes = None;
     steps.push(("no pod labels", s));
     let mut s = base.clone();
-    s.devices[0].up = false;
+    Arc::make_mut(&mut s.devices[0]).up = false;
     steps.push(("GPU 0 lost", s));
     steps.push(("GPU 0 back", base.clone()));
     steps.push((
@@ -780,10 +780,10 @@ fn an_encoder_that_copies_last_tick_s_lines_writes_what_a_fresh_one_writes() {
     ));
     steps.push(("GPU 0 back again", base.clone()));
     let mut s = base.clone();
-    Arc::make_mut(&mut s.devices[0].info).name = "Odd \"GPU\" \\ name".into();
+    Arc::make_mut(&mut Arc::make_mut(&mut s.devices[0]).info).name = "Odd \"GPU\" \\ name".into();
     steps.push(("a label value that needs escaping", s));
     let mut s = base.clone();
-    Arc::make_mut(&mut s.devices[0].info).name = "Odd \"GPU\" \\ nam".into();
+    Arc::make_mut(&mut Arc::make_mut(&mut s.devices[0]).info).name = "Odd \"GPU\" \\ nam".into();
     steps.push(("a shorter one", s));
     steps.push(("back to the start", base.clone()));
     let mut previous = None;
@@ -868,7 +868,7 @@ fn reference_text(enc: &Encoder, snap: &Snapshot) -> String {
             .collect()
     };
     let mut gathered = enc.registry.gather();
-    let mut devices: Vec<_> = snap.devices.iter().collect();
+    let mut devices: Vec<&DeviceSample> = snap.devices.iter().map(Arc::as_ref).collect();
     devices.sort_by_key(|d| d.index);
     let mut out = Vec::new();
     let mut samples = samples::Samples::default();
@@ -1653,7 +1653,9 @@ fn an_exited_process_leaves_no_series_behind() {
     assert!(text.contains(r#"pid="400""#));
     assert!(text.contains(r#"pod="infer-b""#));
     // pid 400 (infer-b's only process) exits.
-    snap.devices[0].processes.retain(|p| p.pid != 400);
+    Arc::make_mut(&mut snap.devices[0])
+        .processes
+        .retain(|p| p.pid != 400);
     let text = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
     assert!(!text.contains(r#"pid="400""#), "{text}");
     // infer-b is still assigned (pod_info) but has no usage series.
@@ -1664,7 +1666,7 @@ fn an_exited_process_leaves_no_series_behind() {
     assert_eq!(usage.len(), 1, "{usage:?}");
     assert!(usage[0].starts_with("nvidia_gpu_pod_info{"));
     // No processes at all: the families disappear, headers included.
-    snap.devices[0].processes.clear();
+    Arc::make_mut(&mut snap.devices[0]).processes.clear();
     let text = String::from_utf8(enc.encode(&snap).text.to_vec()).unwrap();
     assert!(!text.contains("nvidia_gpu_process_"));
     assert!(!text.contains("nvidia_gpu_pod_memory_used_bytes"));
@@ -1673,7 +1675,7 @@ fn an_exited_process_leaves_no_series_behind() {
 #[test]
 fn a_lost_gpu_serves_no_process_series() {
     let mut snap = shared_gpu_snapshot();
-    snap.devices[0].up = false;
+    Arc::make_mut(&mut snap.devices[0]).up = false;
     let text = encode(&snap);
     assert!(!text.contains("nvidia_gpu_process_"), "{text}");
     assert!(!text.contains("nvidia_gpu_pod_memory_used_bytes"), "{text}");
@@ -2170,14 +2172,14 @@ mod mig {
             ("MIG-c::0", "ml", "x", "c"),
             ("MIG-c::1", "ml", "y", "c"),
         ]);
-        snap.devices[0].processes = vec![
+        Arc::make_mut(&mut snap.devices[0]).processes = vec![
             mig_process(10, Some(2), 1000),
             mig_process(11, Some(2), 24),
             mig_process(12, Some(9), 512),
             // An instance the snapshot does not hold (created after it was read).
             mig_process(13, Some(4), 1),
         ];
-        snap.devices[1].processes = vec![mig_process(20, None, 64)];
+        Arc::make_mut(&mut snap.devices[1]).processes = vec![mig_process(20, None, 64)];
         let text = encode(&snap);
         let gpu0 = r#"gpu="0",uuid="GPU-0""#;
         let gi2 = r#"gpu_instance="2",mig_profile="3g.40gb""#;

@@ -1,7 +1,7 @@
 //! Reading one device for one tick: every row of the "Device metrics" table in METRICS.md and
 //! the GPM saturation metrics (see [`super::gpm`]), in base units. Every call goes through the
-//! read's [`CallLedger`](super::ledger::CallLedger), which skips what the device does not support
-//! and sorts failures into "device lost", "driver gone" and "counted error".
+//! read's call ledger ([`super::ledger`]), which skips what the device does not support and sorts
+//! failures into "device lost", "driver gone" and "counted error".
 
 use std::sync::Arc;
 
@@ -50,9 +50,11 @@ pub struct ReadOutcome {
     pub vanished: bool,
 }
 
-/// Reads one device, tick after tick, remembering what it does not support. Lives as long as
-/// the `Nvml` it reads from (one NVML session).
+/// Reads one device, tick after tick, remembering what it does not support and its previous GPM
+/// sample. Holds the `Nvml` it reads from (one NVML session), so it owns everything a read needs
+/// and can move from one reader thread to another.
 pub struct DeviceReader {
+    nvml: Arc<Nvml>,
     index: u32,
     errors: Arc<ErrorCounter>,
     /// uuid and static info, read on the first successful attempt, and again after the device
@@ -64,6 +66,8 @@ pub struct DeviceReader {
     unsupported: Unsupported,
     /// Number of NVLink links, found on the first tick that could probe them.
     nvlink_count: Option<u32>,
+    /// The previous GPM samples (the GPU's and its MIG instances') and GPM support.
+    gpm: GpmState,
     /// Reads the device's processes each tick (`--processes`); `None` when off.
     processes: Option<ProcessReader>,
     /// Reads the GPU instances while MIG mode is on.
@@ -71,15 +75,17 @@ pub struct DeviceReader {
 }
 
 impl DeviceReader {
-    /// A reader for the device at NVML `index`; failures are counted in `errors`.
-    pub fn new(index: u32, errors: Arc<ErrorCounter>) -> Self {
+    /// A reader for the device at NVML `index` of `nvml`; failures are counted in `errors`.
+    pub fn new(nvml: Arc<Nvml>, index: u32, errors: Arc<ErrorCounter>) -> Self {
         DeviceReader {
+            nvml,
             index,
             errors,
             identity: None,
             recheck_identity: false,
             unsupported: Unsupported::default(),
             nvlink_count: None,
+            gpm: GpmState::new(),
             processes: None,
             mig: MigReader::new(),
         }
@@ -92,6 +98,11 @@ impl DeviceReader {
         self
     }
 
+    /// The device's NVML index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
     /// The device's uuid, once it has been read.
     pub fn uuid(&self) -> Option<&str> {
         self.identity.as_ref().map(|(u, _)| u.as_str())
@@ -99,22 +110,27 @@ impl DeviceReader {
 
     /// Reads every device metric once, as tick number `tick_number` of the session. Never
     /// fails: what cannot be read is `None`/empty.
-    ///
-    /// `gpm` holds the previous GPM sample; it borrows `nvml`, so the caller keeps it next to
-    /// its `Nvml` and passes it to every read.
-    pub fn read<'nvml>(
-        &mut self,
-        nvml: &'nvml Nvml,
-        tick_number: u64,
-        gpm: &mut GpmState<'nvml>,
-    ) -> ReadOutcome {
+    pub fn read(&mut self, tick_number: u64) -> ReadOutcome {
+        let DeviceReader {
+            nvml,
+            index,
+            errors,
+            identity,
+            recheck_identity,
+            unsupported,
+            nvlink_count,
+            gpm,
+            processes,
+            mig,
+        } = self;
+        let index = *index;
         gpm.begin_tick(tick_number);
-        let mut ledger = CallLedger::new(self.index, &self.errors, &mut self.unsupported);
+        let mut ledger = CallLedger::new(index, errors, unsupported);
         // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call. It is
         // never remembered as unsupported: without a handle there is nothing else to read.
         ledger.count_call();
         let mut vanished = false;
-        let device = match nvml.device_by_index(self.index) {
+        let device = match nvml.device_by_index(index) {
             Ok(d) => Some(d),
             Err(e) => {
                 vanished = matches!(e, NvmlError::InvalidArg | NvmlError::NotFound);
@@ -124,49 +140,46 @@ impl DeviceReader {
             }
         };
         let mut sample = DeviceSample {
-            index: self.index,
+            index,
             ..DeviceSample::default()
         };
         if let Some(device) = device {
-            if self.identity.is_none() || self.recheck_identity {
-                let identity = device_identity(&device, self.index, &self.errors);
+            if identity.is_none() || *recheck_identity {
+                let found = device_identity(&device, index, errors);
                 // An empty uuid means the device did not answer (e.g. lost): try again next tick.
-                if !identity.0.is_empty() {
-                    self.identity = Some(identity);
-                    self.recheck_identity = false;
+                if !found.0.is_empty() {
+                    *identity = Some(found);
+                    *recheck_identity = false;
                 }
             }
             // GPM first: its sample then falls at the same point of every tick, so the windows
             // stay close to one interval whatever the other calls cost.
             (sample.gpm_supported, sample.gpm) = read_gpm(&mut ledger, nvml, &device, gpm);
-            read_metrics(&mut ledger, &device, &mut self.nvlink_count, &mut sample);
+            read_metrics(&mut ledger, &device, nvlink_count, &mut sample);
             // Enumerated every tick (a reconfiguration shows at once); MIG off drops the
             // instances' GPM windows so a later layout starts clean.
-            let mig = sample.mig_mode == Some(true);
+            let mig_mode = sample.mig_mode == Some(true);
             let mut mig_handles = Vec::new();
-            if mig {
-                (sample.mig_instances, mig_handles) =
-                    self.mig.read(&mut ledger, nvml, &device, gpm);
+            if mig_mode {
+                (sample.mig_instances, mig_handles) = mig.read(&mut ledger, nvml, &device, gpm);
             } else {
                 gpm.retain_instances(&[]);
             }
-            if let Some(reader) = &mut self.processes {
-                let mig_handles = mig.then_some(mig_handles.as_slice());
+            if let Some(reader) = processes {
+                let mig_handles = mig_mode.then_some(mig_handles.as_slice());
                 sample.processes = reader.read(&mut ledger, nvml, &device, mig_handles);
             }
         } else {
             gpm.forget();
         }
-        if let Some((uuid, info)) = &self.identity {
+        if let Some((uuid, info)) = identity.as_ref() {
             sample.uuid = uuid.clone();
             sample.info = info.clone();
         }
         let lost = ledger.lost() || vanished;
-        if lost {
-            self.recheck_identity = true;
-        }
         let driver_gone = ledger.driver_gone();
         if lost {
+            *recheck_identity = true;
             // The next sample after a loss must not close a window that spans it.
             gpm.forget();
             // A lost device serves only info + up=0: drop whatever was read before the loss.

@@ -1,8 +1,8 @@
-//! The ledger of NVML calls made while reading one device once: every call goes through
-//! [`CallLedger::call`], which skips what the device answered NOT_SUPPORTED before (kept in
-//! [`Unsupported`] for the whole NVML session) and sorts each failure into "not supported"
-//! (remembered, never counted), "device lost" (no further calls this read), "driver gone"
-//! (counted towards "every call said the driver went away") and "counted error".
+//! The ledger of NVML calls made while reading one device once. Every call goes through the
+//! ledger's `call`, which skips what the device answered NOT_SUPPORTED before (remembered for
+//! the whole NVML session) and sorts each failure into "not supported" (remembered, never
+//! counted), "device lost" (no further calls in this read), "driver gone" (counted towards
+//! "every call said the driver went away") and "counted error".
 //!
 //! The device reader ([`super::device`]) and the parts it delegates to ([`super::gpm`],
 //! [`super::mig`], [`super::processes`]) all take the same ledger, so one read of a device ends

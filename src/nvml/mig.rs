@@ -25,6 +25,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::mem;
+use std::sync::Arc;
 
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
@@ -80,9 +81,9 @@ impl MigReader {
     pub(super) fn read<'nvml>(
         &mut self,
         t: &mut CallLedger,
-        nvml: &'nvml Nvml,
+        nvml: &'nvml Arc<Nvml>,
         device: &Device<'nvml>,
-        gpm: &mut GpmState<'nvml>,
+        gpm: &mut GpmState,
     ) -> (Vec<MigInstanceSample>, Vec<MigHandle<'nvml>>) {
         let mut by_instance: BTreeMap<u32, Vec<MigDevice<'nvml>>> = BTreeMap::new();
         for d in enumerate(t, device) {
