@@ -140,7 +140,9 @@ impl Session {
                 None if Instant::now() >= deadline => break,
                 None => {
                     self.readers.relieve_stall(&mut self.threads);
-                    next_stall += stall;
+                    // From now: a coordinator that ran late starts one reader, not one per
+                    // stall limit it missed.
+                    next_stall = Instant::now() + stall;
                 }
             }
         }
