@@ -83,10 +83,7 @@ pub async fn run(
     let sampler = {
         let publisher = Arc::clone(&publisher);
         sampler::Sampler::start(sampler_options(&config), move |snapshot| {
-            // The sampler serves a device that misses a deadline from what it published last.
-            let published = Arc::new(snapshot.clone());
-            publisher.tick(snapshot);
-            published
+            publisher.tick(snapshot)
         })?
     };
 

@@ -160,13 +160,13 @@ mod tests {
     fn snapshot() -> Snapshot {
         Snapshot {
             nvml_up: true,
-            devices: vec![DeviceSample {
+            devices: vec![Arc::new(DeviceSample {
                 index: 0,
                 uuid: "GPU-abc".into(),
                 up: true,
                 power_watts: Some(250.0),
                 ..Default::default()
-            }],
+            })],
             tick_duration_seconds: Some(0.01),
             last_tick_timestamp_seconds: Some(1_700_000_000.0),
             ..Default::default()

@@ -19,8 +19,10 @@ pub struct Snapshot {
     /// System-wide versions, empty when unknown.
     pub system: SystemInfo,
     /// One entry per device discovered at (re)initialisation, in NVML index order. A device that
-    /// is lost or missed its deadline stays here with `up == false` / `stale == true`.
-    pub devices: Vec<DeviceSample>,
+    /// is lost or missed its deadline stays here with `up == false` / `stale == true`. Shared:
+    /// the sampler keeps each device's last reading to serve it again, stale, when the next
+    /// tick misses it.
+    pub devices: Vec<Arc<DeviceSample>>,
     /// Cumulative count of failed NVML calls by (function, error name); NOT_SUPPORTED never counts.
     pub nvml_errors: BTreeMap<(String, String), u64>,
     /// Wall time of the tick that produced this snapshot, in seconds.

@@ -196,7 +196,7 @@ async fn index(State(state): State<AppState>) -> Html<String> {
     if let Some(e) = snap.nvml_error.as_deref().filter(|_| !snap.nvml_up) {
         let _ = writeln!(page, "<p>NVML not initialised: {}</p>", escape_html(e));
     }
-    let mut gpus: Vec<&DeviceSample> = snap.devices.iter().collect();
+    let mut gpus: Vec<&DeviceSample> = snap.devices.iter().map(Arc::as_ref).collect();
     gpus.sort_by_key(|d| d.index);
     let _ = writeln!(page, "<h2>GPUs ({})</h2>", gpus.len());
     if !gpus.is_empty() {
@@ -257,7 +257,7 @@ mod tests {
     fn healthy_snapshot(last_tick: f64) -> Snapshot {
         Snapshot {
             nvml_up: true,
-            devices: vec![DeviceSample {
+            devices: vec![Arc::new(DeviceSample {
                 index: 0,
                 uuid: "GPU-abc".into(),
                 info: Arc::new(DeviceInfo {
@@ -267,7 +267,7 @@ mod tests {
                 up: true,
                 power_watts: Some(250.0),
                 ..Default::default()
-            }],
+            })],
             tick_duration_seconds: Some(0.01),
             last_tick_timestamp_seconds: Some(last_tick),
             ..Default::default()

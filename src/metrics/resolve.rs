@@ -15,6 +15,8 @@
 //! kubelet's pod list, or else from the single container of its GPU (or of its MIG instance),
 //! whatever the pod-labels option says.
 
+use std::sync::Arc;
+
 use crate::kubernetes::mapping;
 use crate::processes::attribution::{GpuProcesses, Owners, summarize};
 use crate::sample::{ContainerRef, DeviceSample, MigInstanceSample, PodIdentity, Snapshot};
@@ -57,7 +59,7 @@ pub(crate) struct InstanceView<'a> {
 
 /// The views of every device of `snap`, in `gpu` index order.
 pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<DeviceView<'a>> {
-    let mut devices: Vec<&DeviceSample> = snap.devices.iter().collect();
+    let mut devices: Vec<&DeviceSample> = snap.devices.iter().map(Arc::as_ref).collect();
     devices.sort_by_key(|d| d.index);
     let kubelet = snap.kubernetes.as_ref();
     let assignments = kubelet.map_or(&[][..], |k| &k.assignments[..]);

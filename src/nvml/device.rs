@@ -1,7 +1,7 @@
 //! Reading one device for one tick: every row of the "Device metrics" table in METRICS.md and
-//! the GPM saturation metrics (see [`super::gpm`]), in base units, with NVML's answers sorted
-//! into "not supported" (remembered and skipped on later ticks), "device lost", "driver gone"
-//! and "counted error".
+//! the GPM saturation metrics (see [`super::gpm`]), in base units. Every call goes through the
+//! read's call ledger ([`super::ledger`]), which skips what the device does not support and sorts
+//! failures into "device lost", "driver gone" and "counted error".
 
 use std::sync::Arc;
 
@@ -19,8 +19,9 @@ use nvml_wrapper_sys::bindings::field_id::{
 };
 
 use super::discovery::device_identity;
-use super::error::{ErrorClass, ErrorCounter, classify};
+use super::error::ErrorCounter;
 use super::gpm::{GpmState, read_gpm};
+use super::ledger::{CallLedger, Unsupported};
 use super::mig::MigReader;
 use super::processes::ProcessReader;
 use super::raw;
@@ -49,9 +50,11 @@ pub struct ReadOutcome {
     pub vanished: bool,
 }
 
-/// Reads one device, tick after tick, remembering what it does not support. Lives as long as
-/// the `Nvml` it reads from (one NVML session).
+/// Reads one device, tick after tick, remembering what it does not support and its previous GPM
+/// sample. Holds the `Nvml` it reads from (one NVML session), so it owns everything a read needs
+/// and can move from one reader thread to another.
 pub struct DeviceReader {
+    nvml: Arc<Nvml>,
     index: u32,
     errors: Arc<ErrorCounter>,
     /// uuid and static info, read on the first successful attempt, and again after the device
@@ -63,6 +66,8 @@ pub struct DeviceReader {
     unsupported: Unsupported,
     /// Number of NVLink links, found on the first tick that could probe them.
     nvlink_count: Option<u32>,
+    /// The previous GPM samples (the GPU's and its MIG instances') and GPM support.
+    gpm: GpmState,
     /// Reads the device's processes each tick (`--processes`); `None` when off.
     processes: Option<ProcessReader>,
     /// Reads the GPU instances while MIG mode is on.
@@ -70,15 +75,17 @@ pub struct DeviceReader {
 }
 
 impl DeviceReader {
-    /// A reader for the device at NVML `index`; failures are counted in `errors`.
-    pub fn new(index: u32, errors: Arc<ErrorCounter>) -> Self {
+    /// A reader for the device at NVML `index` of `nvml`; failures are counted in `errors`.
+    pub fn new(nvml: Arc<Nvml>, index: u32, errors: Arc<ErrorCounter>) -> Self {
         DeviceReader {
+            nvml,
             index,
             errors,
             identity: None,
             recheck_identity: false,
             unsupported: Unsupported::default(),
             nvlink_count: None,
+            gpm: GpmState::new(),
             processes: None,
             mig: MigReader::new(),
         }
@@ -91,6 +98,11 @@ impl DeviceReader {
         self
     }
 
+    /// The device's NVML index.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
     /// The device's uuid, once it has been read.
     pub fn uuid(&self) -> Option<&str> {
         self.identity.as_ref().map(|(u, _)| u.as_str())
@@ -98,73 +110,76 @@ impl DeviceReader {
 
     /// Reads every device metric once, as tick number `tick_number` of the session. Never
     /// fails: what cannot be read is `None`/empty.
-    ///
-    /// `gpm` holds the previous GPM sample; it borrows `nvml`, so the caller keeps it next to
-    /// its `Nvml` and passes it to every read.
-    pub fn read<'nvml>(
-        &mut self,
-        nvml: &'nvml Nvml,
-        tick_number: u64,
-        gpm: &mut GpmState<'nvml>,
-    ) -> ReadOutcome {
+    pub fn read(&mut self, tick_number: u64) -> ReadOutcome {
+        let DeviceReader {
+            nvml,
+            index,
+            errors,
+            identity,
+            recheck_identity,
+            unsupported,
+            nvlink_count,
+            gpm,
+            processes,
+            mig,
+        } = self;
+        let index = *index;
         gpm.begin_tick(tick_number);
-        let mut tick = Tick::new(self.index, &self.errors, &mut self.unsupported);
+        let mut ledger = CallLedger::new(index, errors, unsupported);
         // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call. It is
         // never remembered as unsupported: without a handle there is nothing else to read.
-        tick.calls += 1;
+        ledger.count_call();
         let mut vanished = false;
-        let device = match nvml.device_by_index(self.index) {
+        let device = match nvml.device_by_index(index) {
             Ok(d) => Some(d),
             Err(e) => {
                 vanished = matches!(e, NvmlError::InvalidArg | NvmlError::NotFound);
-                tick.fail("nvmlDeviceGetHandleByIndex_v2", 0, &e);
-                tick.unsupported.remove("nvmlDeviceGetHandleByIndex_v2", 0);
+                ledger.fail("nvmlDeviceGetHandleByIndex_v2", 0, &e);
+                ledger.forget_unsupported("nvmlDeviceGetHandleByIndex_v2", 0);
                 None
             }
         };
         let mut sample = DeviceSample {
-            index: self.index,
+            index,
             ..DeviceSample::default()
         };
         if let Some(device) = device {
-            if self.identity.is_none() || self.recheck_identity {
-                let identity = device_identity(&device, self.index, &self.errors);
+            if identity.is_none() || *recheck_identity {
+                let found = device_identity(&device, index, errors);
                 // An empty uuid means the device did not answer (e.g. lost): try again next tick.
-                if !identity.0.is_empty() {
-                    self.identity = Some(identity);
-                    self.recheck_identity = false;
+                if !found.0.is_empty() {
+                    *identity = Some(found);
+                    *recheck_identity = false;
                 }
             }
             // GPM first: its sample then falls at the same point of every tick, so the windows
             // stay close to one interval whatever the other calls cost.
-            (sample.gpm_supported, sample.gpm) = read_gpm(&mut tick, nvml, &device, gpm);
-            read_metrics(&mut tick, &device, &mut self.nvlink_count, &mut sample);
+            (sample.gpm_supported, sample.gpm) = read_gpm(&mut ledger, nvml, &device, gpm);
+            read_metrics(&mut ledger, &device, nvlink_count, &mut sample);
             // Enumerated every tick (a reconfiguration shows at once); MIG off drops the
             // instances' GPM windows so a later layout starts clean.
-            let mig = sample.mig_mode == Some(true);
+            let mig_mode = sample.mig_mode == Some(true);
             let mut mig_handles = Vec::new();
-            if mig {
-                (sample.mig_instances, mig_handles) = self.mig.read(&mut tick, nvml, &device, gpm);
+            if mig_mode {
+                (sample.mig_instances, mig_handles) = mig.read(&mut ledger, nvml, &device, gpm);
             } else {
                 gpm.retain_instances(&[]);
             }
-            if let Some(reader) = &mut self.processes {
-                let mig_handles = mig.then_some(mig_handles.as_slice());
-                sample.processes = reader.read(&mut tick, nvml, &device, mig_handles);
+            if let Some(reader) = processes {
+                let mig_handles = mig_mode.then_some(mig_handles.as_slice());
+                sample.processes = reader.read(&mut ledger, nvml, &device, mig_handles);
             }
         } else {
             gpm.forget();
         }
-        if let Some((uuid, info)) = &self.identity {
+        if let Some((uuid, info)) = identity.as_ref() {
             sample.uuid = uuid.clone();
             sample.info = info.clone();
         }
-        let lost = tick.lost || vanished;
+        let lost = ledger.lost() || vanished;
+        let driver_gone = ledger.driver_gone();
         if lost {
-            self.recheck_identity = true;
-        }
-        let driver_gone = tick.calls > 0 && tick.driver_gone_calls == tick.calls;
-        if lost {
+            *recheck_identity = true;
             // The next sample after a loss must not close a window that spans it.
             gpm.forget();
             // A lost device serves only info + up=0: drop whatever was read before the loss.
@@ -185,148 +200,12 @@ impl DeviceReader {
     }
 }
 
-/// The calls a device answered NOT_SUPPORTED, as (function, argument), for the session. Every
-/// NVML call looks here first, so the lookup must be cheap: a binary search over a list of a few
-/// dozen entries, where a `HashSet` hashed the whole name with SipHash on every call (~10 % of
-/// the exporter's own instructions per tick). The list is sorted by name length first: the names
-/// share the `nvmlDeviceGet` prefix, so comparing bytes first meant a `memcmp` call per probe,
-/// while most probes differ in length, and a name passed from the same literal is recognised by
-/// its address before its bytes are compared.
-#[derive(Debug, Default)]
-pub(super) struct Unsupported(Vec<(&'static str, u32)>);
-
-impl Unsupported {
-    fn position(&self, function: &str, arg: u32) -> Result<usize, usize> {
-        self.0.binary_search_by(|&(f, a)| {
-            f.len()
-                .cmp(&function.len())
-                .then_with(|| {
-                    if std::ptr::eq(f, function) {
-                        std::cmp::Ordering::Equal
-                    } else {
-                        f.cmp(function)
-                    }
-                })
-                .then(a.cmp(&arg))
-        })
-    }
-
-    /// Whether `(function, arg)` answered NOT_SUPPORTED.
-    pub(super) fn contains(&self, function: &str, arg: u32) -> bool {
-        self.position(function, arg).is_ok()
-    }
-
-    /// Remembers `(function, arg)` as not supported.
-    pub(super) fn insert(&mut self, function: &'static str, arg: u32) {
-        if let Err(i) = self.position(function, arg) {
-            self.0.insert(i, (function, arg));
-        }
-    }
-
-    /// Forgets `(function, arg)`.
-    pub(super) fn remove(&mut self, function: &str, arg: u32) {
-        if let Ok(i) = self.position(function, arg) {
-            self.0.remove(i);
-        }
-    }
-}
-
-/// Bookkeeping for one read of one device.
-pub(super) struct Tick<'a> {
-    index: u32,
-    errors: &'a ErrorCounter,
-    unsupported: &'a mut Unsupported,
-    calls: u32,
-    driver_gone_calls: u32,
-    lost: bool,
-}
-
-impl<'a> Tick<'a> {
-    /// A fresh read of device `index`, counting into `errors` and remembering NOT_SUPPORTED in
-    /// `unsupported` (which outlives the tick).
-    pub(super) fn new(
-        index: u32,
-        errors: &'a ErrorCounter,
-        unsupported: &'a mut Unsupported,
-    ) -> Self {
-        Tick {
-            index,
-            errors,
-            unsupported,
-            calls: 0,
-            driver_gone_calls: 0,
-            lost: false,
-        }
-    }
-
-    /// Whether `(function, arg)` answered NOT_SUPPORTED earlier in this session.
-    pub(super) fn is_unsupported(&self, function: &'static str, arg: u32) -> bool {
-        self.unsupported.contains(function, arg)
-    }
-
-    /// Makes one NVML call unless it is known unsupported or the device is already lost this
-    /// tick (every further call would only wait for the same error), and sorts its failure.
-    /// `arg` tells apart calls of one function with different arguments (clock domain, link…).
-    pub(super) fn call<T>(
-        &mut self,
-        function: &'static str,
-        arg: u32,
-        f: impl FnOnce() -> Result<T, NvmlError>,
-    ) -> Option<T> {
-        if self.lost || self.unsupported.contains(function, arg) {
-            return None;
-        }
-        self.calls += 1;
-        match f() {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.fail(function, arg, &e);
-                None
-            }
-        }
-    }
-
-    /// Sorts a failure: remember NOT_SUPPORTED, flag loss / driver loss, count the rest.
-    fn fail(&mut self, function: &'static str, arg: u32, error: &NvmlError) {
-        match classify(error) {
-            ErrorClass::Unsupported => {
-                // A missing symbol is worth one count (the library is older than expected);
-                // NOT_SUPPORTED is a normal answer and never counted.
-                if matches!(error, NvmlError::FailedToLoadSymbol(_)) {
-                    self.errors.record(Some(self.index), function, error);
-                }
-                self.unsupported.insert(function, arg);
-            }
-            ErrorClass::GpuLost => {
-                self.lost = true;
-                self.errors.record(Some(self.index), function, error);
-            }
-            ErrorClass::DriverGone => {
-                self.driver_gone_calls += 1;
-                self.errors.record(Some(self.index), function, error);
-            }
-            ErrorClass::Other => self.errors.record(Some(self.index), function, error),
-        }
-    }
-
-    /// Sorts the per-field result of a field-value call (same rules as a whole call).
-    pub(super) fn field<T>(
-        &mut self,
-        function: &'static str,
-        arg: u32,
-        r: Result<T, NvmlError>,
-    ) -> Option<T> {
-        match r {
-            Ok(v) => Some(v),
-            Err(e) => {
-                self.fail(function, arg, &e);
-                None
-            }
-        }
-    }
-}
-
-fn read_metrics(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>, s: &mut DeviceSample) {
+fn read_metrics(
+    t: &mut CallLedger,
+    d: &Device,
+    nvlink_count: &mut Option<u32>,
+    s: &mut DeviceSample,
+) {
     if let Some(u) = t.call("nvmlDeviceGetUtilizationRates", 0, || d.utilization_rates()) {
         s.utilization = Some(percent_to_ratio(u.gpu));
         s.memory_utilization = Some(percent_to_ratio(u.memory));
@@ -381,7 +260,7 @@ fn read_metrics(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>, s: &mu
         .map(|m| m.current == 1);
 }
 
-fn read_thermal(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
+fn read_thermal(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     s.temperature_celsius = t
         .call("nvmlDeviceGetTemperature", 0, || {
             d.temperature(TemperatureSensor::Gpu)
@@ -420,7 +299,7 @@ fn read_thermal(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
     }
 }
 
-fn read_clocks(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
+fn read_clocks(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     for (i, (ours, theirs)) in [
         (ClockDomain::Graphics, Clock::Graphics),
         (ClockDomain::Sm, Clock::SM),
@@ -498,7 +377,7 @@ fn perf_policy(reason: ThrottleReason) -> PerformancePolicy {
     }
 }
 
-fn read_pcie(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
+fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     let p = &mut s.pcie;
     p.transmit_bytes_per_second = t
         .call("nvmlDeviceGetPcieThroughput", 0, || {
@@ -529,8 +408,8 @@ fn read_pcie(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
     });
 }
 
-fn read_memory_errors(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
-    let ecc = |t: &mut Tick, base: u32, counter: EccCounter| {
+fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
+    let ecc = |t: &mut CallLedger, base: u32, counter: EccCounter| {
         let corrected = t.call("nvmlDeviceGetTotalEccErrors", base, || {
             d.total_ecc_errors(MemoryError::Corrected, counter)
         })?;
@@ -568,7 +447,11 @@ fn read_memory_errors(t: &mut Tick, d: &Device, s: &mut DeviceSample) {
     }
 }
 
-fn read_nvlinks(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>) -> Vec<NvLinkSample> {
+fn read_nvlinks(
+    t: &mut CallLedger,
+    d: &Device,
+    nvlink_count: &mut Option<u32>,
+) -> Vec<NvLinkSample> {
     let mut links = Vec::new();
     match *nvlink_count {
         Some(count) => {
@@ -587,10 +470,10 @@ fn read_nvlinks(t: &mut Tick, d: &Device, nvlink_count: &mut Option<u32>) -> Vec
             // First tick: probe links until the device rejects an index. Rejection is how NVML
             // says "no such link", so it is neither counted nor remembered as unsupported.
             for link in 0..NVLINK_MAX_LINKS {
-                if t.lost {
+                if t.lost() {
                     return links;
                 }
-                t.calls += 1;
+                t.count_call();
                 match d.link_wrapper_for(link).is_active() {
                     Ok(up) => links.push(NvLinkSample {
                         link,
@@ -702,94 +585,5 @@ mod tests {
             .map(|r| perf_policy(*r).as_c())
             .collect();
         assert_eq!(policies.len(), ThrottleReason::ALL.len());
-    }
-
-    fn tick<'a>(errors: &'a ErrorCounter, unsupported: &'a mut Unsupported) -> Tick<'a> {
-        Tick::new(3, errors, unsupported)
-    }
-
-    #[test]
-    fn the_unsupported_list_tells_functions_and_arguments_apart() {
-        let mut u = Unsupported::default();
-        for (f, a) in [("nvmlB", 2), ("nvmlA", 7), ("nvmlB", 1), ("nvmlA", 7)] {
-            u.insert(f, a);
-        }
-        assert!(u.contains("nvmlA", 7) && u.contains("nvmlB", 1) && u.contains("nvmlB", 2));
-        assert!(!u.contains("nvmlA", 1) && !u.contains("nvmlC", 7));
-        // The name counts, not where the string lives.
-        assert!(u.contains(&String::from("nvmlA"), 7));
-        u.remove("nvmlB", 1);
-        assert!(!u.contains("nvmlB", 1) && u.contains("nvmlB", 2));
-        assert_eq!(u.0.len(), 2, "a repeated insert is kept once");
-    }
-
-    #[test]
-    fn not_supported_is_remembered_and_never_counted() {
-        let errors = ErrorCounter::default();
-        let mut unsupported = Unsupported::default();
-        let mut t = tick(&errors, &mut unsupported);
-        let r: Option<u32> = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
-            Err(NvmlError::NotSupported)
-        });
-        assert_eq!(r, None);
-        let mut called = false;
-        let _ = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
-            called = true;
-            Ok(1u32)
-        });
-        assert!(!called, "an unsupported call must be skipped");
-        // Another argument of the same function is still tried.
-        assert_eq!(t.call("nvmlDeviceGetFanSpeed_v2", 1, || Ok(5u32)), Some(5));
-        assert!(errors.snapshot().is_empty());
-    }
-
-    #[test]
-    fn other_errors_are_counted_by_function_and_name() {
-        let errors = ErrorCounter::default();
-        let mut unsupported = Unsupported::default();
-        let mut t = tick(&errors, &mut unsupported);
-        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
-        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
-        assert!(!t.lost);
-        let s = errors.snapshot();
-        assert_eq!(
-            s[&("nvmlDeviceGetPowerUsage".to_string(), "unknown".to_string())],
-            2
-        );
-    }
-
-    #[test]
-    fn a_lost_gpu_stops_further_calls_this_tick() {
-        let errors = ErrorCounter::default();
-        let mut unsupported = Unsupported::default();
-        let mut t = tick(&errors, &mut unsupported);
-        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::GpuLost));
-        assert!(t.lost);
-        let mut called = false;
-        let _ = t.call("nvmlDeviceGetTemperature", 0, || {
-            called = true;
-            Ok(1u32)
-        });
-        assert!(!called);
-        let s = errors.snapshot();
-        assert_eq!(
-            s[&(
-                "nvmlDeviceGetPowerUsage".to_string(),
-                "gpu_is_lost".to_string()
-            )],
-            1
-        );
-    }
-
-    #[test]
-    fn driver_gone_is_every_call_answering_uninitialized() {
-        let errors = ErrorCounter::default();
-        let mut unsupported = Unsupported::default();
-        let mut t = tick(&errors, &mut unsupported);
-        let _: Option<u32> = t.call("a", 0, || Err(NvmlError::Uninitialized));
-        let _: Option<u32> = t.call("b", 0, || Err(NvmlError::DriverNotLoaded));
-        assert_eq!((t.calls, t.driver_gone_calls), (2, 2));
-        let _ = t.call("c", 0, || Ok(1u32));
-        assert_ne!(t.calls, t.driver_gone_calls);
     }
 }

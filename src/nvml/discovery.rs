@@ -9,17 +9,19 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::Brand;
 use nvml_wrapper::error::NvmlError;
 
-use super::error::{ErrorCounter, init_failure_reason};
+use super::error::{ErrorCounter, NvmlUnavailable};
 use super::units::cuda_version;
 use crate::sample::{DeviceInfo, SystemInfo};
 
-/// Loads the library at `lib` and initialises NVML. The error is the one-line reason for
-/// `Snapshot::nvml_error`.
-pub fn init(lib: &Path) -> Result<Nvml, String> {
+/// Loads the library at `lib` and initialises NVML.
+pub fn init(lib: &Path) -> Result<Nvml, NvmlUnavailable> {
     Nvml::builder()
         .lib_path(lib.as_os_str())
         .init()
-        .map_err(|e| init_failure_reason(lib, &e))
+        .map_err(|source| NvmlUnavailable::Init {
+            lib: lib.to_path_buf(),
+            source,
+        })
 }
 
 /// System-wide versions; a version that cannot be read is left empty (and counted).
@@ -123,7 +125,9 @@ mod tests {
 
     #[test]
     fn a_missing_library_is_reported_as_not_found() {
-        let err = init(Path::new("/nonexistent/libnvidia-ml.so.1")).unwrap_err();
+        let err = init(Path::new("/nonexistent/libnvidia-ml.so.1"))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("NVML library not found: /nonexistent/"),
             "{err}"
@@ -141,7 +145,7 @@ mod tests {
             eprintln!("skipped: {} absent or a driver is loaded", lib.display());
             return;
         }
-        let err = init(lib).unwrap_err();
+        let err = init(lib).unwrap_err().to_string();
         assert!(err.contains("driver not loaded"), "{err}");
     }
 }

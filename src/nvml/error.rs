@@ -3,7 +3,7 @@
 //! `error` label, the cumulative error counter, and rate-limited logging.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -76,8 +76,32 @@ pub fn error_name(error: &NvmlError) -> &'static str {
     }
 }
 
-/// A one-line reason why `nvmlInit` failed, for `Snapshot::nvml_error`, `/readyz` and the log.
-pub fn init_failure_reason(lib: &Path, error: &NvmlError) -> String {
+/// Why NVML cannot be sampled now. The text is the one-line reason served in
+/// `Snapshot::nvml_error` (so in `/readyz` and on the landing page) and logged.
+#[derive(Debug, thiserror::Error)]
+pub enum NvmlUnavailable {
+    /// `nvmlInit` failed: the library is missing or unusable, or the driver is not loaded.
+    #[error("{}", init_failure_reason(.lib, .source))]
+    Init {
+        /// The library that was loaded.
+        lib: PathBuf,
+        /// What `nvmlInit` (or loading the library) answered.
+        source: NvmlError,
+    },
+    /// NVML initialised but could not count the devices.
+    #[error("nvmlDeviceGetCount failed: {} ({source})", error_name(.source))]
+    DeviceCount {
+        /// What `nvmlDeviceGetCount_v2` answered.
+        source: NvmlError,
+    },
+    /// Every call of a tick answered UNINITIALIZED / DRIVER_NOT_LOADED: the driver went away
+    /// (unloaded, restarted).
+    #[error("NVML answered UNINITIALIZED / DRIVER_NOT_LOADED on every call")]
+    DriverGone,
+}
+
+/// A one-line reason why `nvmlInit` failed.
+fn init_failure_reason(lib: &Path, error: &NvmlError) -> String {
     match error {
         NvmlError::LibloadingError(e) => {
             format!("NVML library not found: {}: {e}", lib.display())
@@ -223,6 +247,34 @@ mod tests {
         assert!(!l.allow("a", t0 + Duration::from_secs(59)));
         assert!(l.allow("b", t0 + Duration::from_secs(1)));
         assert!(l.allow("a", t0 + Duration::from_secs(61)));
+    }
+
+    #[test]
+    fn unavailable_reasons_read_as_served() {
+        let lib = PathBuf::from("/usr/lib/libnvidia-ml.so.1");
+        let init = NvmlUnavailable::Init {
+            lib,
+            source: NvmlError::DriverNotLoaded,
+        };
+        assert_eq!(
+            init.to_string(),
+            "NVIDIA driver not loaded (/usr/lib/libnvidia-ml.so.1 answered \
+             NVML_ERROR_DRIVER_NOT_LOADED)"
+        );
+        let count = NvmlUnavailable::DeviceCount {
+            source: NvmlError::Unknown,
+        };
+        assert_eq!(
+            count.to_string(),
+            format!(
+                "nvmlDeviceGetCount failed: unknown ({})",
+                NvmlError::Unknown
+            )
+        );
+        assert_eq!(
+            NvmlUnavailable::DriverGone.to_string(),
+            "NVML answered UNINITIALIZED / DRIVER_NOT_LOADED on every call"
+        );
     }
 
     #[test]

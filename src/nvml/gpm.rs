@@ -2,11 +2,11 @@
 //!
 //! GPM values are not read directly: NVML takes a sample of the device's performance counters
 //! (`nvmlGpmSampleGet`) and `nvmlGpmMetricsGet` turns two samples into averages over the time
-//! between them. So each device keeps its previous sample in a [`GpmState`] (a
-//! `GpmSample<'nvml>` borrows the `Nvml` that the device's reading state holds), and every tick
-//! yields the averages over the last interval. The first tick after a (re)start, after the
-//! device missed a tick and after it was lost yields none: there is no previous sample, or the
-//! one there is does not close a window of one tick.
+//! between them. So each device keeps its previous sample in a [`GpmState`] (a [`GpmSample`]
+//! owns its handle and keeps the library loaded), and every tick yields the averages over the
+//! last interval. The first tick after a (re)start, after the device missed a tick and after it
+//! was lost yields none: there is no previous sample, or the one there is does not close a
+//! window of one tick.
 //!
 //! Units: NVML reports the `*_UTIL` metrics in percent (0–100) and the PCIe/NVLink rates in
 //! MiB/s (nvml.h); [`GpmMetrics`] holds ratios 0..1 and bytes per second.
@@ -17,13 +17,14 @@
 //! old one's sample); `read_instance_gpm` feeds it, [`super::mig`] says which instances exist.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
-use nvml_wrapper::{Device, GpmSample, Nvml};
+use nvml_wrapper::{Device, Nvml};
 
-use super::device::Tick;
-use super::raw::GpmRequest;
+use super::ledger::CallLedger;
+use super::raw::{GpmRequest, GpmSample};
 use super::units::{mib_to_bytes_f64, percent_to_ratio_f64};
 use crate::sample::{GpmMetrics, GpmPipe, MediaEngine};
 
@@ -167,13 +168,13 @@ impl<S> Window<S> {
 /// One device's GPM state, kept with its reader for one NVML session: whether the device
 /// supports GPM (asked once per session) and the previous sample.
 #[derive(Debug, Default)]
-pub struct GpmState<'nvml> {
+pub struct GpmState {
     supported: Option<bool>,
-    window: Window<GpmSample<'nvml>>,
+    window: Window<GpmSample>,
     /// The tick being read, so that a window first seen mid-tick starts at it.
     tick: Option<u64>,
     /// One window per MIG GPU instance seen on the last tick.
-    instances: HashMap<InstanceKey, Window<GpmSample<'nvml>>>,
+    instances: HashMap<InstanceKey, Window<GpmSample>>,
     /// What every `nvmlGpmMetricsGet` of this device reuses.
     buffers: Buffers,
 }
@@ -195,7 +196,7 @@ impl Buffers {
     /// `arg_base`, in one `nvmlGpmMetricsGet`; `None` when the call failed.
     fn metrics(
         &mut self,
-        t: &mut Tick,
+        t: &mut CallLedger,
         nvml: &Nvml,
         prev: &GpmSample,
         cur: &GpmSample,
@@ -236,7 +237,7 @@ pub struct InstanceKey {
     pub uuid: String,
 }
 
-impl<'nvml> GpmState<'nvml> {
+impl GpmState {
     /// No support answer yet, no previous sample.
     pub fn new() -> Self {
         GpmState::default()
@@ -276,12 +277,12 @@ const INSTANCE_METRIC_ARG: u32 = 1 << 20;
 
 /// Reads one MIG GPU instance's GPM for this tick (the GPU must support GPM): its sample closes
 /// the instance's window when the previous tick sampled the same instance.
-pub(super) fn read_instance_gpm<'nvml>(
-    t: &mut Tick,
-    nvml: &'nvml Nvml,
-    device: &Device<'nvml>,
+pub(super) fn read_instance_gpm(
+    t: &mut CallLedger,
+    nvml: &Arc<Nvml>,
+    device: &Device,
     key: &InstanceKey,
-    state: &mut GpmState<'nvml>,
+    state: &mut GpmState,
 ) -> Option<GpmMetrics> {
     if nvml.lib().nvmlGpmMigSampleGet.is_err() {
         return None;
@@ -295,7 +296,9 @@ pub(super) fn read_instance_gpm<'nvml>(
         }
         w
     });
-    let Some(current) = t.call("nvmlGpmMigSampleGet", gi, || device.gpm_mig_sample(gi)) else {
+    let Some(current) = t.call("nvmlGpmMigSampleGet", gi, || {
+        GpmSample::of_instance(nvml, device, gi)
+    }) else {
         window.forget();
         return None;
     };
@@ -307,9 +310,9 @@ pub(super) fn read_instance_gpm<'nvml>(
         .flatten()
 }
 
-/// Whether the loaded library has every GPM entry point. nvml-wrapper frees a `GpmSample` on
-/// drop by calling `nvmlGpmSampleFree` without checking that the symbol exists, so no sample may
-/// be created unless the whole set is there (drivers before R520 have none of it).
+/// Whether the loaded library has every GPM entry point: no sample is taken unless the whole set
+/// is there (drivers before R520 have none of it), so that one taken can always be compared and
+/// freed.
 pub fn library_has_gpm(nvml: &Nvml) -> bool {
     let lib = nvml.lib();
     lib.nvmlGpmQueryDeviceSupport.is_ok()
@@ -320,11 +323,11 @@ pub fn library_has_gpm(nvml: &Nvml) -> bool {
 }
 
 /// Reads GPM for one tick: fills `gpm_supported` and, when a window closes, `gpm`.
-pub(super) fn read_gpm<'nvml>(
-    t: &mut Tick,
-    nvml: &'nvml Nvml,
-    device: &Device<'nvml>,
-    state: &mut GpmState<'nvml>,
+pub(super) fn read_gpm(
+    t: &mut CallLedger,
+    nvml: &Arc<Nvml>,
+    device: &Device,
+    state: &mut GpmState,
 ) -> (Option<bool>, Option<GpmMetrics>) {
     if state.supported.is_none() {
         state.supported = query_support(t, nvml, device);
@@ -333,7 +336,7 @@ pub(super) fn read_gpm<'nvml>(
         state.forget();
         return (state.supported, None);
     }
-    let Some(current) = t.call("nvmlGpmSampleGet", 0, || device.gpm_sample()) else {
+    let Some(current) = t.call("nvmlGpmSampleGet", 0, || GpmSample::of_device(nvml, device)) else {
         // Without this tick's sample the next one would close a two-tick window.
         state.forget();
         return (state.supported, None);
@@ -349,7 +352,7 @@ pub(super) fn read_gpm<'nvml>(
 /// Asks once whether the device supports GPM. `Some(false)` also when the library has no GPM
 /// at all (or answers NOT_SUPPORTED): there is nothing to sample either way. `None` when the
 /// query failed for another reason: it is asked again next tick.
-fn query_support(t: &mut Tick, nvml: &Nvml, device: &Device) -> Option<bool> {
+fn query_support(t: &mut CallLedger, nvml: &Nvml, device: &Device) -> Option<bool> {
     const QUERY: &str = "nvmlGpmQueryDeviceSupport";
     if !library_has_gpm(nvml) {
         return Some(false);
@@ -364,7 +367,7 @@ fn query_support(t: &mut Tick, nvml: &Nvml, device: &Device) -> Option<bool> {
 /// [`decode_with`] for the GPU's own metrics.
 #[cfg(test)]
 fn decode(
-    t: &mut Tick,
+    t: &mut CallLedger,
     requested: &[(GpmMetricId, Target)],
     results: Vec<Result<f64, NvmlError>>,
 ) -> GpmMetrics {
@@ -375,7 +378,7 @@ fn decode(
 /// failed is left out; NOT_SUPPORTED is remembered under `arg_base | metric id` (not asked again
 /// this session) and never counted, any other error is counted under `nvmlGpmMetricsGet`.
 fn decode_with(
-    t: &mut Tick,
+    t: &mut CallLedger,
     requested: &[(GpmMetricId, Target)],
     results: impl IntoIterator<Item = Result<f64, NvmlError>>,
     arg_base: u32,
@@ -412,7 +415,7 @@ fn decode_with(
 mod tests {
     use std::collections::HashSet;
 
-    use crate::nvml::device::Unsupported;
+    use crate::nvml::ledger::Unsupported;
 
     use super::*;
     use crate::nvml::error::ErrorCounter;
@@ -468,7 +471,7 @@ mod tests {
     fn percentages_become_ratios_and_mib_per_second_bytes_per_second() {
         let errors = ErrorCounter::default();
         let mut unsupported = Unsupported::default();
-        let mut t = Tick::new(0, &errors, &mut unsupported);
+        let mut t = CallLedger::new(0, &errors, &mut unsupported);
         let requested = [
             (GpmMetricId::SmUtil, Target::SmActive),
             (GpmMetricId::SmOccupancy, Target::SmOccupancy),
@@ -503,7 +506,7 @@ mod tests {
     fn a_failed_metric_is_absent_and_only_real_errors_count() {
         let errors = ErrorCounter::default();
         let mut unsupported = Unsupported::default();
-        let mut t = Tick::new(0, &errors, &mut unsupported);
+        let mut t = CallLedger::new(0, &errors, &mut unsupported);
         let requested = [
             (GpmMetricId::SmUtil, Target::SmActive),
             (GpmMetricId::Nvofa0Util, Target::Media(MediaEngine::Nvofa0)),

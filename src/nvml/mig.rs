@@ -25,6 +25,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::mem;
+use std::sync::Arc;
 
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
@@ -33,8 +34,8 @@ use nvml_wrapper_sys::bindings::{
     nvmlGpuInstanceProfileInfo_v2_t,
 };
 
-use super::device::Tick;
 use super::gpm::{GpmState, InstanceKey, read_instance_gpm};
+use super::ledger::CallLedger;
 use crate::sample::{ComputeInstanceSample, MemoryInfo, MigInstanceSample};
 
 /// Argument under which calls on MIG device handles are remembered as not supported, apart from
@@ -79,10 +80,10 @@ impl MigReader {
     /// from `gpm`.
     pub(super) fn read<'nvml>(
         &mut self,
-        t: &mut Tick,
-        nvml: &'nvml Nvml,
+        t: &mut CallLedger,
+        nvml: &'nvml Arc<Nvml>,
         device: &Device<'nvml>,
-        gpm: &mut GpmState<'nvml>,
+        gpm: &mut GpmState,
     ) -> (Vec<MigInstanceSample>, Vec<MigHandle<'nvml>>) {
         let mut by_instance: BTreeMap<u32, Vec<MigDevice<'nvml>>> = BTreeMap::new();
         for d in enumerate(t, device) {
@@ -147,7 +148,7 @@ impl MigReader {
     }
 
     /// The name of profile `profile_id`, reading the board's profile table the first time.
-    fn profile_name(&mut self, t: &mut Tick, device: &Device, profile_id: u32) -> String {
+    fn profile_name(&mut self, t: &mut CallLedger, device: &Device, profile_id: u32) -> String {
         if !self.table_read && !self.profile_names.contains_key(&profile_id) {
             let mut complete = true;
             for profile in 0..NVML_GPU_INSTANCE_PROFILE_COUNT {
@@ -172,7 +173,7 @@ impl MigReader {
 }
 
 /// The MIG devices of `device` now. A slot whose handle or ids cannot be read is left out.
-fn enumerate<'nvml>(t: &mut Tick, device: &Device<'nvml>) -> Vec<MigDevice<'nvml>> {
+fn enumerate<'nvml>(t: &mut CallLedger, device: &Device<'nvml>) -> Vec<MigDevice<'nvml>> {
     let count = t
         .call("nvmlDeviceGetMaxMigDeviceCount", 0, || {
             device.mig_device_count()

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod error;
 pub mod events;
 pub mod gpm;
+pub mod ledger;
 pub mod mig;
 pub mod processes;
 pub mod raw;

@@ -28,7 +28,7 @@ use nvml_wrapper::enums::device::UsedGpuMemory;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::struct_wrappers::device::ProcessInfo;
 
-use super::device::Tick;
+use super::ledger::CallLedger;
 use super::mig::{MIG_HANDLE, MigHandle};
 use super::units::percent_to_ratio_f64;
 use crate::processes::procfs::ProcTable;
@@ -65,7 +65,7 @@ impl ProcessReader {
     /// `mig` is `Some` (the MIG device handles of this tick) when the GPU is in MIG mode.
     pub(super) fn read(
         &mut self,
-        t: &mut Tick,
+        t: &mut CallLedger,
         nvml: &Nvml,
         d: &Device,
         mig: Option<&[MigHandle]>,
@@ -132,7 +132,7 @@ impl ProcessReader {
 /// The compute and graphics lists of the GPU handle `d`, one after the other (a list that cannot
 /// be read is counted and left out). With `refusable` (MIG mode), NO_PERMISSION is the driver's
 /// "unprivileged caller" answer: not counted, and `None`.
-fn parent_lists(t: &mut Tick, d: &Device, refusable: bool) -> Option<Vec<ProcessInfo>> {
+fn parent_lists(t: &mut CallLedger, d: &Device, refusable: bool) -> Option<Vec<ProcessInfo>> {
     let refused = |r: Result<Vec<ProcessInfo>, NvmlError>| match r {
         Err(NvmlError::NoPermission) if refusable => Ok(None),
         other => other.map(Some),
@@ -157,7 +157,7 @@ fn parent_lists(t: &mut Tick, d: &Device, refusable: bool) -> Option<Vec<Process
 /// The compute and graphics lists of every MIG device handle, each process given the instance
 /// of the handle that lists it (what the parent's list would have said). Calls a handle does
 /// not support (e.g. graphics) are remembered apart from the GPU handle's, under [`MIG_HANDLE`].
-fn instance_lists(t: &mut Tick, handles: &[MigHandle]) -> Vec<ProcessInfo> {
+fn instance_lists(t: &mut CallLedger, handles: &[MigHandle]) -> Vec<ProcessInfo> {
     let mut out = Vec::new();
     for h in handles {
         let compute = t.call(COMPUTE, MIG_HANDLE, || h.handle.running_compute_processes());

@@ -3,12 +3,13 @@
 //! `nvml_sym`, call it, turn the return code into a `Result` with `nvml_try`.
 
 use std::mem;
+use std::sync::Arc;
 
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
-use nvml_wrapper::{Device, GpmSample, Nvml};
+use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
-    self as sys, NVML_GPM_METRICS_GET_VERSION, nvmlFieldValue_t, nvmlGpmMetricsGet_t, nvmlValue_t,
-    nvmlValueType_t,
+    self as sys, NVML_GPM_METRICS_GET_VERSION, nvmlFieldValue_t, nvmlGpmMetricsGet_t,
+    nvmlGpmSample_t, nvmlValue_t, nvmlValueType_t,
 };
 
 /// Current clock-event (throttle) reasons as the raw `nvmlClocksEventReason*` bitmask, from
@@ -132,11 +133,81 @@ pub fn field_values(
         .collect())
 }
 
-/// A `nvmlGpmMetricsGet` request kept across ticks. nvml-wrapper's `gpm_metrics_get` zeroes a
-/// fresh 8 KiB request per call and copies the three name strings of every metric into new
-/// `String`s (~100 allocations per GPU per tick, a sixth of the exporter's own work per tick);
-/// this asks for the same metrics with the same call and reads back only each metric's return
-/// code and value.
+/// A GPM sample (`nvmlGpmSample_t`): a snapshot of a GPU's (or one MIG instance's) performance
+/// counters, which [`GpmRequest::get`] turns into averages over the time between two of them.
+///
+/// It owns its handle and the `Nvml` that allocated it, so a device's previous sample can be kept
+/// from one tick to the next on whichever thread reads the device; the handle is freed on drop,
+/// before the library can be shut down. nvml-wrapper's own `GpmSample` borrows the `Nvml`, which
+/// would tie the device's reading state to one borrow.
+pub struct GpmSample {
+    handle: nvmlGpmSample_t,
+    nvml: Arc<Nvml>,
+}
+
+// SAFETY: the handle is owned by this value alone (never copied out) and only passed to NVML,
+// which may be called from any thread; `&mut`/ownership keeps its use to one thread at a time.
+unsafe impl Send for GpmSample {}
+
+impl std::fmt::Debug for GpmSample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpmSample").finish_non_exhaustive()
+    }
+}
+
+impl GpmSample {
+    /// Samples the whole GPU now (`nvmlGpmSampleAlloc`, then `nvmlGpmSampleGet`). The caller
+    /// checks first that the library has every GPM entry point ([`super::gpm::library_has_gpm`]).
+    pub fn of_device(nvml: &Arc<Nvml>, device: &Device) -> Result<GpmSample, NvmlError> {
+        let get = nvml_sym(nvml.lib().nvmlGpmSampleGet.as_ref())?;
+        let sample = GpmSample::alloc(nvml)?;
+        // SAFETY: a valid device handle of this `Nvml` and a sample handle it just allocated.
+        unsafe { nvml_try(get(device.handle(), sample.handle))? };
+        Ok(sample)
+    }
+
+    /// Samples GPU instance `gpu_instance` of `device` now (`nvmlGpmMigSampleGet`).
+    pub fn of_instance(
+        nvml: &Arc<Nvml>,
+        device: &Device,
+        gpu_instance: u32,
+    ) -> Result<GpmSample, NvmlError> {
+        let get = nvml_sym(nvml.lib().nvmlGpmMigSampleGet.as_ref())?;
+        let sample = GpmSample::alloc(nvml)?;
+        // SAFETY: a valid device handle of this `Nvml` and a sample handle it just allocated.
+        unsafe { nvml_try(get(device.handle(), gpu_instance, sample.handle))? };
+        Ok(sample)
+    }
+
+    /// An empty sample (`nvmlGpmSampleAlloc`), freed on drop.
+    fn alloc(nvml: &Arc<Nvml>) -> Result<GpmSample, NvmlError> {
+        let alloc = nvml_sym(nvml.lib().nvmlGpmSampleAlloc.as_ref())?;
+        let mut handle: nvmlGpmSample_t = std::ptr::null_mut();
+        // SAFETY: a valid out-pointer; NVML writes the new handle there.
+        unsafe { nvml_try(alloc(&mut handle))? };
+        Ok(GpmSample {
+            handle,
+            nvml: Arc::clone(nvml),
+        })
+    }
+}
+
+impl Drop for GpmSample {
+    fn drop(&mut self) {
+        // The symbol is looked up rather than assumed: a library without it cannot have
+        // allocated the sample either, but a missing symbol must not panic in a destructor.
+        if let Ok(free) = self.nvml.lib().nvmlGpmSampleFree.as_ref() {
+            // SAFETY: the handle was allocated by this library's `nvmlGpmSampleAlloc`, is owned
+            // by this value alone and is freed once, here. The error cannot be acted on.
+            let _ = unsafe { free(self.handle) };
+        }
+    }
+}
+
+/// A `nvmlGpmMetricsGet` request kept across ticks: it asks for the same metrics with the same
+/// call as nvml-wrapper's `gpm_metrics_get`, which zeroes a fresh 8 KiB request per call and copies
+/// the three name strings of every metric; this reads back only each metric's return code and
+/// value.
 pub struct GpmRequest(Box<nvmlGpmMetricsGet_t>);
 
 // SAFETY: the request owns no memory through its pointers: the sample handles are only passed
@@ -179,9 +250,9 @@ impl GpmRequest {
         let count = ids.len();
         r.version = NVML_GPM_METRICS_GET_VERSION;
         r.numMetrics = count as u32;
-        // SAFETY: the handles belong to live samples of the `Nvml` whose symbol is called; they
-        // are only passed to the driver.
-        (r.sample1, r.sample2) = unsafe { (sample1.handle(), sample2.handle()) };
+        // The handles belong to live samples of the `Nvml` whose symbol is called; they are only
+        // passed to the driver.
+        (r.sample1, r.sample2) = (sample1.handle, sample2.handle);
         for (m, id) in r.metrics.iter_mut().zip(ids) {
             m.metricId = id;
             m.nvmlReturn = 0;

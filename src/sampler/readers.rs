@@ -1,448 +1,272 @@
-//! The threads that read the devices, and the inbox their readings go to.
+//! The reader threads, and the two channels between them and their session: a job queue they
+//! take devices to read from, and an answers channel each reading goes back on.
 //!
-//! One reader thread normally reads every device in turn, so a tick wakes one thread and is
-//! answered by one wake-up of the coordinator ([`Inbox`]), however many GPUs there are. Each
-//! wake-up of a sleeping thread is a context switch; with a thread per device, at 8 GPUs those
-//! cost more CPU than the exporter's own work of reading the devices.
+//! A device's whole reading state (its [`DeviceReader`]: NOT_SUPPORTED memory, GPM window,
+//! process and MIG readers) travels with its job and comes back with its answer. So a device
+//! belongs to no thread: the session holds it while it is idle, the queue while it waits and a
+//! reader while it is read. A device whose read hangs stays with the hung reader, and is thus
+//! not asked again until its late answer comes back.
 //!
-//! A tick is queued ahead, as soon as the previous one is published, with the time it starts.
-//! The reader that read the last tick sleeps until the next one is due (the last start plus the
-//! interval) and takes it then: the coordinator sleeps from one publish until the next tick's
-//! answers, and does not have to wake at the start of a tick to wake a reader.
+//! Normally one reader takes the queued devices in turn: a tick wakes it once, however many GPUs
+//! there are. A thread per device, woken each tick, spent more CPU switching threads than
+//! reading. When answers are missing after the stall limit and devices are still queued (a read
+//! is slow or hung), another reader is started for them: a hung call holds one thread and
+//! delays the other GPUs by at most the stall limit. Readers beyond one per read still inside
+//! NVML, plus one, are surplus; after [`SURPLUS_LIMIT`] of that, one is told to end.
 //!
-//! Isolation: a device's state ([`DeviceWork`]) is not tied to a thread, so when a read takes
-//! longer than the stall limit the coordinator wakes another reader (starting one when none is
-//! idle) for the devices still queued. A hung GPU thus holds one thread (as many as there are
-//! hung GPUs, plus one reading the rest) and delays the others by at most the stall limit. A
-//! reader idle for [`READER_IDLE_LIMIT`] ends while another is left.
+//! A reader ends when it takes [`Job::Retire`], or once its session drops the queue (and its
+//! answers channel) when the session stops.
 
-use std::collections::VecDeque;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
-use nvml_wrapper::Nvml;
+use crossbeam_channel::{Receiver, Sender, select};
 
-use super::ThreadGroup;
+use super::Stopped;
+use super::threads::ThreadGroup;
 use crate::nvml::device::{DeviceReader, ReadOutcome};
-use crate::nvml::gpm::GpmState;
-
-/// How long a surplus reader (one started while another was stuck) waits for work before it
-/// ends.
-const READER_IDLE_LIMIT: Duration = Duration::from_secs(10);
 
 /// The most a device queued behind a slow or hung one waits for another reader.
 const STALL_LIMIT: Duration = Duration::from_millis(50);
 
-/// A reading, as delivered to the coordinator.
-pub(super) struct Reading {
-    /// Tells readings of a previous NVML session apart.
-    pub generation: u64,
+/// How long more readers than needed may stay before one is told to end.
+const SURPLUS_LIMIT: Duration = Duration::from_secs(10);
+
+/// What a reader takes from the queue.
+pub(super) enum Job {
+    /// Read `device` for tick number `tick` of the session.
+    Read {
+        /// The tick that asked.
+        tick: u64,
+        /// The device, with all its reading state (boxed once, so that a job moves a pointer).
+        device: Box<DeviceReader>,
+    },
+    /// End the reader that takes this.
+    Retire,
+}
+
+/// A reading, as sent back to the session.
+pub(super) struct Answer {
     /// The tick that asked for it.
     pub tick: u64,
-    pub index: u32,
     pub outcome: ReadOutcome,
+    /// The device it read, back for the next tick.
+    pub device: Box<DeviceReader>,
     /// When it was finished.
     pub at: Instant,
 }
 
-/// Where readers leave their readings and the coordinator waits: for the answers to the tick it
-/// asked (woken by the last one), for a deadline, or for shutdown.
-#[derive(Default)]
-pub(super) struct Inbox {
-    state: Mutex<InboxState>,
-    wake: Condvar,
-}
-
-#[derive(Default)]
-struct InboxState {
-    shutdown: bool,
-    /// Delivered and not yet taken, in arrival order.
-    readings: Vec<Reading>,
-    /// The (generation, tick) whose answers the coordinator awaits, and how many are missing.
-    awaiting: Option<(u64, u64)>,
-    missing: usize,
-}
-
-/// How [`Inbox::wait`] ended.
-pub(super) struct Waited {
-    pub shutdown: bool,
-    /// Every awaited answer arrived.
-    pub answered: bool,
-}
-
-impl Inbox {
-    fn lock(&self) -> MutexGuard<'_, InboxState> {
-        // A poisoned lock means a reader panicked mid-push; the queue itself is whole.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Leaves a reading; wakes the coordinator when it was the last one its tick awaited.
-    fn deliver(&self, reading: Reading) {
-        let mut state = self.lock();
-        let key = (reading.generation, reading.tick);
-        state.readings.push(reading);
-        if state.awaiting == Some(key) && state.missing > 0 {
-            state.missing -= 1;
-            if state.missing == 0 {
-                drop(state);
-                // After the unlock, so the woken coordinator does not block on the lock again.
-                self.wake.notify_one();
-            }
-        }
-    }
-
-    /// Asks the coordinator to stop.
-    pub fn shut_down(&self) {
-        self.lock().shutdown = true;
-        self.wake.notify_one();
-    }
-
-    /// From now until [`Inbox::collect`], `count` answers to `tick` are awaited.
-    fn expect(&self, generation: u64, tick: u64, count: usize) {
-        let mut state = self.lock();
-        state.awaiting = Some((generation, tick));
-        state.missing = count;
-    }
-
-    /// Sleeps until shutdown, until `until`, or, while answers are awaited, until the last one
-    /// arrives.
-    pub fn wait(&self, until: Instant) -> Waited {
-        let mut state = self.lock();
-        loop {
-            let answered = state.awaiting.is_some() && state.missing == 0;
-            let left = until.saturating_duration_since(Instant::now());
-            if state.shutdown || answered || left.is_zero() {
-                return Waited {
-                    shutdown: state.shutdown,
-                    answered,
-                };
-            }
-            state = self
-                .wake
-                .wait_timeout(state, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-    }
-
-    /// Moves every delivered reading into `into` (empty; it keeps its capacity for the next
-    /// tick) and stops awaiting. True on shutdown.
-    pub fn collect(&self, into: &mut Vec<Reading>) -> bool {
-        let mut state = self.lock();
-        std::mem::swap(&mut state.readings, into);
-        state.awaiting = None;
-        state.missing = 0;
-        state.shutdown
-    }
-}
-
-/// One device's reading state. It moves between reader threads, so it holds the `Nvml` that
-/// its GPM samples borrow.
-pub(super) struct DeviceWork {
-    reader: DeviceReader,
-    /// Borrows `*nvml` (see [`DeviceWork::read`]). Declared before `nvml`, so dropped first.
-    gpm: GpmState<'static>,
-    nvml: Arc<Nvml>,
-}
-
-impl DeviceWork {
-    pub fn new(reader: DeviceReader, nvml: Arc<Nvml>) -> Self {
-        DeviceWork {
-            reader,
-            gpm: GpmState::new(),
-            nvml,
-        }
-    }
-
-    fn read(&mut self, tick: u64) -> ReadOutcome {
-        // SAFETY: the `Nvml` lives in its `Arc` for as long as `self.nvml` holds it, which is
-        // longer than `self.gpm` (dropped first), the only place this borrow is kept.
-        let nvml: &'static Nvml = unsafe { &*Arc::as_ptr(&self.nvml) };
-        self.reader.read(nvml, tick, &mut self.gpm)
-    }
-}
-
-/// The devices of one NVML session and the threads that read them.
+/// The reader threads of one session and the channels to them.
 pub(super) struct Readers {
-    shared: Arc<Shared>,
-    /// Delays after which another reader takes over the devices still queued.
+    jobs: Sender<Job>,
+    /// The session's own end of the queue: what no reader started on is taken back from it.
+    queued: Receiver<Job>,
+    /// Cloned into every reader. Held here too, so the answers channel stays connected.
+    answers_tx: Sender<Answer>,
+    answers: Receiver<Answer>,
+    /// The wait for answers after which another reader is started for what is still queued.
     stall: Duration,
-}
-
-struct Shared {
-    generation: u64,
-    /// The sampling interval: a tick is expected this long after the last one started.
-    interval: Duration,
-    devices: Vec<Mutex<DeviceWork>>,
-    queue: Mutex<Queue>,
-    inbox: Arc<Inbox>,
-}
-
-struct Queue {
-    /// The tick the queued devices are read for.
-    tick: u64,
-    /// When that tick starts: its devices are not read before.
-    start: Instant,
-    /// Device positions not yet taken by a reader.
-    next: VecDeque<u32>,
-    /// Readers alive.
-    readers: usize,
-    /// Readers waiting for work (parked), by number; the last one idle is woken first, so a
-    /// surplus reader stays idle long enough to end.
-    idle: Vec<(usize, Thread)>,
-    /// The idle reader that wakes by itself, and when: at the start of the queued tick, or,
-    /// with nothing queued, when the next one is expected. A tick queued to start then needs no
-    /// other wake-up.
-    timer: Option<(usize, Instant)>,
-    /// Numbers the readers (and names their threads).
+    /// Readers started and not yet told to end.
+    alive: usize,
+    /// Readers ever started (numbers their threads' names).
     started: usize,
-    stop: bool,
-}
-
-impl Queue {
-    /// Takes the idle reader woken last-idle-first off the idle list, for its waker to unpark.
-    fn pop_idle(&mut self) -> Option<Thread> {
-        let (number, reader) = self.idle.pop()?;
-        if self.timer.is_some_and(|(n, _)| n == number) {
-            self.timer = None;
-        }
-        Some(reader)
-    }
+    /// Since when more readers than needed are alive.
+    surplus_since: Option<Instant>,
 }
 
 impl Readers {
-    /// The readers of `devices` (by position), sampled every `interval`; the first reader
-    /// starts with the first tick.
-    pub fn new(
-        generation: u64,
-        devices: Vec<DeviceWork>,
-        inbox: Arc<Inbox>,
-        interval: Duration,
-        device_timeout: Duration,
-    ) -> Self {
+    /// No reader yet: the first is started with the first job. `device_timeout` is the per-device
+    /// deadline; a stall is declared after at most a quarter of it.
+    pub(super) fn new(device_timeout: Duration) -> Readers {
+        let (jobs, queued) = crossbeam_channel::unbounded();
+        let (answers_tx, answers) = crossbeam_channel::unbounded();
         Readers {
-            shared: Arc::new(Shared {
-                generation,
-                interval,
-                devices: devices.into_iter().map(Mutex::new).collect(),
-                queue: Mutex::new(Queue {
-                    tick: 0,
-                    start: Instant::now(),
-                    next: VecDeque::new(),
-                    readers: 0,
-                    idle: Vec::new(),
-                    timer: None,
-                    started: 0,
-                    stop: false,
-                }),
-                inbox,
-            }),
+            jobs,
+            queued,
+            answers_tx,
+            answers,
             stall: STALL_LIMIT.min(device_timeout / 4),
+            alive: 0,
+            started: 0,
+            surplus_since: None,
         }
     }
 
-    /// Queues `devices` (positions) to be read for `tick` from `start` on. Unless an idle
-    /// reader wakes by itself by then, wakes one, or starts one when none is idle. Returns how
-    /// many were queued.
-    pub fn ask(
-        &self,
+    /// The wait for answers after which [`Readers::relieve_stall`] is due.
+    pub(super) fn stall_limit(&self) -> Duration {
+        self.stall
+    }
+
+    /// Queues `device` to be read for `tick`; starts a reader when none is alive.
+    pub(super) fn queue(
+        &mut self,
         tick: u64,
-        devices: impl IntoIterator<Item = u32>,
-        start: Instant,
+        device: Box<DeviceReader>,
         threads: &mut ThreadGroup,
-    ) -> usize {
-        let mut queue = self.shared.lock_queue();
-        queue.tick = tick;
-        queue.start = start;
-        queue.next.clear();
-        queue.next.extend(devices);
-        let count = queue.next.len();
-        if count > 0 {
-            // Before a reader can take one (the queue is still locked), so that no answer comes
-            // before it is awaited.
-            self.shared
-                .inbox
-                .expect(self.shared.generation, tick, count);
+    ) {
+        // Cannot fail: `self.queued` keeps the queue's receiving side open.
+        let _ = self.jobs.send(Job::Read { tick, device });
+        if self.alive == 0 {
+            self.start(threads);
         }
-        let timed = queue.timer.is_some_and(|(_, at)| at <= start);
-        drop(queue);
-        if !timed {
-            self.wake_or_start(threads);
-        }
-        count
     }
 
-    /// Waits until every device queued for the tick that starts at `start` is answered,
-    /// `deadline` passes or shutdown; with none queued, until `start`. Every stall limit after
-    /// the start without all answers, another reader is woken for what is still queued.
-    ///
-    /// Returns the positions that no reader started on (still queued at the deadline), and
-    /// whether to shut down.
-    pub fn wait(
+    /// The next answer, or `None` once `until` has passed (answers already waiting are taken
+    /// even then); `Err` when the sampler is stopped (`stop` disconnects).
+    pub(super) fn next_answer(
         &self,
-        queued: usize,
-        start: Instant,
-        deadline: Instant,
-        threads: &mut ThreadGroup,
-    ) -> (Vec<u32>, bool) {
-        if queued == 0 {
-            // Nothing is awaited, so this sleeps until the start (a tick is not over before).
-            return (Vec::new(), self.shared.inbox.wait(start).shutdown);
-        }
-        let mut next_check = start + self.stall;
-        loop {
-            let waited = self.shared.inbox.wait(next_check.min(deadline));
-            let now = Instant::now();
-            if waited.shutdown || waited.answered || now >= deadline {
-                let mut queue = self.shared.lock_queue();
-                return (queue.next.drain(..).collect(), waited.shutdown);
-            }
-            if now >= next_check {
-                self.wake_or_start(threads);
-                next_check += self.stall;
-            }
+        stop: &Receiver<()>,
+        until: Instant,
+    ) -> Result<Option<Answer>, Stopped> {
+        select! {
+            // Never disconnected: `self.answers_tx` is a sender.
+            recv(self.answers) -> answer => Ok(answer.ok()),
+            recv(stop) -> _ => Err(Stopped),
+            default(until.saturating_duration_since(Instant::now())) => Ok(None),
         }
     }
 
-    /// When devices are still queued: wakes an idle reader, or starts one when none is idle.
-    fn wake_or_start(&self, threads: &mut ThreadGroup) {
-        let mut queue = self.shared.lock_queue();
-        if queue.next.is_empty() {
-            return;
-        }
-        if let Some(reader) = queue.pop_idle() {
-            drop(queue);
-            reader.unpark();
-            return;
-        }
-        queue.readers += 1;
-        queue.started += 1;
-        let number = queue.started;
-        drop(queue);
-        let shared = Arc::clone(&self.shared);
-        let name = format!("nvml-reader{number}");
-        if let Err(e) = threads.spawn(name, move || shared.run(number)) {
-            // Tried again at the next stall check; until then the queued devices wait.
-            tracing::error!("cannot start a device reader thread: {e}");
-            self.shared.lock_queue().readers -= 1;
+    /// Called each stall limit while answers are missing: when devices are still queued, every
+    /// reader is busy (an idle one would have taken them), so another is started for them.
+    pub(super) fn relieve_stall(&mut self, threads: &mut ThreadGroup) {
+        if !self.jobs.is_empty() {
+            self.start(threads);
         }
     }
 
-    /// Tells every reader to end once it is out of NVML.
-    pub fn stop(&self) {
-        let mut queue = self.shared.lock_queue();
-        queue.stop = true;
-        queue.timer = None;
-        for (_, reader) in queue.idle.drain(..) {
-            reader.unpark();
+    /// Takes back the devices no reader started on, to be asked again at the next tick.
+    #[allow(
+        clippy::vec_box,
+        reason = "each device stays boxed, back into its slot"
+    )]
+    pub(super) fn take_back(&mut self) -> Vec<Box<DeviceReader>> {
+        let mut devices = Vec::new();
+        for job in self.queued.try_iter() {
+            match job {
+                Job::Read { device, .. } => devices.push(device),
+                // Taken back before a reader took it: that reader stays.
+                Job::Retire => self.alive += 1,
+            }
+        }
+        devices
+    }
+
+    /// Called at the end of each tick with the number of devices still being read (inside a
+    /// slow or hung call): a reader for each of them and one for the next tick are needed; when
+    /// more have been alive for [`SURPLUS_LIMIT`], one is told to end.
+    pub(super) fn retire_surplus(&mut self, reading: usize, now: Instant) {
+        if self.alive <= reading + 1 {
+            self.surplus_since = None;
+            return;
+        }
+        let since = *self.surplus_since.get_or_insert(now);
+        if now.duration_since(since) >= SURPLUS_LIMIT {
+            let _ = self.jobs.send(Job::Retire);
+            self.alive -= 1;
+            // Another surplus reader is given its own period.
+            self.surplus_since = None;
+        }
+    }
+
+    /// Starts a reader thread. On failure, tried again at the next stall.
+    fn start(&mut self, threads: &mut ThreadGroup) {
+        self.started += 1;
+        let name = format!("nvml-reader{}", self.started);
+        let (jobs, answers) = (self.queued.clone(), self.answers_tx.clone());
+        match threads.spawn(name, move || read_jobs(&jobs, &answers)) {
+            Ok(()) => self.alive += 1,
+            Err(e) => tracing::error!("cannot start a device reader thread: {e}"),
+        }
+    }
+
+    /// Drops every queued device and the channels: idle readers end at once, a reader inside a
+    /// call ends when the call returns.
+    pub(super) fn stop(self) {
+        for job in self.queued.try_iter() {
+            drop(job);
         }
     }
 }
 
-impl Shared {
-    fn lock_queue(&self) -> MutexGuard<'_, Queue> {
-        // Only counters and positions live here, each changed in one step.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Reader thread `number`: takes the queued devices one at a time once their tick has
-    /// started, reads each and delivers the reading, then waits for more. Ends on stop, or after
-    /// [`READER_IDLE_LIMIT`] without work while another reader is left.
-    fn run(&self, number: usize) {
-        let mut queue = self.lock_queue();
-        loop {
-            if queue.stop {
-                queue.readers -= 1;
-                return;
-            }
-            if Instant::now() >= queue.start
-                && let Some(position) = queue.next.pop_front()
-            {
-                let tick = queue.tick;
-                drop(queue);
-                self.read(position, tick);
-                queue = self.lock_queue();
-                continue;
-            }
-            queue.idle.push((number, thread::current()));
-            let mut idle_since = Instant::now();
-            loop {
-                let wake = self.set_timer(&mut queue, number);
-                let limit = idle_since + READER_IDLE_LIMIT;
-                let until = wake.map_or(limit, |at| at.min(limit));
-                drop(queue);
-                thread::park_timeout(until.saturating_duration_since(Instant::now()));
-                queue = self.lock_queue();
-                // Woken: whoever unparked it took it off the idle list.
-                let Some(at) = queue.idle.iter().position(|(n, _)| *n == number) else {
-                    break;
-                };
-                let now = Instant::now();
-                if queue
-                    .timer
-                    .is_some_and(|(n, due)| n == number && now >= due)
-                {
-                    // Its own timer: the tick it waited for is due.
-                    queue.timer = None;
-                    queue.idle.remove(at);
-                    break;
-                }
-                if now >= limit {
-                    if queue.readers > 1 && queue.timer.is_none_or(|(n, _)| n != number) {
-                        queue.idle.remove(at);
-                        queue.readers -= 1;
-                        return;
-                    }
-                    // The last reader stays, idle for another period.
-                    idle_since = now;
-                }
-                // Woken early without being taken off the list (park may): wait on.
-            }
-        }
-    }
-
-    /// Makes idle reader `number` the one that wakes by itself for the next tick, unless another
-    /// idle reader already is: at the queued tick's start, or with nothing queued, when the next
-    /// is expected. Returns when it is to wake, if it is that reader.
-    fn set_timer(&self, queue: &mut Queue, number: usize) -> Option<Instant> {
-        if queue.timer.is_some_and(|(n, _)| n != number) {
-            return None;
-        }
-        let due = if queue.next.is_empty() {
-            queue.start + self.interval
-        } else {
-            queue.start
-        };
-        if due <= Instant::now() {
-            // Past: a tick queued from now on wakes a reader itself.
-            queue.timer = None;
-            return None;
-        }
-        queue.timer = Some((number, due));
-        Some(due)
-    }
-
-    /// Reads the device at `position` for `tick` and delivers the reading. A panic (a bug) is
-    /// logged and delivers nothing: the device is then served stale, then down, and the reader
-    /// goes on with the others.
-    fn read(&self, position: u32, tick: u64) {
-        let Some(work) = self.devices.get(position as usize) else {
+/// A reader thread: reads each device it takes from the queue and sends the reading back. Ends
+/// on [`Job::Retire`], or when the queue or the answers channel is gone (the session stopped).
+///
+/// A panic while reading (a bug) is logged and the device dropped: it is served stale, then down,
+/// for the rest of the session, and the reader goes on with the others.
+fn read_jobs(jobs: &Receiver<Job>, answers: &Sender<Answer>) {
+    for job in jobs.iter() {
+        let Job::Read { tick, mut device } = job else {
             return;
         };
-        let read = catch_unwind(AssertUnwindSafe(|| {
-            work.lock().unwrap_or_else(|p| p.into_inner()).read(tick)
-        }));
-        match read {
-            Ok(outcome) => self.inbox.deliver(Reading {
-                generation: self.generation,
-                tick,
-                index: position,
-                outcome,
-                at: Instant::now(),
-            }),
-            Err(_) => tracing::error!(gpu = position, "reading the device panicked"),
+        let index = device.index();
+        match catch_unwind(AssertUnwindSafe(|| device.read(tick))) {
+            Ok(outcome) => {
+                let answer = Answer {
+                    tick,
+                    outcome,
+                    device,
+                    at: Instant::now(),
+                };
+                if answers.send(answer).is_err() {
+                    return;
+                }
+            }
+            Err(_) => tracing::error!(gpu = index, "reading the device panicked"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The readers' thread count, from the group's view: started minus told to end.
+    fn alive(r: &Readers) -> usize {
+        r.alive
+    }
+
+    #[test]
+    fn a_surplus_reader_is_told_to_end_after_the_limit_and_ends() {
+        // One group per reader, to see which one ended.
+        let (mut first, mut second) = (ThreadGroup::new(), ThreadGroup::new());
+        let mut r = Readers::new(Duration::from_secs(1));
+        r.start(&mut first);
+        r.start(&mut second);
+        assert_eq!(alive(&r), 2);
+
+        // One device still inside a call: both readers are needed.
+        let t0 = Instant::now();
+        r.retire_surplus(1, t0);
+        r.retire_surplus(1, t0 + SURPLUS_LIMIT * 2);
+        assert_eq!(alive(&r), 2);
+
+        // Nothing is being read: one reader is surplus, and told to end once the limit is over.
+        r.retire_surplus(0, t0);
+        r.retire_surplus(0, t0 + SURPLUS_LIMIT / 2);
+        assert_eq!(alive(&r), 2, "not before the limit");
+        r.retire_surplus(0, t0 + SURPLUS_LIMIT);
+        assert_eq!(alive(&r), 1);
+        // The last reader stays however long it idles.
+        r.retire_surplus(0, t0 + SURPLUS_LIMIT * 3);
+        r.retire_surplus(0, t0 + SURPLUS_LIMIT * 6);
+        assert_eq!(alive(&r), 1);
+
+        // Whichever reader took the message has ended while the queue is still open.
+        let bound = Duration::from_secs(2);
+        assert!(first.join_within(bound) || second.join_within(bound));
+        r.stop();
+    }
+
+    #[test]
+    fn a_retirement_taken_back_from_the_queue_keeps_its_reader_counted() {
+        let mut r = Readers::new(Duration::from_secs(1));
+        // Counted as alive without a thread, so the message stays queued.
+        r.alive = 2;
+        let t0 = Instant::now();
+        r.retire_surplus(0, t0);
+        r.retire_surplus(0, t0 + SURPLUS_LIMIT);
+        assert_eq!(alive(&r), 1);
+        assert!(r.take_back().is_empty());
+        assert_eq!(alive(&r), 2);
     }
 }

@@ -245,14 +245,14 @@ fn processes_carry_their_instance_and_its_single_owner_and_pods_sum_per_instance
         ("MIG-c::0", "ml", "x", "c"),
         ("MIG-c::1", "ml", "y", "c"),
     ]);
-    snap.devices[0].processes = vec![
+    Arc::make_mut(&mut snap.devices[0]).processes = vec![
         mig_process(10, Some(2), 1000),
         mig_process(11, Some(2), 24),
         mig_process(12, Some(9), 512),
         // An instance the snapshot does not hold (created after it was read).
         mig_process(13, Some(4), 1),
     ];
-    snap.devices[1].processes = vec![mig_process(20, None, 64)];
+    Arc::make_mut(&mut snap.devices[1]).processes = vec![mig_process(20, None, 64)];
     let text = encode(&snap);
     let gpu0 = r#"gpu="0",uuid="GPU-0""#;
     let gi2 = r#"gpu_instance="2",mig_profile="3g.40gb""#;

@@ -235,7 +235,7 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
             nvml_version: "12.550.54.15".into(),
             cuda_driver_version: "12.4".into(),
         },
-        devices,
+        devices: devices.into_iter().map(Arc::new).collect(),
         nvml_errors: BTreeMap::from([(
             (
                 "nvmlDeviceGetPowerUsage".to_owned(),

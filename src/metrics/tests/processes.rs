@@ -103,7 +103,9 @@ fn an_exited_process_leaves_no_series_behind() {
     assert!(text.contains(r#"pid="400""#));
     assert!(text.contains(r#"pod="infer-b""#));
     // pid 400 (infer-b's only process) exits.
-    snap.devices[0].processes.retain(|p| p.pid != 400);
+    Arc::make_mut(&mut snap.devices[0])
+        .processes
+        .retain(|p| p.pid != 400);
     let text = String::from_utf8(enc.encode(&snap)).unwrap();
     assert!(!text.contains(r#"pid="400""#), "{text}");
     // infer-b is still assigned (pod_info) but has no usage series.
@@ -114,7 +116,7 @@ fn an_exited_process_leaves_no_series_behind() {
     assert_eq!(usage.len(), 1, "{usage:?}");
     assert!(usage[0].starts_with("nvidia_gpu_pod_info{"));
     // No processes at all: the families disappear, headers included.
-    snap.devices[0].processes.clear();
+    Arc::make_mut(&mut snap.devices[0]).processes.clear();
     let text = String::from_utf8(enc.encode(&snap)).unwrap();
     assert!(!text.contains("nvidia_gpu_process_"));
     assert!(!text.contains("nvidia_gpu_pod_memory_used_bytes"));
@@ -123,7 +125,7 @@ fn an_exited_process_leaves_no_series_behind() {
 #[test]
 fn a_lost_gpu_serves_no_process_series() {
     let mut snap = shared_gpu_snapshot();
-    snap.devices[0].up = false;
+    Arc::make_mut(&mut snap.devices[0]).up = false;
     let text = encode(&snap);
     assert!(!text.contains("nvidia_gpu_process_"), "{text}");
     assert!(!text.contains("nvidia_gpu_pod_memory_used_bytes"), "{text}");

@@ -1,0 +1,270 @@
+//! The ledger of NVML calls made while reading one device once. Every call goes through the
+//! ledger's `call`, which skips what the device answered NOT_SUPPORTED before (remembered for
+//! the whole NVML session) and sorts each failure into "not supported" (remembered, never
+//! counted), "device lost" (no further calls in this read), "driver gone" (counted towards
+//! "every call said the driver went away") and "counted error".
+//!
+//! The device reader ([`super::device`]) and the parts it delegates to ([`super::gpm`],
+//! [`super::mig`], [`super::processes`]) all take the same ledger, so one read of a device ends
+//! with one verdict: lost, driver gone, or up.
+
+use nvml_wrapper::error::NvmlError;
+
+use super::error::{ErrorClass, ErrorCounter, classify};
+
+/// The calls a device answered NOT_SUPPORTED, as (C function, argument), for one NVML session.
+///
+/// Every NVML call looks here first, so the list is kept sorted for a binary search. It is sorted
+/// by name length first: the names share the `nvmlDeviceGet` prefix and mostly differ in length,
+/// and a name passed from the same literal is recognised by its address before its bytes are
+/// compared.
+#[derive(Debug, Default)]
+pub(super) struct Unsupported(Vec<(&'static str, u32)>);
+
+impl Unsupported {
+    fn position(&self, function: &str, arg: u32) -> Result<usize, usize> {
+        self.0.binary_search_by(|&(f, a)| {
+            f.len()
+                .cmp(&function.len())
+                .then_with(|| {
+                    if std::ptr::eq(f, function) {
+                        std::cmp::Ordering::Equal
+                    } else {
+                        f.cmp(function)
+                    }
+                })
+                .then(a.cmp(&arg))
+        })
+    }
+
+    /// Whether `(function, arg)` answered NOT_SUPPORTED.
+    pub(super) fn contains(&self, function: &str, arg: u32) -> bool {
+        self.position(function, arg).is_ok()
+    }
+
+    /// Remembers `(function, arg)` as not supported.
+    pub(super) fn insert(&mut self, function: &'static str, arg: u32) {
+        if let Err(i) = self.position(function, arg) {
+            self.0.insert(i, (function, arg));
+        }
+    }
+
+    /// Forgets `(function, arg)`.
+    pub(super) fn remove(&mut self, function: &str, arg: u32) {
+        if let Ok(i) = self.position(function, arg) {
+            self.0.remove(i);
+        }
+    }
+}
+
+/// The calls of one read of one device and what their failures said.
+pub(super) struct CallLedger<'a> {
+    index: u32,
+    errors: &'a ErrorCounter,
+    unsupported: &'a mut Unsupported,
+    calls: u32,
+    driver_gone_calls: u32,
+    lost: bool,
+}
+
+impl<'a> CallLedger<'a> {
+    /// A fresh read of device `index`, counting into `errors` and remembering NOT_SUPPORTED in
+    /// `unsupported` (which outlives the read).
+    pub(super) fn new(
+        index: u32,
+        errors: &'a ErrorCounter,
+        unsupported: &'a mut Unsupported,
+    ) -> Self {
+        CallLedger {
+            index,
+            errors,
+            unsupported,
+            calls: 0,
+            driver_gone_calls: 0,
+            lost: false,
+        }
+    }
+
+    /// Whether `(function, arg)` answered NOT_SUPPORTED earlier in this session.
+    pub(super) fn is_unsupported(&self, function: &'static str, arg: u32) -> bool {
+        self.unsupported.contains(function, arg)
+    }
+
+    /// Forgets that `(function, arg)` answered NOT_SUPPORTED: for a call that must be tried
+    /// again on every read whatever it answered.
+    pub(super) fn forget_unsupported(&mut self, function: &'static str, arg: u32) {
+        self.unsupported.remove(function, arg);
+    }
+
+    /// Makes one NVML call unless it is known unsupported or the device is already lost in this
+    /// read (every further call would only wait for the same error), and sorts its failure.
+    /// `arg` tells apart calls of one function with different arguments (clock domain, link…).
+    pub(super) fn call<T>(
+        &mut self,
+        function: &'static str,
+        arg: u32,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        if self.lost || self.unsupported.contains(function, arg) {
+            return None;
+        }
+        self.calls += 1;
+        match f() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(function, arg, &e);
+                None
+            }
+        }
+    }
+
+    /// Counts a call made outside [`CallLedger::call`] (one whose answers the caller sorts
+    /// itself), so that "every call said the driver is gone" still counts it.
+    pub(super) fn count_call(&mut self) {
+        self.calls += 1;
+    }
+
+    /// Sorts a failure: remember NOT_SUPPORTED, flag loss / driver loss, count the rest.
+    pub(super) fn fail(&mut self, function: &'static str, arg: u32, error: &NvmlError) {
+        match classify(error) {
+            ErrorClass::Unsupported => {
+                // A missing symbol is worth one count (the library is older than expected);
+                // NOT_SUPPORTED is a normal answer and never counted.
+                if matches!(error, NvmlError::FailedToLoadSymbol(_)) {
+                    self.errors.record(Some(self.index), function, error);
+                }
+                self.unsupported.insert(function, arg);
+            }
+            ErrorClass::GpuLost => {
+                self.lost = true;
+                self.errors.record(Some(self.index), function, error);
+            }
+            ErrorClass::DriverGone => {
+                self.driver_gone_calls += 1;
+                self.errors.record(Some(self.index), function, error);
+            }
+            ErrorClass::Other => self.errors.record(Some(self.index), function, error),
+        }
+    }
+
+    /// Sorts the per-field result of a field-value call (same rules as a whole call).
+    pub(super) fn field<T>(
+        &mut self,
+        function: &'static str,
+        arg: u32,
+        r: Result<T, NvmlError>,
+    ) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.fail(function, arg, &e);
+                None
+            }
+        }
+    }
+
+    /// The device answered GPU_IS_LOST or GPU_REQUIRES_RESET in this read.
+    pub(super) fn lost(&self) -> bool {
+        self.lost
+    }
+
+    /// Every call made answered UNINITIALIZED or DRIVER_NOT_LOADED: the driver went away.
+    pub(super) fn driver_gone(&self) -> bool {
+        self.calls > 0 && self.driver_gone_calls == self.calls
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ledger<'a>(errors: &'a ErrorCounter, unsupported: &'a mut Unsupported) -> CallLedger<'a> {
+        CallLedger::new(3, errors, unsupported)
+    }
+
+    #[test]
+    fn the_unsupported_list_tells_functions_and_arguments_apart() {
+        let mut u = Unsupported::default();
+        for (f, a) in [("nvmlB", 2), ("nvmlA", 7), ("nvmlB", 1), ("nvmlA", 7)] {
+            u.insert(f, a);
+        }
+        assert!(u.contains("nvmlA", 7) && u.contains("nvmlB", 1) && u.contains("nvmlB", 2));
+        assert!(!u.contains("nvmlA", 1) && !u.contains("nvmlC", 7));
+        // The name counts, not where the string lives.
+        assert!(u.contains(&String::from("nvmlA"), 7));
+        u.remove("nvmlB", 1);
+        assert!(!u.contains("nvmlB", 1) && u.contains("nvmlB", 2));
+        assert_eq!(u.0.len(), 2, "a repeated insert is kept once");
+    }
+
+    #[test]
+    fn not_supported_is_remembered_and_never_counted() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        let r: Option<u32> = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
+            Err(NvmlError::NotSupported)
+        });
+        assert_eq!(r, None);
+        let mut called = false;
+        let _ = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
+            called = true;
+            Ok(1u32)
+        });
+        assert!(!called, "an unsupported call must be skipped");
+        // Another argument of the same function is still tried.
+        assert_eq!(t.call("nvmlDeviceGetFanSpeed_v2", 1, || Ok(5u32)), Some(5));
+        assert!(errors.snapshot().is_empty());
+    }
+
+    #[test]
+    fn other_errors_are_counted_by_function_and_name() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
+        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::Unknown));
+        assert!(!t.lost());
+        let s = errors.snapshot();
+        assert_eq!(
+            s[&("nvmlDeviceGetPowerUsage".to_string(), "unknown".to_string())],
+            2
+        );
+    }
+
+    #[test]
+    fn a_lost_gpu_stops_further_calls_in_this_read() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(NvmlError::GpuLost));
+        assert!(t.lost());
+        let mut called = false;
+        let _ = t.call("nvmlDeviceGetTemperature", 0, || {
+            called = true;
+            Ok(1u32)
+        });
+        assert!(!called);
+        let s = errors.snapshot();
+        assert_eq!(
+            s[&(
+                "nvmlDeviceGetPowerUsage".to_string(),
+                "gpu_is_lost".to_string()
+            )],
+            1
+        );
+    }
+
+    #[test]
+    fn driver_gone_is_every_call_answering_uninitialized() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        assert!(!t.driver_gone(), "no call, no verdict");
+        let _: Option<u32> = t.call("a", 0, || Err(NvmlError::Uninitialized));
+        let _: Option<u32> = t.call("b", 0, || Err(NvmlError::DriverNotLoaded));
+        assert!(t.driver_gone());
+        let _ = t.call("c", 0, || Ok(1u32));
+        assert!(!t.driver_gone());
+    }
+}
