@@ -109,6 +109,7 @@ fn async_workers(available: Option<std::num::NonZeroUsize>) -> usize {
 /// and each keeps its freed memory. Here the reader threads allocate a little every tick, at the
 /// same moment as each other, so arenas would multiply with the readers; two are plenty for
 /// that traffic and keep the resident memory lower. Called first thing, before any thread exists.
+#[allow(unsafe_code, reason = "mallopt is a C call")]
 fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; no other thread runs yet.

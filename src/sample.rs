@@ -75,8 +75,11 @@ pub struct PodAssignment {
 /// A container of a pod: the `namespace`, `pod` and `container` label values.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ContainerRef {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub pod: String,
+    /// The container's name in the pod spec.
     pub container: String,
 }
 
@@ -86,7 +89,9 @@ pub struct PodIdentity {
     /// `metadata.uid`, e.g. "6f5e…-…" (the form in cgroup paths, with `-` or `_`, is normalised
     /// to this one by whoever compares).
     pub uid: String,
+    /// `metadata.namespace`.
     pub namespace: String,
+    /// `metadata.name`.
     pub pod: String,
     /// Its containers with their runtime IDs, sorted by ID.
     pub containers: Vec<ContainerIdentity>,
@@ -114,7 +119,12 @@ pub enum DeviceRef {
     MigUuid(String),
     /// A GPU instance named by the GPU's device minor number and the instance's GI id:
     /// "nvidia0/gi3" (GKE's device plugin with MIG partitions).
-    MinorGpuInstance { minor: u32, gpu_instance: u32 },
+    MinorGpuInstance {
+        /// The GPU's device minor number.
+        minor: u32,
+        /// The GPU instance id.
+        gpu_instance: u32,
+    },
     /// An ID of a known resource in no format above; never matches a GPU.
     Other(String),
 }
@@ -149,24 +159,35 @@ pub struct DeviceSample {
     pub utilization: Option<f64>,
     /// `nvmlDeviceGetUtilizationRates.memory`: share of time device memory was read or written.
     pub memory_utilization: Option<f64>,
+    /// Share of time the video encoder was busy.
     pub encoder_utilization: Option<f64>,
+    /// Share of time the video decoder was busy.
     pub decoder_utilization: Option<f64>,
 
+    /// Device memory (framebuffer).
     pub memory: Option<MemoryInfo>,
+    /// The BAR1 aperture through which the host maps device memory.
     pub bar1_memory: Option<Bar1MemoryInfo>,
 
+    /// Power draw.
     pub power_watts: Option<f64>,
+    /// The enforced power limit.
     pub power_limit_watts: Option<f64>,
     /// Energy since the driver was loaded.
     pub energy_joules: Option<f64>,
 
+    /// GPU core temperature.
     pub temperature_celsius: Option<f64>,
+    /// HBM temperature (field value `NVML_FI_DEV_MEMORY_TEMP`).
     pub memory_temperature_celsius: Option<f64>,
+    /// Temperatures at which the GPU slows down or shuts down, and the operating maxima.
     pub temperature_thresholds: Vec<(TemperatureThreshold, f64)>,
     /// (fan index, speed as a ratio of its maximum).
     pub fan_speeds: Vec<(u32, f64)>,
 
+    /// Current clock of each domain.
     pub clocks_hertz: Vec<(ClockDomain, f64)>,
+    /// Maximum clock of each domain.
     pub max_clocks_hertz: Vec<(ClockDomain, f64)>,
     /// P-state 0..15 (0 = maximum performance).
     pub performance_state: Option<u32>,
@@ -175,6 +196,7 @@ pub struct DeviceSample {
     /// Cumulative time clocks were held down, by violation policy.
     pub throttle_seconds: Vec<(ThrottleReason, f64)>,
 
+    /// PCIe throughput, replays and link state.
     pub pcie: PcieSample,
 
     /// Volatile (since driver load) ECC counts.
@@ -193,6 +215,7 @@ pub struct DeviceSample {
     /// The code of the last XID event seen (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
     pub last_xid: Option<u64>,
 
+    /// Each NVLink link, by link number.
     pub nvlinks: Vec<NvLinkSample>,
     /// Current MIG mode (true = enabled); `None` on devices without MIG.
     pub mig_mode: Option<bool>,
@@ -241,75 +264,112 @@ pub struct ComputeInstanceSample {
 /// Static identity of a device (`nvidia_gpu_info` labels). Empty strings when a value is unknown.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeviceInfo {
+    /// Product name, e.g. "NVIDIA H100 80GB HBM3".
     pub name: String,
+    /// Brand, e.g. "nvidia", "tesla".
     pub brand: String,
+    /// Architecture, e.g. "hopper".
     pub architecture: String,
     /// Domain:bus:device.function, e.g. "00000000:18:00.0".
     pub pci_bus_id: String,
+    /// Board serial number.
     pub serial: String,
+    /// VBIOS version.
     pub vbios_version: String,
     /// "major.minor", e.g. "9.0".
     pub compute_capability: String,
+    /// N of /dev/nvidiaN.
     pub minor_number: String,
 }
 
+/// Device memory (`nvmlDeviceGetMemoryInfo_v2`), or a MIG instance's.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct MemoryInfo {
+    /// Installed memory (a MIG instance: its profile's size).
     pub total_bytes: f64,
+    /// Allocated by processes and the driver.
     pub used_bytes: f64,
+    /// Not allocated.
     pub free_bytes: f64,
     /// Reserved by the driver and firmware (`nvmlMemory_v2_t.reserved`).
     pub reserved_bytes: f64,
 }
 
+/// The BAR1 aperture (`nvmlDeviceGetBAR1MemoryInfo`).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Bar1MemoryInfo {
+    /// Size of the aperture.
     pub total_bytes: f64,
+    /// Mapped now.
     pub used_bytes: f64,
 }
 
+/// ECC error counts of one counter type (volatile or aggregate).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct EccCounts {
+    /// Single-bit errors the ECC corrected.
     pub corrected: u64,
+    /// Double-bit errors it could not correct.
     pub uncorrected: u64,
 }
 
+/// Row remapping (`nvmlDeviceGetRemappedRows`, Ampere and newer).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RemappedRows {
+    /// Rows remapped after correctable errors.
     pub correctable: u64,
+    /// Rows remapped after uncorrectable errors.
     pub uncorrectable: u64,
+    /// A remapping takes effect at the next GPU reset.
     pub pending: bool,
+    /// A remapping failed: the GPU needs service.
     pub failed: bool,
 }
 
+/// Memory pages retired after ECC errors (`nvmlDeviceGetRetiredPages`, before Ampere).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RetiredPages {
+    /// Retired after multiple single-bit errors.
     pub single_bit_ecc: u64,
+    /// Retired after a double-bit error.
     pub double_bit_ecc: u64,
 }
 
+/// PCIe readings of a device.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PcieSample {
+    /// GPU to host throughput over NVML's last sample window.
     pub transmit_bytes_per_second: Option<f64>,
+    /// Host to GPU throughput over NVML's last sample window.
     pub receive_bytes_per_second: Option<f64>,
+    /// Link-level replays (retransmissions) since the driver was loaded.
     pub replay_errors: Option<u64>,
+    /// The generation the link runs at now.
     pub link_generation_current: Option<u32>,
+    /// The highest generation the link supports.
     pub link_generation_max: Option<u32>,
+    /// The lanes in use now.
     pub link_width_current: Option<u32>,
+    /// The most lanes the link supports.
     pub link_width_max: Option<u32>,
 }
 
+/// One NVLink link of a device.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct NvLinkSample {
+    /// Link number.
     pub link: u32,
+    /// The link is active.
     pub up: bool,
+    /// Data bytes sent since the counters were last reset.
     pub transmit_bytes: Option<u64>,
+    /// Data bytes received since the counters were last reset.
     pub receive_bytes: Option<u64>,
+    /// Error counters by type.
     pub errors: NvLinkErrors,
 }
 
-/// A link's error counters by [`NvLinkErrorType`]: a fixed array, since a `Vec` per link meant
-/// 18 allocations per GPU per tick in the reader and as many again in each snapshot's copy.
+/// A link's error counters by [`NvLinkErrorType`], one slot per type.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct NvLinkErrors([Option<u64>; 4]);
 
@@ -355,19 +415,28 @@ pub struct GpmMetrics {
     pub dram_active: Option<f64>,
     /// Per-pipe activity ratios.
     pub pipes: Vec<(GpmPipe, f64)>,
+    /// PCIe transmit rate, GPU to host (PCIE_TX_PER_SEC).
     pub pcie_transmit_bytes_per_second: Option<f64>,
+    /// PCIe receive rate, host to GPU (PCIE_RX_PER_SEC).
     pub pcie_receive_bytes_per_second: Option<f64>,
+    /// NVLink transmit rate over all links (NVLINK_TOTAL_TX_PER_SEC).
     pub nvlink_transmit_bytes_per_second: Option<f64>,
+    /// NVLink receive rate over all links (NVLINK_TOTAL_RX_PER_SEC).
     pub nvlink_receive_bytes_per_second: Option<f64>,
     /// Per media engine (NVDEC, NVJPG, NVOFA instance) activity ratios.
     pub media_engines: Vec<(MediaEngine, f64)>,
 }
 
+/// One process on a GPU (`--processes`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProcessSample {
+    /// Host pid.
     pub pid: u32,
+    /// Process name, from the host's procfs or NVML.
     pub name: String,
+    /// Device memory it holds.
     pub used_memory_bytes: Option<f64>,
+    /// Share of the last sampling interval it had a kernel on the SMs.
     pub sm_utilization: Option<f64>,
     /// The pod and container its cgroup names; `None` when `/proc/<pid>/cgroup` was unreadable.
     pub cgroup: Option<ProcessCgroup>,
@@ -392,6 +461,7 @@ macro_rules! label_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident => $label:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[allow(missing_docs, reason = "each variant is its label value, listed in the macro call")]
         pub enum $name { $($variant),+ }
         impl $name {
             /// Every value, in catalog order.

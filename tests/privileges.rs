@@ -13,6 +13,7 @@ use common::Exporter;
 use std::process::Command;
 use std::time::Duration;
 
+#[allow(unsafe_code, reason = "geteuid(2) is a C call")]
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }

@@ -8,6 +8,11 @@
 //! destroyed it stays invalid (INVALID_ARGUMENT) until an instance with those ids exists again,
 //! as `nvml.h` says a real driver's MIG handles may be reused.
 
+#![allow(
+    unsafe_code,
+    reason = "the helpers of the exported C functions: raw pointers from C callers"
+)]
+
 use crate::faults;
 use crate::integrals::Totals;
 use crate::mig::{MAX_CI_IDS, MAX_GI_IDS, MigDevice};

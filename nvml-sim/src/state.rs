@@ -18,6 +18,11 @@
 //! and instance ids, and answer for what the current simulation has there (INVALID_ARGUMENT where
 //! it has nothing).
 
+#![allow(
+    unsafe_code,
+    reason = "dlopen keeps this library mapped for the life of the process"
+)]
+
 use crate::events::EventSets;
 use crate::faults;
 use crate::integrals::Integrals;

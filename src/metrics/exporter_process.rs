@@ -15,6 +15,11 @@
 //!   kernels, which report 0.
 //! - Start time: `/proc/self/stat`, once.
 
+#![allow(
+    unsafe_code,
+    reason = "libc calls: CPU time, the open-file limit, page size and clock ticks"
+)]
+
 use std::fs::{self, File};
 use std::os::unix::fs::{FileExt, MetadataExt};
 

@@ -14,6 +14,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{EventSet, Nvml};
 
 use super::error::{ErrorCounter, LogLimiter};
+use super::raw;
 use crate::sample::DeviceSample;
 
 /// Distinct XID codes remembered per device; a device spraying random codes cannot grow the
@@ -104,8 +105,7 @@ pub fn watch_xids(nvml: &Nvml, log: &XidLog, errors: &ErrorCounter, stop: &Recei
                     XidError::Value(v) => v,
                     XidError::Unknown => UNKNOWN_XID,
                 };
-                // SAFETY: the handle is only compared, never dereferenced.
-                let handle = unsafe { event.device.handle() } as usize;
+                let handle = raw::device_key(&event.device);
                 if let Some((_, uuid)) = devices.iter().find(|(h, _)| *h == handle) {
                     let total = log.record(uuid, code, unix_now());
                     // An XID storm delivers thousands a second: log each (GPU, code) at most
@@ -171,8 +171,7 @@ fn register<'n>(
         match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
             Ok(s) => {
                 set = s;
-                // SAFETY: the handle is only kept for comparison.
-                registered.push((unsafe { device.handle() } as usize, uuid));
+                registered.push((raw::device_key(&device), uuid));
             }
             Err(e) => {
                 errors.record(Some(index), "nvmlDeviceRegisterEvents", &e.error);

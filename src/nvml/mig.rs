@@ -24,15 +24,13 @@
 //! versioned profile info calls; those are made through `nvml.lib()` as in [`super::raw`].
 
 use std::collections::{BTreeMap, HashMap};
-use std::mem;
 use std::sync::Arc;
 
-use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
-use nvml_wrapper_sys::bindings::{
-    NVML_GPU_INSTANCE_PROFILE_COUNT, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
-    nvmlGpuInstanceProfileInfo_v2_t,
-};
+use nvml_wrapper_sys::bindings::NVML_GPU_INSTANCE_PROFILE_COUNT;
+
+use super::raw::{self, IdKind};
 
 use super::gpm::{GpmState, InstanceKey, read_instance_gpm};
 use super::ledger::CallLedger;
@@ -106,7 +104,9 @@ impl MigReader {
                     reserved_bytes: m.reserved as f64,
                 });
             let info = t
-                .call("nvmlGpuInstanceGetInfo", 0, || instance_info(device, gi))
+                .call("nvmlGpuInstanceGetInfo", 0, || {
+                    raw::gpu_instance_info(device, gi)
+                })
                 .flatten();
             let profile = info
                 .map(|i| self.profile_name(t, device, i.profileId))
@@ -192,12 +192,12 @@ fn enumerate<'nvml>(t: &mut CallLedger, device: &Device<'nvml>) -> Vec<MigDevice
             continue;
         };
         let Some(gpu_instance) = t.call("nvmlDeviceGetGpuInstanceId", 0, || {
-            instance_id(&handle, IdKind::Gpu)
+            raw::mig_instance_id(&handle, IdKind::Gpu)
         }) else {
             continue;
         };
         let Some(compute_instance) = t.call("nvmlDeviceGetComputeInstanceId", 0, || {
-            instance_id(&handle, IdKind::Compute)
+            raw::mig_instance_id(&handle, IdKind::Compute)
         }) else {
             continue;
         };
@@ -217,75 +217,10 @@ fn enumerate<'nvml>(t: &mut CallLedger, device: &Device<'nvml>) -> Vec<MigDevice
 }
 
 /// Which id of a MIG device handle to read.
-#[derive(Clone, Copy)]
-enum IdKind {
-    Gpu,
-    Compute,
-}
-
-/// `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId` of a MIG device handle.
-fn instance_id(mig: &Device, kind: IdKind) -> Result<u32, NvmlError> {
-    let lib = mig.nvml().lib();
-    let sym = nvml_sym(match kind {
-        IdKind::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref(),
-        IdKind::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref(),
-    })?;
-    let mut id = 0;
-    // SAFETY: the handle comes from a live `Device` of a live `Nvml`; the out-pointer is valid.
-    unsafe { nvml_try(sym(mig.handle(), &mut id))? };
-    Ok(id)
-}
-
-/// Parent, id, profile id and placement of GPU instance `gi` of `device`; `None` when no
-/// instance has that id now (destroyed since the MIG devices were listed).
-fn instance_info(device: &Device, gi: u32) -> Result<Option<nvmlGpuInstanceInfo_t>, NvmlError> {
-    let lib = device.nvml().lib();
-    let by_id = nvml_sym(lib.nvmlDeviceGetGpuInstanceById.as_ref())?;
-    let get_info = nvml_sym(lib.nvmlGpuInstanceGetInfo.as_ref())?;
-    // SAFETY: nvmlGpuInstance_t is an opaque pointer; null is a valid "none yet".
-    let mut instance: nvmlGpuInstance_t = std::ptr::null_mut();
-    // SAFETY: valid device handle and out-pointer.
-    match unsafe { nvml_try(by_id(device.handle(), gi, &mut instance)) } {
-        Err(NvmlError::NotFound) => return Ok(None),
-        other => other?,
-    }
-    // SAFETY: plain old data; all-zero is a valid value.
-    let mut info: nvmlGpuInstanceInfo_t = unsafe { mem::zeroed() };
-    // SAFETY: the instance handle was just returned by NVML; the out-pointer is valid.
-    unsafe { nvml_try(get_info(instance, &mut info))? };
-    Ok(Some(info))
-}
-
-/// Profile id and name of the `NVML_GPU_INSTANCE_PROFILE_*` value `profile`
-/// (`nvmlDeviceGetGpuInstanceProfileInfoV`, v2 struct); `None` when the board has no such profile
-/// (NOT_SUPPORTED, INVALID_ARGUMENT).
+/// Profile id and `mig_profile` label of the `NVML_GPU_INSTANCE_PROFILE_*` value `profile`;
+/// `None` when the board has no such profile.
 fn profile_info(device: &Device, profile: u32) -> Result<Option<(u32, String)>, NvmlError> {
-    let sym = nvml_sym(
-        device
-            .nvml()
-            .lib()
-            .nvmlDeviceGetGpuInstanceProfileInfoV
-            .as_ref(),
-    )?;
-    // SAFETY: plain old data; all-zero is a valid value.
-    let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
-    // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2): the size, and the version in the top byte.
-    info.version = (mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() | (2 << 24)) as u32;
-    // SAFETY: valid handle, out-pointer to a struct of the size the version word says.
-    match unsafe { nvml_try(sym(device.handle(), profile, &mut info)) } {
-        Err(NvmlError::NotSupported | NvmlError::InvalidArg) => return Ok(None),
-        other => other?,
-    }
-    let name: Vec<u8> = info
-        .name
-        .iter()
-        .take_while(|&&c| c != 0)
-        .map(|&c| c as u8)
-        .collect();
-    Ok(Some((
-        info.id,
-        profile_label(&String::from_utf8_lossy(&name)),
-    )))
+    Ok(raw::gpu_instance_profile(device, profile)?.map(|(id, name)| (id, profile_label(&name))))
 }
 
 /// The `mig_profile` label of a profile name: "MIG 1g.10gb" → "1g.10gb".

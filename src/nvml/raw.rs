@@ -2,6 +2,11 @@
 //! through `nvml.lib()` the same way the wrapper makes its own calls: look the symbol up with
 //! `nvml_sym`, call it, turn the return code into a `Result` with `nvml_try`.
 
+#![allow(
+    unsafe_code,
+    reason = "the NVML C calls nvml-wrapper does not make for us"
+)]
+
 use std::mem;
 use std::sync::Arc;
 
@@ -9,7 +14,8 @@ use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
     self as sys, NVML_GPM_METRICS_GET_VERSION, nvmlFieldValue_t, nvmlGpmMetricsGet_t,
-    nvmlGpmSample_t, nvmlValue_t, nvmlValueType_t,
+    nvmlGpmSample_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstanceProfileInfo_v2_t,
+    nvmlValue_t, nvmlValueType_t,
 };
 
 /// Current clock-event (throttle) reasons as the raw `nvmlClocksEventReason*` bitmask, from
@@ -300,6 +306,89 @@ fn decode_value(kind: nvmlValueType_t, value: nvmlValue_t) -> Result<FieldValue,
             other => return Err(NvmlError::UnexpectedVariant(other)),
         })
     }
+}
+
+/// Which id of a MIG device [`mig_instance_id`] asks for.
+#[derive(Debug, Clone, Copy)]
+pub enum IdKind {
+    /// Its GPU instance.
+    Gpu,
+    /// Its compute instance within that GPU instance.
+    Compute,
+}
+
+/// `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId` of a MIG device handle.
+pub fn mig_instance_id(mig: &Device, kind: IdKind) -> Result<u32, NvmlError> {
+    let lib = mig.nvml().lib();
+    let sym = nvml_sym(match kind {
+        IdKind::Gpu => lib.nvmlDeviceGetGpuInstanceId.as_ref(),
+        IdKind::Compute => lib.nvmlDeviceGetComputeInstanceId.as_ref(),
+    })?;
+    let mut id = 0;
+    // SAFETY: the handle comes from a live `Device` of a live `Nvml`; the out-pointer is valid.
+    unsafe { nvml_try(sym(mig.handle(), &mut id))? };
+    Ok(id)
+}
+
+/// Parent, id, profile id and placement of GPU instance `gi` of `device`; `None` when no
+/// instance has that id now (destroyed since the MIG devices were listed).
+pub fn gpu_instance_info(
+    device: &Device,
+    gi: u32,
+) -> Result<Option<nvmlGpuInstanceInfo_t>, NvmlError> {
+    let lib = device.nvml().lib();
+    let by_id = nvml_sym(lib.nvmlDeviceGetGpuInstanceById.as_ref())?;
+    let get_info = nvml_sym(lib.nvmlGpuInstanceGetInfo.as_ref())?;
+    // SAFETY: nvmlGpuInstance_t is an opaque pointer; null is a valid "none yet".
+    let mut instance: nvmlGpuInstance_t = std::ptr::null_mut();
+    // SAFETY: valid device handle and out-pointer.
+    match unsafe { nvml_try(by_id(device.handle(), gi, &mut instance)) } {
+        Err(NvmlError::NotFound) => return Ok(None),
+        other => other?,
+    }
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut info: nvmlGpuInstanceInfo_t = unsafe { mem::zeroed() };
+    // SAFETY: the instance handle was just returned by NVML; the out-pointer is valid.
+    unsafe { nvml_try(get_info(instance, &mut info))? };
+    Ok(Some(info))
+}
+
+/// Profile id and name (e.g. "MIG 1g.10gb") of the `NVML_GPU_INSTANCE_PROFILE_*` value `profile`
+/// (`nvmlDeviceGetGpuInstanceProfileInfoV`, v2 struct); `None` when the board has no such profile
+/// (NOT_SUPPORTED, INVALID_ARGUMENT).
+pub fn gpu_instance_profile(
+    device: &Device,
+    profile: u32,
+) -> Result<Option<(u32, String)>, NvmlError> {
+    let sym = nvml_sym(
+        device
+            .nvml()
+            .lib()
+            .nvmlDeviceGetGpuInstanceProfileInfoV
+            .as_ref(),
+    )?;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
+    // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2): the size, and the version in the top byte.
+    info.version = (mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() | (2 << 24)) as u32;
+    // SAFETY: valid handle, out-pointer to a struct of the size the version word says.
+    match unsafe { nvml_try(sym(device.handle(), profile, &mut info)) } {
+        Err(NvmlError::NotSupported | NvmlError::InvalidArg) => return Ok(None),
+        other => other?,
+    }
+    let name: Vec<u8> = info
+        .name
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    Ok(Some((info.id, String::from_utf8_lossy(&name).into_owned())))
+}
+
+/// A key that tells devices apart: the handle's address, only ever compared.
+pub fn device_key(device: &Device) -> usize {
+    // SAFETY: the handle is only turned into a number, never dereferenced or passed on.
+    unsafe { device.handle() as usize }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub struct Owners<'o> {
     /// is assigned to (what [`attribute_instances`](crate::kubernetes::mapping::attribute_instances)
     /// gives for the GPU).
     pub mig_instances: &'o [MigInstanceSample],
+    /// The containers each of `mig_instances` is assigned to.
     pub instance_containers: &'o [Vec<&'o ContainerRef>],
 }
 
@@ -94,6 +95,7 @@ pub fn container_of(
 /// One process as served.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServedProcess<'a> {
+    /// The process's reading.
     pub process: &'a ProcessSample,
     /// Its container, when it can be told.
     pub container: Option<ContainerRef>,
@@ -105,6 +107,7 @@ pub struct ServedProcess<'a> {
 pub struct PodUsage {
     /// The GPU instance its processes run in; `None` with MIG off.
     pub gpu_instance: Option<u32>,
+    /// The container.
     pub container: ContainerRef,
     /// `None` when no process of the container had a memory reading.
     pub memory_used_bytes: Option<f64>,

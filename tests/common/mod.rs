@@ -217,6 +217,7 @@ impl Exporter {
     }
 
     /// Sends SIGTERM and waits for the exit status, at most `timeout`.
+    #[allow(unsafe_code, reason = "kill(2) is a C call")]
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         // SAFETY: plain kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };

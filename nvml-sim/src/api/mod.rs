@@ -1,5 +1,10 @@
 //! The exported NVML C functions, grouped as in `nvml.h`.
 
+#![allow(
+    unsafe_code,
+    reason = "the exported NVML C functions read and write through the pointers their callers pass"
+)]
+
 mod events;
 mod fields;
 mod gpm;

@@ -2,6 +2,11 @@
 //! driver. One binary for every scenario: each test takes its turn with the library (see
 //! `common`), and the library loads the test's scenario at its `nvmlInit`.
 
+#![allow(
+    unsafe_code,
+    reason = "these tests call the NVML C ABI as its C clients do"
+)]
+
 mod common;
 
 mod a100x4_remap;
