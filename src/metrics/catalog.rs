@@ -6,6 +6,8 @@
 //! several series make one, see [`Dcgm`]). The encoder walks this table in order, so the table
 //! order *is* the exposition order; `docs/metrics.md` is rendered from it (see [`super::docs`]).
 
+use std::borrow::Cow;
+
 use crate::sample::{
     ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, KubeletError, MediaEngine,
     NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
@@ -1091,7 +1093,8 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled(&[&l.link.to_string()], f64::from(u8::from(l.up)));
+                let mut link = itoa::Buffer::new();
+                out.labelled(&[link.format(l.link)], f64::from(u8::from(l.up)));
             }
         }),
     },
@@ -1105,7 +1108,8 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[NVLINK_BANDWIDTH_TOTAL],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled_opt(&[&l.link.to_string()], l.transmit_bytes.map(|b| b as f64));
+                let mut link = itoa::Buffer::new();
+                out.labelled_opt(&[link.format(l.link)], l.transmit_bytes.map(|b| b as f64));
             }
         }),
     },
@@ -1119,7 +1123,8 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[NVLINK_BANDWIDTH_TOTAL],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                out.labelled_opt(&[&l.link.to_string()], l.receive_bytes.map(|b| b as f64));
+                let mut link = itoa::Buffer::new();
+                out.labelled_opt(&[link.format(l.link)], l.receive_bytes.map(|b| b as f64));
             }
         }),
     },
@@ -1164,9 +1169,10 @@ pub static CATALOG: &[MetricDef] = &[
         ],
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
-                let link = l.link.to_string();
+                let mut link = itoa::Buffer::new();
+                let link = link.format(l.link);
                 for (t, n) in l.errors.iter() {
-                    out.labelled(&[&link, NvLinkErrorType::label(t)], n as f64);
+                    out.labelled(&[link, NvLinkErrorType::label(t)], n as f64);
                 }
             }
         }),
@@ -1358,12 +1364,18 @@ pub fn find(name: &str) -> Option<&'static MetricDef> {
 
 /// `(key, value)` pairs sorted by key, first occurrence kept on duplicates: the sampler's order
 /// must not change the exposition, and a duplicate series would make the scrape invalid.
-fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> Vec<(K, V)> {
-    let mut pairs = pairs.to_vec();
-    // A stable sort, so that of duplicates the first stays first and is the one kept.
-    pairs.sort_by_key(|(k, _)| *k);
-    pairs.dedup_by_key(|(k, _)| *k);
-    pairs
+fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> impl Iterator<Item = (K, V)> + '_ {
+    // The sampler fills these in key order, so the list is served as it is, without a copy.
+    let pairs: Cow<'_, [(K, V)]> = if pairs.windows(2).all(|w| w[0].0 < w[1].0) {
+        Cow::Borrowed(pairs)
+    } else {
+        let mut copy = pairs.to_vec();
+        // A stable sort, so that of duplicates the first stays first and is the one kept.
+        copy.sort_by_key(|(k, _)| *k);
+        copy.dedup_by_key(|(k, _)| *k);
+        Cow::Owned(copy)
+    };
+    (0..pairs.len()).map(move |i| pairs[i])
 }
 
 /// The device's GPM averages, when the last tick closed a GPM window.

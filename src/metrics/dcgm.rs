@@ -207,7 +207,7 @@ pub(crate) fn write(
                 continue;
             }
             if let Some(v) = value_of(def, dcgm, snap, d.sample, &mut samples) {
-                text::line(out, dcgm.field, labels.iter().copied(), v);
+                text::line(out, dcgm.field, "", labels.iter().copied(), v);
             }
             // XIDs are the GPU's: its instances have no XID field of their own.
             if dcgm.combine == Combine::LastXid {
@@ -215,7 +215,7 @@ pub(crate) fn write(
             }
             for (instance, labels) in d.instances.iter().zip(instance_labels) {
                 if let Some(v) = value_of(def, dcgm, snap, &instance.sample, &mut samples) {
-                    text::line(out, dcgm.field, labels.iter().copied(), v);
+                    text::line(out, dcgm.field, "", labels.iter().copied(), v);
                 }
             }
         }

@@ -116,7 +116,7 @@ impl ProcessMetrics {
         for ((name, help, kind), value) in FAMILIES.iter().zip(values) {
             if let Some(v) = value {
                 text::header(out, name, help, kind);
-                text::line(out, name, [], v);
+                text::line(out, name, "", [], v);
             }
         }
     }
@@ -222,6 +222,13 @@ mod tests {
             .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
             .parse()
             .unwrap()
+    }
+
+    #[test]
+    fn help_texts_hold_nothing_to_escape() {
+        for (name, help, _) in FAMILIES {
+            assert!(!help.contains(['\\', '\n']), "{name}");
+        }
     }
 
     #[test]

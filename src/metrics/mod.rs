@@ -24,6 +24,8 @@ pub mod samples;
 mod text;
 mod write;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
 
 use crate::config::DcgmCompat;
@@ -79,6 +81,9 @@ pub struct Encoder {
     sample_duration: Histogram,
     /// `/metrics` responses by status code.
     scrapes: IntCounterVec,
+    /// Length of the last exposition: the next one's buffer starts that large, since the text
+    /// changes little from tick to tick.
+    last_len: AtomicUsize,
     #[cfg(target_os = "linux")]
     process: exporter_process::ProcessMetrics,
 }
@@ -110,6 +115,7 @@ impl Encoder {
             registry,
             sample_duration,
             scrapes,
+            last_len: AtomicUsize::new(0),
             #[cfg(target_os = "linux")]
             process: exporter_process::ProcessMetrics::new(),
         }
@@ -137,7 +143,8 @@ impl Encoder {
     /// The text exposition of `snap`, in serving order.
     pub fn encode(&self, snap: &Snapshot) -> Vec<u8> {
         let devices = resolve::resolve(snap, &self.opts);
-        let mut out = Vec::new();
+        let last_len = self.last_len.load(Ordering::Relaxed);
+        let mut out = Vec::with_capacity(last_len + last_len / 8);
         let per_device = self.opts.dcgm_compat != DcgmCompat::Dcgm;
         write::families(&mut out, snap, &devices, self.registry.gather(), per_device);
         #[cfg(target_os = "linux")]
@@ -145,6 +152,7 @@ impl Encoder {
         if self.opts.dcgm_compat != DcgmCompat::Off {
             dcgm::write(&mut out, snap, &devices, &self.opts.hostname);
         }
+        self.last_len.store(out.len(), Ordering::Relaxed);
         out
     }
 }

@@ -22,6 +22,8 @@ use crate::processes::attribution::{GpuProcesses, Owners, summarize};
 use crate::sample::{ContainerRef, DeviceSample, MigInstanceSample, PodIdentity, Snapshot};
 
 use super::MetricsOptions;
+use super::catalog::IDENTITY_LABELS;
+use super::text;
 
 /// One device as its series are written.
 #[derive(Debug)]
@@ -30,6 +32,8 @@ pub(crate) struct DeviceView<'a> {
     pub sample: &'a DeviceSample,
     /// The `gpu` label value.
     pub gpu: String,
+    /// Its identity label pairs, `gpu="…",uuid="…"`, rendered once for all its series.
+    pub identity: String,
     /// The containers the kubelet assigned the whole GPU to, sorted and distinct.
     pub containers: Vec<&'a ContainerRef>,
     /// The container whose labels every series of the GPU carries (with pod labels on and
@@ -90,9 +94,16 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                     containers,
                 })
                 .collect();
+            let gpu = sample.index.to_string();
             DeviceView {
                 sample,
-                gpu: sample.index.to_string(),
+                identity: text::pairs(
+                    IDENTITY_LABELS
+                        .iter()
+                        .copied()
+                        .zip([gpu.as_str(), &sample.uuid]),
+                ),
+                gpu,
                 owner: single.filter(|_| opts.pod_labels),
                 containers,
                 instances,

@@ -9,13 +9,15 @@
 
 use std::io::Write;
 
-/// `# HELP` (when there is help text) and `# TYPE` lines of a family.
-pub(crate) fn header(out: &mut Vec<u8>, name: &str, help: &str, kind: &str) {
+/// `# HELP` (when there is help text) and `# TYPE` lines of a family. Help texts are the static
+/// texts of the catalog and hold nothing the format escapes (a test checks every one), so they
+/// are copied as they are.
+pub(crate) fn header(out: &mut Vec<u8>, name: &str, help: &'static str, kind: &str) {
     if !help.is_empty() {
         out.extend_from_slice(b"# HELP ");
         out.extend_from_slice(name.as_bytes());
         out.push(b' ');
-        escape(out, help, false);
+        out.extend_from_slice(help.as_bytes());
         out.push(b'\n');
     }
     out.extend_from_slice(b"# TYPE ");
@@ -25,22 +27,27 @@ pub(crate) fn header(out: &mut Vec<u8>, name: &str, help: &str, kind: &str) {
     out.push(b'\n');
 }
 
-/// One sample line: `name{n1="v1",n2="v2",…} value`, label values escaped; no braces when there
-/// are no labels. Every series of the exposition is written by this function.
+/// One sample line: `name{head,n1="v1",n2="v2",…} value`, label values escaped; no braces when
+/// there are no labels. `head` holds label pairs rendered by [`pairs`] (a device's `gpu` and
+/// `uuid`, the same on each of its series), or is empty. Every series of the exposition is
+/// written by this function.
 pub(crate) fn line<'n, 'v>(
     out: &mut Vec<u8>,
     name: &str,
+    head: &str,
     labels: impl IntoIterator<Item = (&'n str, &'v str)>,
     value: f64,
 ) {
     out.extend_from_slice(name.as_bytes());
     let mut separator = b'{';
+    if !head.is_empty() {
+        out.push(separator);
+        out.extend_from_slice(head.as_bytes());
+        separator = b',';
+    }
     for (label, label_value) in labels {
         out.push(separator);
-        out.extend_from_slice(label.as_bytes());
-        out.extend_from_slice(b"=\"");
-        escape(out, label_value, true);
-        out.push(b'"');
+        pair(out, label, label_value);
         separator = b',';
     }
     if separator == b',' {
@@ -49,6 +56,27 @@ pub(crate) fn line<'n, 'v>(
     out.push(b' ');
     number(out, value);
     out.push(b'\n');
+}
+
+/// Label pairs `n1="v1",n2="v2"` rendered once, for [`line()`]'s `head`.
+pub(crate) fn pairs<'n, 'v>(labels: impl IntoIterator<Item = (&'n str, &'v str)>) -> String {
+    let mut out = Vec::new();
+    for (i, (label, label_value)) in labels.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        pair(&mut out, label, label_value);
+    }
+    // Names are ASCII and values are `&str`, escaped with ASCII sequences.
+    String::from_utf8(out).expect("label pairs are UTF-8")
+}
+
+/// `label="value"`, the value escaped.
+fn pair(out: &mut Vec<u8>, label: &str, label_value: &str) {
+    out.extend_from_slice(label.as_bytes());
+    out.extend_from_slice(b"=\"");
+    escape(out, label_value);
+    out.push(b'"');
 }
 
 /// Appends `value` exactly as `Display` writes it (shortest round-trip digits, never an
@@ -88,27 +116,21 @@ pub(crate) fn number(out: &mut Vec<u8>, value: f64) {
     let _ = write!(out, "{value}");
 }
 
-/// Appends `v` with `\` and newline escaped (and `"` too inside label values), as the format
-/// requires.
-pub(crate) fn escape(out: &mut Vec<u8>, v: &str, in_label: bool) {
-    let special = |b: &u8| matches!(b, b'\\' | b'\n') || (in_label && *b == b'"');
+/// Appends the label value `v` with `\`, newline and `"` escaped, as the format requires.
+pub(crate) fn escape(out: &mut Vec<u8>, v: &str) {
+    let special = |b: &u8| matches!(b, b'\\' | b'\n' | b'"');
+    let mut rest = v.as_bytes();
     // Nearly every value has nothing to escape: one scan, one copy.
-    if !v.as_bytes().iter().any(special) {
-        out.extend_from_slice(v.as_bytes());
-        return;
-    }
-    let mut rest = v;
-    // The special characters are ASCII, so byte positions are char boundaries.
-    while let Some(i) = rest.as_bytes().iter().position(special) {
-        out.extend_from_slice(&rest.as_bytes()[..i]);
-        out.extend_from_slice(match rest.as_bytes()[i] {
+    while let Some(i) = rest.iter().position(special) {
+        out.extend_from_slice(&rest[..i]);
+        out.extend_from_slice(match rest[i] {
             b'\\' => b"\\\\",
             b'\n' => b"\\n",
             _ => b"\\\"",
         });
         rest = &rest[i + 1..];
     }
-    out.extend_from_slice(rest.as_bytes());
+    out.extend_from_slice(rest);
 }
 
 #[cfg(test)]
@@ -119,31 +141,50 @@ mod tests {
         String::from_utf8(out).expect("UTF-8")
     }
 
-    fn escaped(v: &str, in_label: bool) -> String {
+    fn escaped(v: &str) -> String {
         let mut out = Vec::new();
-        escape(&mut out, v, in_label);
+        escape(&mut out, v);
         text(out)
     }
 
     #[test]
-    fn escaping_matches_the_format() {
-        assert_eq!(escaped("plain", true), "plain");
-        assert_eq!(escaped("a\\b", false), r"a\\b");
-        assert_eq!(escaped("a\nb", false), r"a\nb");
-        // Help text keeps quotes as they are; label values escape them.
-        assert_eq!(escaped("say \"hi\"", false), "say \"hi\"");
-        assert_eq!(escaped("say \"hi\"", true), r#"say \"hi\""#);
-        assert_eq!(escaped("\\\n\"", true), r#"\\\n\""#);
-        assert_eq!(escaped("°C ü \\", true), r"°C ü \\");
+    fn label_values_are_escaped_as_the_format_says() {
+        assert_eq!(escaped("plain"), "plain");
+        assert_eq!(escaped("a\\b"), r"a\\b");
+        assert_eq!(escaped("a\nb"), r"a\nb");
+        assert_eq!(escaped("say \"hi\""), r#"say \"hi\""#);
+        assert_eq!(escaped("\\\n\""), r#"\\\n\""#);
+        assert_eq!(escaped("°C ü \\"), r"°C ü \\");
+    }
+
+    #[test]
+    fn a_rendered_head_is_the_same_as_its_pairs_spelled_out() {
+        let labels = [("gpu", "3"), ("uuid", "GPU-\"x\"\n")];
+        let head = pairs(labels);
+        assert_eq!(head, r#"gpu="3",uuid="GPU-\"x\"\n""#);
+        for more in [&[][..], &[("link", "7")][..]] {
+            let mut with_head = Vec::new();
+            line(&mut with_head, "m", &head, more.iter().copied(), 0.5);
+            let mut spelled_out = Vec::new();
+            line(
+                &mut spelled_out,
+                "m",
+                "",
+                labels.into_iter().chain(more.iter().copied()),
+                0.5,
+            );
+            assert_eq!(text(with_head), text(spelled_out));
+        }
+        assert_eq!(pairs([]), "");
     }
 
     #[test]
     fn lines_with_and_without_labels() {
         let mut out = Vec::new();
-        line(&mut out, "up", [], 1.0);
-        line(&mut out, "m", [("a", "x\""), ("b", "2")], 0.0025);
-        line(&mut out, "big", [], 85_520_809_984.0);
-        line(&mut out, "neg", [("gpu", "GPU-\"a\"\\b\nc")], -1.5);
+        line(&mut out, "up", "", [], 1.0);
+        line(&mut out, "m", "", [("a", "x\""), ("b", "2")], 0.0025);
+        line(&mut out, "big", "", [], 85_520_809_984.0);
+        line(&mut out, "neg", "", [("gpu", "GPU-\"a\"\\b\nc")], -1.5);
         assert_eq!(
             text(out),
             "up 1\nm{a=\"x\\\"\",b=\"2\"} 0.0025\nbig 85520809984\n\

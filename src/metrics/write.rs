@@ -13,8 +13,8 @@ use prometheus::proto::MetricFamily;
 use crate::sample::{DeviceSample, Snapshot};
 
 use super::catalog::{
-    CATALOG, DeviceReader, ExporterReader, IDENTITY_LABELS, MIG_LABELS, MetricDef, POD_LABELS,
-    PROCESS_LABELS, Source,
+    CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
+    Source,
 };
 use super::resolve::{DeviceView, container_labels};
 use super::samples::Samples;
@@ -68,14 +68,6 @@ pub(super) fn families(
     }
 }
 
-/// The `gpu` and `uuid` pairs of a device.
-fn identity<'a>(d: &'a DeviceView<'_>) -> impl Iterator<Item = (&'static str, &'a str)> {
-    IDENTITY_LABELS
-        .iter()
-        .copied()
-        .zip([d.gpu.as_str(), d.sample.uuid.as_str()])
-}
-
 /// The `namespace`, `pod`, `container` pairs of a container, if any.
 fn pod_pairs(
     owner: Option<&crate::sample::ContainerRef>,
@@ -101,8 +93,8 @@ fn device_series(
         read(&snap.system, d.sample, samples);
         for (values, value) in samples.iter() {
             let own = def.labels.iter().copied().zip(values);
-            let labels = identity(d).chain(own).chain(pod_pairs(d.owner));
-            text::line(out, def.name, labels, value);
+            let labels = own.chain(pod_pairs(d.owner));
+            text::line(out, def.name, &d.identity, labels, value);
         }
         if always {
             continue;
@@ -116,11 +108,8 @@ fn device_series(
                 .zip([instance.gpu_instance.as_str(), instance.profile]);
             for (values, value) in samples.iter() {
                 let own = def.labels.iter().copied().zip(values);
-                let labels = identity(d)
-                    .chain(own)
-                    .chain(mig.clone())
-                    .chain(pod_pairs(instance.owner));
-                text::line(out, def.name, labels, value);
+                let labels = own.chain(mig.clone()).chain(pod_pairs(instance.owner));
+                text::line(out, def.name, &d.identity, labels, value);
             }
         }
     }
@@ -130,7 +119,7 @@ fn device_series(
 fn pod_assignments(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
     for d in devices {
         for c in &d.containers {
-            text::line(out, def.name, identity(d).chain(pod_pairs(Some(c))), 1.0);
+            text::line(out, def.name, &d.identity, pod_pairs(Some(c)), 1.0);
         }
     }
     for d in devices {
@@ -140,8 +129,8 @@ fn pod_assignments(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>
                 .copied()
                 .zip([instance.gpu_instance.as_str(), instance.profile]);
             for c in &instance.containers {
-                let labels = identity(d).chain(mig.clone()).chain(pod_pairs(Some(c)));
-                text::line(out, def.name, labels, 1.0);
+                let labels = mig.clone().chain(pod_pairs(Some(c)));
+                text::line(out, def.name, &d.identity, labels, 1.0);
             }
         }
     }
@@ -180,11 +169,10 @@ fn processes(out: &mut Vec<u8>, def: &MetricDef, field: ProcessField, devices: &
                 .copied()
                 .zip([pid.as_str(), p.process.name.as_str()]);
             let mig: Vec<_> = mig_pairs(d.sample, p.process.gpu_instance).collect();
-            let labels = identity(d)
-                .chain(own)
+            let labels = own
                 .chain(mig.iter().map(|(n, v)| (*n, v.as_str())))
                 .chain(pod_pairs(p.container.as_ref()));
-            text::line(out, def.name, labels, value);
+            text::line(out, def.name, &d.identity, labels, value);
         }
     }
 }
@@ -202,10 +190,11 @@ fn pod_processes(
                 continue;
             };
             let mig: Vec<_> = mig_pairs(d.sample, usage.gpu_instance).collect();
-            let labels = identity(d)
-                .chain(mig.iter().map(|(n, v)| (*n, v.as_str())))
+            let labels = mig
+                .iter()
+                .map(|(n, v)| (*n, v.as_str()))
                 .chain(pod_pairs(Some(&usage.container)));
-            text::line(out, def.name, labels, value);
+            text::line(out, def.name, &d.identity, labels, value);
         }
     }
 }
@@ -221,7 +210,13 @@ fn exporter_series(
     samples.clear();
     read(snap, samples);
     for (values, value) in samples.iter() {
-        text::line(out, def.name, def.labels.iter().copied().zip(values), value);
+        text::line(
+            out,
+            def.name,
+            "",
+            def.labels.iter().copied().zip(values),
+            value,
+        );
     }
 }
 

@@ -115,3 +115,18 @@ fn catalog_names_units_and_labels_are_well_formed() {
         }
     }
 }
+
+/// Help texts are written as they are (`text::header`): none may hold what the format escapes.
+fn needs_no_escape(help: &str) -> bool {
+    !help.contains(['\\', '\n'])
+}
+
+#[test]
+fn help_texts_hold_nothing_to_escape() {
+    for def in CATALOG {
+        assert!(needs_no_escape(def.help), "{}", def.name);
+        for d in def.dcgm {
+            assert!(needs_no_escape(d.help), "{}", d.field);
+        }
+    }
+}
