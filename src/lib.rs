@@ -77,7 +77,7 @@ pub async fn run(
         let publisher = Arc::clone(&publisher);
         kubernetes::Watcher::spawn(&config, state, move || {
             let publisher = Arc::clone(&publisher);
-            tokio::task::spawn_blocking(move || publisher.kubelet_changed());
+            tokio::task::spawn_blocking(move || publisher.republish());
         })
     });
     let sampler = {

@@ -2,7 +2,7 @@
 //!
 //! The sampler hands each tick's snapshot to [`Publisher::tick`], which attaches the kubelet's
 //! latest answer, counts the tick, encodes it and swaps the result in. When the kubelet's
-//! assignments change between ticks, [`Publisher::kubelet_changed`] encodes the last snapshot
+//! assignments change between ticks, [`Publisher::republish`] encodes the last snapshot
 //! again with them, so pod labels follow the kubelet within one refresh. HTTP only reads
 //! [`Publisher::current`]: a scrape never calls NVML and never encodes, and the gzip form is made
 //! by the first request that asks for it ([`Published::gzip`]).
@@ -99,7 +99,7 @@ impl Publisher {
 
     /// Encodes the last tick again with the kubelet's latest answer (called when the GPU
     /// assignments or the pod list change), without counting a tick.
-    pub fn kubelet_changed(&self) {
+    pub fn republish(&self) {
         let last = self.lock_last();
         let Some(previous) = last.as_deref() else {
             return;
@@ -199,7 +199,7 @@ mod tests {
     fn a_kubelet_change_is_served_at_once_without_counting_a_tick() {
         let kubelet = StateHandle::from(KubernetesState::new());
         let p = publisher(Some(kubelet.clone()));
-        p.kubelet_changed(); // before any tick: nothing to serve
+        p.republish(); // before any tick: nothing to serve
         assert!(!p.current().sampled);
 
         p.tick(snapshot());
@@ -215,7 +215,7 @@ mod tests {
             device: DeviceRef::GpuUuid("GPU-abc".into()),
         }]);
         kubelet.replace(state);
-        p.kubelet_changed();
+        p.republish();
         let text = text(&p);
         assert!(text.contains(r#"nvidia_gpu_pod_info{gpu="0",uuid="GPU-abc",namespace="ml",pod="train-0",container="main"} 1"#), "{text}");
         assert!(
