@@ -4,7 +4,8 @@
 In one run, against the release exporter on the simulated driver (nvml-sim), it measures:
 scrape cost (wrk) against nginx serving the same body and the Python reference peer; footprint
 (RSS, CPU share from /proc) idle and under a 1/s scrape; tick cost (the exporter's own histogram,
-its CPU time, and a callgrind profile split into NVML and exporter work); and startup time.
+its CPU time, and a callgrind profile split into NVML and exporter work); startup time; and
+the worst fresh-connection scrape under hostile clients, beside nginx (bench/attacks.py).
 With --baseline, a second exporter build runs as one more process in every phase, so two builds
 are compared under the same conditions. Results go to bench/results/<date>.json and a Markdown
 table next to it. Only ratios within one run are compared: the machine is shared and noisy.
@@ -29,6 +30,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+import attacks
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -83,12 +86,12 @@ class Target:
     """A server process under test: an exporter build ("exporter", or "baseline" for the build
     it is compared with) or the Python peer."""
 
-    def __init__(self, kind, gpus, ctx, interval="1s", wrapper=(), cpus=None):
+    def __init__(self, kind, gpus, ctx, interval="1s", wrapper=(), cpus=None, args=()):
         self.kind, self.gpus, self.port = kind, gpus, free_port()
         env = dict(os.environ, NVML_SIM_SCENARIO=str(SCENARIOS.get(gpus, "")))
         if kind in ctx.builds:
             exporter, sim = ctx.builds[kind]
-            cmd = [*wrapper, exporter, "--nvml-lib", sim, "--listen", f"127.0.0.1:{self.port}", "--interval", interval, "--log-level", "warn"]
+            cmd = [*wrapper, exporter, "--nvml-lib", sim, "--listen", f"127.0.0.1:{self.port}", "--interval", interval, "--log-level", "warn", *args]
         elif kind == "python":
             env["LD_LIBRARY_PATH"] = ctx.fake_driver
             cmd = [sys.executable, str(BENCH / "reference/exporter.py"), "--port", str(self.port)]
@@ -96,7 +99,7 @@ class Target:
             raise ValueError(kind)
         self.cmd = cmd
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE if wrapper else subprocess.DEVNULL,
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      preexec_fn=pinned(cpus))
         self.pid = self.proc.pid
 
@@ -128,7 +131,7 @@ class Nginx:
 
     kind = "nginx"
 
-    def __init__(self, plain, gzipped, headers, cpus=None):
+    def __init__(self, plain, gzipped, headers, cpus=None, server_extra="", listen_extra="", wrapper=()):
         self.dir = Path(tempfile.mkdtemp(prefix="bench-nginx-"))
         self.dir.chmod(0o755)  # the workers run as nobody
         (self.dir / "metrics").write_bytes(plain)
@@ -146,18 +149,19 @@ http {{
   client_body_temp_path {self.dir}; proxy_temp_path {self.dir}; fastcgi_temp_path {self.dir};
   uwsgi_temp_path {self.dir}; scgi_temp_path {self.dir};
   server {{
-    listen 127.0.0.1:{self.port};
+    listen 127.0.0.1:{self.port}{listen_extra};
     root {self.dir};
+    {server_extra}
     location = /metrics {{ types {{ }} default_type "{ctype}"; gzip_static on; gzip_vary on; }}
   }}
 }}
 """)
-        self.proc = subprocess.Popen(["nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([*wrapper, "nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-g", "daemon off;"], stdout=subprocess.DEVNULL,
                                      preexec_fn=pinned(cpus))
         deadline = time.time() + 10
         while time.time() < deadline:
             try:
-                fetch(self.port)
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.05)
@@ -498,7 +502,8 @@ def main():
     p.add_argument("--scrape-seconds", type=int, default=5)
     p.add_argument("--footprint-seconds", type=int, default=60)
     p.add_argument("--profile-seconds", type=int, default=20)
-    p.add_argument("--only", default="scrape,footprint,ticks,startup")
+    p.add_argument("--attack-seconds", type=int, default=10)
+    p.add_argument("--only", default="scrape,footprint,ticks,startup,attacks")
     p.add_argument("--out", type=Path, default=BENCH / "results" / f"{datetime.date.today()}.json")
     p.add_argument("--no-pin", action="store_true", help="scrape phase: let wrk and the server share every CPU")
     p.add_argument("--baseline", type=Path, help="a second exporter build to measure side by side in every phase (e.g. main's)")
@@ -520,7 +525,7 @@ def main():
     os.symlink(os.path.abspath(ctx.sim), os.path.join(ctx.fake_driver, "libnvidia-ml.so.1"))
     only = ctx.only.split(",")
     result = dict(date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"), machine=machine(),
-                  command=" ".join(sys.argv), settings=dict(scrape_seconds=ctx.scrape_seconds, footprint_seconds=ctx.footprint_seconds, profile_seconds=ctx.profile_seconds,
+                  command=" ".join(sys.argv), settings=dict(scrape_seconds=ctx.scrape_seconds, attack_seconds=ctx.attack_seconds, footprint_seconds=ctx.footprint_seconds, profile_seconds=ctx.profile_seconds,
                                 scrape_cpus=dict(zip(("server", "wrk"), ctx.scrape_cpus)) if ctx.scrape_cpus else None))
     if ctx.baseline:
         result["builds"] = {kind: build_info(*paths) for kind, paths in ctx.builds.items()}
@@ -536,6 +541,8 @@ def main():
             result["time_profile"] = splits
     if "startup" in only:
         result["startup"] = startup(ctx)
+    if "attacks" in only:
+        result["attacks"] = attacks.attacks(ctx, Target, Nginx, fetch, log, ctx.attack_seconds)
     result["machine"]["loadavg_end"] = os.getloadavg()
     shutil.rmtree(ctx.fake_driver, ignore_errors=True)
     ctx.out.parent.mkdir(parents=True, exist_ok=True)
