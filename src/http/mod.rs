@@ -125,16 +125,10 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     response
 }
 
-/// The gzip form of the published exposition. The first gzip request after a publish compresses
-/// it on a blocking thread (milliseconds for a large body, which must not stall the two async
-/// workers); the rest of that tick's gzip requests reuse the result. `None` only if compressing
-/// panicked, in which case the caller serves plain text.
-async fn gzipped(current: &Arc<Published>) -> Option<axum::body::Bytes> {
-    if let Some(body) = current.gzip_if_ready() {
-        return Some(body);
-    }
-    let current = current.clone();
-    match tokio::task::spawn_blocking(move || current.gzip()).await {
+/// The gzip form of the published exposition, made once per publish (see [`Published::gzip`]).
+/// `None` only if compressing panicked, in which case the caller serves plain text.
+async fn gzipped(current: &Published) -> Option<axum::body::Bytes> {
+    match current.gzip().await {
         Ok(body) => Some(body),
         Err(e) => {
             tracing::error!(error = %e, "gzip of the exposition failed; serving plain text");
