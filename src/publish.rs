@@ -65,7 +65,8 @@ impl Published {
     }
 
     /// The gzip form, if an earlier [`gzip`](Self::gzip) call made it.
-    pub fn gzip_if_ready(&self) -> Option<Bytes> {
+    #[cfg(test)]
+    fn gzip_if_ready(&self) -> Option<Bytes> {
         self.gzip.get().cloned()
     }
 }

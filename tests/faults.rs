@@ -159,13 +159,15 @@ fn shutdown_ends_within_the_grace_while_a_gpu_hangs() {
         up(m, 2) == Some(0.0) && up(m, 0) == Some(1.0)
     });
     let asked = Instant::now();
-    let status = e.terminate(nvml_exporter::SHUTDOWN_GRACE).unwrap_or_else(|| {
-        panic!(
-            "still running {:?} after SIGTERM\n{}",
-            nvml_exporter::SHUTDOWN_GRACE,
-            e.logs()
-        )
-    });
+    let status = e
+        .terminate(nvml_exporter::SHUTDOWN_GRACE)
+        .unwrap_or_else(|| {
+            panic!(
+                "still running {:?} after SIGTERM\n{}",
+                nvml_exporter::SHUTDOWN_GRACE,
+                e.logs()
+            )
+        });
     eprintln!("exited {:?} after SIGTERM", asked.elapsed());
     assert!(status.success(), "{status:?}\n{}", e.logs());
 }
@@ -195,9 +197,15 @@ fn gpus_whose_every_call_fails_go_down_after_the_grace_and_come_back() {
     });
     for (g, error) in broken {
         if failures(&failing, error) > 0.0 {
-            assert_eq!(up(&failing, g), Some(1.0), "GPU {g} down at its first failure");
+            assert_eq!(
+                up(&failing, g),
+                Some(1.0),
+                "GPU {g} down at its first failure"
+            );
             assert!(
-                failing.gpu_value("nvidia_gpu_power_watts", g, &[]).is_some(),
+                failing
+                    .gpu_value("nvidia_gpu_power_watts", g, &[])
+                    .is_some(),
                 "GPU {g} ({error}) is up without readings"
             );
         }

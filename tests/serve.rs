@@ -185,7 +185,8 @@ fn a_request_body_that_arrives_late_still_gets_the_whole_response() {
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
         .unwrap();
     // The exporter waits for the body before it answers.
-    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
     let early = s.read(&mut [0u8; 1]);
     assert!(
         matches!(&early, Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
@@ -196,9 +197,14 @@ fn a_request_body_that_arrives_late_still_gets_the_whole_response() {
     let (status, head, body) = read_response(&mut s);
     assert_eq!(status, 200, "{head}");
     // Sizes of two ticks' expositions differ by a few digits at most.
-    assert!(body.len().abs_diff(expected) < 256, "{} vs {expected}", body.len());
+    assert!(
+        body.len().abs_diff(expected) < 256,
+        "{} vs {expected}",
+        body.len()
+    );
     // The connection is still good for the next request.
-    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
     let (status, _, body) = read_response(&mut s);
     assert_eq!((status, &body[..]), (200, &b"ok\n"[..]));
 }
@@ -217,6 +223,7 @@ fn a_request_body_too_large_is_refused_whole_and_the_connection_closed() {
     );
     assert_eq!(body, b"request body too large\n");
     let mut rest = Vec::new();
-    s.read_to_end(&mut rest).expect("a clean close, not a reset");
+    s.read_to_end(&mut rest)
+        .expect("a clean close, not a reset");
     assert!(rest.is_empty(), "{rest:?}");
 }

@@ -227,7 +227,10 @@ mod tests {
         .faults;
         let lookup = |t| effect(&f, 0, "nvmlDeviceGetHandleByIndex", t).error;
         let power = |t| effect(&f, 0, "nvmlDeviceGetPowerUsage", t).error;
-        assert_eq!((lookup(5.0), power(5.0)), (Some(IRQ_ISSUE), Some(IRQ_ISSUE)));
+        assert_eq!(
+            (lookup(5.0), power(5.0)),
+            (Some(IRQ_ISSUE), Some(IRQ_ISSUE))
+        );
         // nvml.h lists no TIMEOUT for the lookup: the handle resolves, the queries time out.
         let timeout = nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_ERROR_TIMEOUT;
         assert_eq!((lookup(15.0), power(15.0)), (None, Some(timeout)));

@@ -170,7 +170,8 @@ pub async fn drain_request_body(
 
 /// Reads `body` to its end, dropping the bytes; refuses it past `limit` bytes or when it breaks.
 async fn drain(mut body: Body, limit: u64) -> Result<(), (StatusCode, &'static str)> {
-    const TOO_LARGE: (StatusCode, &str) = (StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
+    const TOO_LARGE: (StatusCode, &str) =
+        (StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
     if body.size_hint().lower() > limit {
         return Err(TOO_LARGE);
     }
@@ -281,8 +282,8 @@ mod tests {
 
     use super::*;
     use crate::metrics::{Encoder, MetricsOptions};
-    use axum::body::Bytes;
     use crate::sample::DeviceInfo;
+    use axum::body::Bytes;
 
     const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -608,7 +609,10 @@ mod tests {
         let chunks = tokio_stream::iter(
             [&b"abc"[..], &[0; 60_000]].map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
         );
-        assert_eq!(send(Body::from_stream(chunks)).await.status(), StatusCode::OK);
+        assert_eq!(
+            send(Body::from_stream(chunks)).await.status(),
+            StatusCode::OK
+        );
     }
 
     #[tokio::test]
