@@ -101,8 +101,8 @@ fn main() -> ExitCode {
         }
     });
     // `run` has stopped the server and the sampler within the grace. Blocking tasks still running
-    // (a password check, a compression, a call stuck in NVML) are abandoned, not awaited:
-    // dropping the runtime would wait for each to return, however long it takes.
+    // (a password check, a compression) are abandoned, not awaited: dropping the runtime would
+    // wait for each to return, however long it takes.
     runtime.shutdown_timeout(Duration::ZERO);
     code
 }
