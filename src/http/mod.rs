@@ -159,12 +159,12 @@ pub async fn drain_request_body(
         return next.run(req).await;
     }
     let (parts, body) = req.into_parts();
-    let refused = match tokio::time::timeout(timeout, drain(body, MAX_REQUEST_BODY)).await {
+    let drained = tokio::time::timeout(timeout, drain(body, MAX_REQUEST_BODY)).await;
+    let (status, reason) = match drained {
         Ok(Ok(())) => return next.run(Request::from_parts(parts, Body::empty())).await,
         Ok(Err(refused)) => refused,
         Err(_) => (StatusCode::REQUEST_TIMEOUT, "request body too slow\n"),
     };
-    let (status, reason) = refused;
     (status, [(header::CONNECTION, "close")], reason).into_response()
 }
 
