@@ -23,7 +23,9 @@ use std::time::Duration;
 use config::Config;
 
 /// How long open HTTP connections get to finish after the shutdown signal before they are dropped:
-/// a client that never finishes a request must not hold a rolling update hostage.
+/// a client that never finishes a request must not hold a rolling update hostage. The sampler
+/// stops meanwhile, and blocking work still running then is abandoned, so the process exits
+/// within this.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// The encoder's settings from the configuration.
@@ -92,6 +94,16 @@ pub async fn run(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
+    // The sampler stops as soon as the signal comes, while connections drain, so that the whole
+    // shutdown takes at most SHUTDOWN_GRACE (the sampler's own bound is shorter).
+    let sampler_stopped = {
+        let mut stop = stop_rx.clone();
+        tokio::spawn(async move {
+            // An error means the sender is gone, which is a stop too.
+            let _ = stop.wait_for(|s| *s).await;
+            tokio::task::spawn_blocking(move || sampler.shutdown()).await
+        })
+    };
     let mut app = http::router(publisher, config.interval);
     if let Some(auth) = web.auth {
         app = app.layer(axum::middleware::from_fn_with_state(
@@ -99,8 +111,14 @@ pub async fn run(
             http::auth::require,
         ));
     }
+    // Outermost: a request body is read off the connection before anything answers, a 401 too.
+    // It gets as long to arrive as a request head.
+    app = app.layer(axum::middleware::from_fn_with_state(
+        http::server::HEADER_READ_TIMEOUT,
+        http::drain_request_body,
+    ));
     http::server::serve(listener, app, web.tls, stop_rx).await;
-    tokio::task::spawn_blocking(move || sampler.shutdown()).await?;
+    sampler_stopped.await??;
     drop(watcher);
     Ok(())
 }

@@ -1,9 +1,13 @@
 //! The `nvml-exporter` executable: configuration → logging → [`nvml_exporter::run`]. The only
 //! place that exits: status 2 for a bad flag, variable, config or web-config file; 1 when it
-//! cannot serve. `check-config` stops after validation.
+//! cannot serve. `check-config` stops after validation. SIGTERM and SIGINT stop it within
+//! [`nvml_exporter::SHUTDOWN_GRACE`]; SIGHUP is logged and changes nothing yet.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::time::Duration;
+
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use nvml_exporter::config::{self, Config, ConfigError, LogFormat};
 use nvml_exporter::http::WebSettings;
@@ -65,7 +69,9 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(async {
+    let code = runtime.block_on(async {
+        // Before listening: a SIGHUP from then on must not end the process.
+        let signals = Signals::register();
         let listener = match tokio::net::TcpListener::bind(config.listen).await {
             Ok(listener) => listener,
             Err(e) => {
@@ -83,7 +89,7 @@ fn main() -> ExitCode {
             ),
             Err(e) => tracing::warn!(error = %e, "listening on an unknown address"),
         }
-        match nvml_exporter::run(config, web, listener, shutdown_signal()).await {
+        match nvml_exporter::run(config, web, listener, signals.shutdown()).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -93,7 +99,12 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         }
-    })
+    });
+    // `run` has stopped the server and the sampler within the grace. Blocking tasks still running
+    // (a password check, a compression) are abandoned, not awaited: dropping the runtime would
+    // wait for each to return, however long it takes.
+    runtime.shutdown_timeout(Duration::ZERO);
+    code
 }
 
 /// How many async workers serve HTTP: two are plenty, since a scrape copies bytes that the
@@ -133,21 +144,65 @@ fn init_tracing(config: &Config) {
     }
 }
 
-/// Completes on SIGTERM (Kubernetes, systemd) or SIGINT (Ctrl-C).
-async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; only Ctrl-C stops the exporter");
-            let _ = tokio::signal::ctrl_c().await;
+/// The signals the exporter answers, each watched from registration on (a signal not watched
+/// keeps its default action, which for all three is to end the process at once).
+struct Signals {
+    terminate: Option<Signal>,
+    interrupt: Option<Signal>,
+    hangup: Option<Signal>,
+}
+
+impl Signals {
+    /// Watches SIGTERM, SIGINT and SIGHUP; one that cannot be watched is logged and left alone.
+    /// Called on the runtime.
+    fn register() -> Signals {
+        let watch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch {name}");
+                None
+            }
+        };
+        Signals {
+            terminate: watch(SignalKind::terminate(), "SIGTERM"),
+            interrupt: watch(SignalKind::interrupt(), "SIGINT"),
+            hangup: watch(SignalKind::hangup(), "SIGHUP"),
+        }
+    }
+
+    /// Completes on SIGTERM (Kubernetes, systemd) or SIGINT (Ctrl-C). SIGHUP, which service
+    /// managers send to ask for a reload, is logged and otherwise ignored until reloading the
+    /// configuration is supported.
+    async fn shutdown(mut self) {
+        loop {
+            tokio::select! {
+                () = next(&mut self.terminate) => {
+                    tracing::info!("SIGTERM received, shutting down");
+                    return;
+                }
+                () = next(&mut self.interrupt) => {
+                    tracing::info!("SIGINT received, shutting down");
+                    return;
+                }
+                () = next(&mut self.hangup) => tracing::info!(
+                    "SIGHUP received; reloading the configuration is not supported yet, \
+                     carrying on with the current one"
+                ),
+            }
+        }
+    }
+}
+
+/// The next delivery of a watched signal; never, for one that is not watched.
+async fn next(signal: &mut Option<Signal>) {
+    if let Some(s) = signal {
+        if s.recv().await.is_some() {
             return;
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received, shutting down"),
+        // No more deliveries can come: wait for the other signals.
+        *signal = None;
     }
+    std::future::pending::<()>().await
 }
 
 #[cfg(test)]

@@ -8,11 +8,13 @@
 //! by the first request that asks for it ([`Published::gzip`]).
 
 use std::io::Write;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use axum::body::Bytes;
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use tokio::sync::OnceCell;
+use tokio::task::JoinError;
 
 use crate::kubernetes::StateHandle;
 use crate::metrics::Encoder;
@@ -29,7 +31,7 @@ pub struct Published {
     /// Text format 0.0.4.
     pub text: Bytes,
     /// `text` gzip-compressed, made by the first [`gzip`](Self::gzip) call.
-    gzip: OnceLock<Bytes>,
+    gzip: OnceCell<Bytes>,
     /// What was encoded (for `/readyz` and the landing page).
     pub snapshot: Arc<Snapshot>,
     /// False only for the placeholder served before the sampler's first tick.
@@ -37,18 +39,34 @@ pub struct Published {
 }
 
 impl Published {
-    /// `text`, gzip-compressed. Compresses on the first call only: Prometheus scrapes every
-    /// 15–60 s while ticks come every second, so most ticks are never asked for gzip, and
-    /// concurrent scrapers of one tick share one compression. Takes milliseconds on large
-    /// bodies: call it off the async workers.
-    pub fn gzip(&self) -> Bytes {
+    /// `text`, gzip-compressed. Compresses on the first call only, on one blocking thread (it
+    /// takes milliseconds on large bodies, which must not stall the async workers): Prometheus
+    /// scrapes every 15–60 s while ticks come every second, so most ticks are never asked for
+    /// gzip, and the other requests of the tick that arrive meanwhile wait for that compression
+    /// without holding a thread. `Err` only if compressing panicked; the next call tries again.
+    pub async fn gzip(&self) -> Result<Bytes, JoinError> {
+        self.compressed_with(gzip).await
+    }
+
+    /// [`gzip`](Self::gzip) with the compression passed in (tests count its calls).
+    async fn compressed_with(
+        &self,
+        compress: impl FnOnce(&[u8]) -> Vec<u8> + Send + 'static,
+    ) -> Result<Bytes, JoinError> {
         self.gzip
-            .get_or_init(|| Bytes::from(gzip(&self.text)))
-            .clone()
+            .get_or_try_init(|| {
+                let text = self.text.clone();
+                async move {
+                    tokio::task::spawn_blocking(move || Bytes::from(compress(&text))).await
+                }
+            })
+            .await
+            .cloned()
     }
 
     /// The gzip form, if an earlier [`gzip`](Self::gzip) call made it.
-    pub fn gzip_if_ready(&self) -> Option<Bytes> {
+    #[cfg(test)]
+    fn gzip_if_ready(&self) -> Option<Bytes> {
         self.gzip.get().cloned()
     }
 }
@@ -73,7 +91,7 @@ impl Publisher {
         let empty = Arc::new(Snapshot::default());
         let placeholder = Published {
             text: Bytes::from(encoder.encode(&empty)),
-            gzip: OnceLock::new(),
+            gzip: OnceCell::new(),
             snapshot: empty,
             sampled: false,
         };
@@ -128,7 +146,7 @@ impl Publisher {
     fn publish(&self, snapshot: &Arc<Snapshot>) {
         let published = Arc::new(Published {
             text: Bytes::from(self.encoder.encode(snapshot)),
-            gzip: OnceLock::new(),
+            gzip: OnceCell::new(),
             snapshot: Arc::clone(snapshot),
             sampled: true,
         });
@@ -229,13 +247,13 @@ mod tests {
         );
     }
 
-    #[test]
-    fn gzip_decodes_to_the_text_and_is_made_once() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gzip_decodes_to_the_text_and_is_made_once() {
         let p = publisher(None);
         p.tick(snapshot());
         let current = p.current();
         assert_eq!(current.gzip_if_ready(), None, "gzip is made on demand");
-        let gz = current.gzip();
+        let gz = current.gzip().await.unwrap();
         let mut decoded = Vec::new();
         flate2::read::GzDecoder::new(&gz[..])
             .read_to_end(&mut decoded)
@@ -245,6 +263,50 @@ mod tests {
         // Every request of this tick shares the one compression.
         let again = p.current();
         assert_eq!(again.gzip_if_ready().map(|b| b.as_ptr()), Some(gz.as_ptr()));
-        assert_eq!(again.gzip().as_ptr(), gz.as_ptr());
+        assert_eq!(again.gzip().await.unwrap().as_ptr(), gz.as_ptr());
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_waiters_share_one_compression() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let p = publisher(None);
+        p.tick(snapshot());
+        let current = p.current();
+        let compressions = Arc::new(AtomicUsize::new(0));
+        // The compression holds its blocking thread until every waiter has asked, so they all
+        // wait at once.
+        let (asked_tx, asked_rx) = std::sync::mpsc::channel::<()>();
+        let asked_rx = Arc::new(Mutex::new(asked_rx));
+        const WAITERS: usize = 200;
+        let waiters: Vec<_> = (0..WAITERS)
+            .map(|_| {
+                let (current, compressions) = (Arc::clone(&current), Arc::clone(&compressions));
+                let (asked_tx, asked_rx) = (asked_tx.clone(), Arc::clone(&asked_rx));
+                tokio::spawn(async move {
+                    let _ = asked_tx.send(());
+                    current
+                        .compressed_with(move |text| {
+                            compressions.fetch_add(1, Ordering::SeqCst);
+                            let asked = asked_rx.lock().unwrap();
+                            for _ in 0..WAITERS {
+                                asked.recv().unwrap();
+                            }
+                            gzip(text)
+                        })
+                        .await
+                        .unwrap()
+                })
+            })
+            .collect();
+        let mut bodies = Vec::new();
+        for w in waiters {
+            bodies.push(w.await.unwrap());
+        }
+        assert_eq!(compressions.load(Ordering::SeqCst), 1, "one compression");
+        let made = current.gzip_if_ready().expect("compressed");
+        assert!(
+            bodies.iter().all(|b| b.as_ptr() == made.as_ptr()),
+            "every waiter got the bytes of the one compression"
+        );
     }
 }

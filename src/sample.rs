@@ -150,7 +150,7 @@ pub struct DeviceSample {
     /// Static identity, read at discovery; shared, not copied, by every sample of the device.
     pub info: Arc<DeviceInfo>,
     /// The last tick read the device (`nvidia_gpu_up`). False when the device is lost, or has been
-    /// stale for longer than the grace period.
+    /// stale (missed its deadline, or failed every call) for longer than the grace period.
     pub up: bool,
     /// The values below are from an earlier tick: the device missed this tick's deadline.
     pub stale: bool,

@@ -1,5 +1,6 @@
 //! Faults injected through the simulated driver while the real binary runs: a GPU falling off the
-//! bus, a call hanging 30 s, failing calls, NVML init failing at start, and XID events. Each test
+//! bus, a call hanging 30 s (and a shutdown meanwhile), failing calls, GPUs whose every call
+//! fails, NVML init failing at start, and XID events. Each test
 //! starts the simulator's clock just before its fault (`NVML_SIM_START`); the timeline is in the
 //! header of `nvml-sim/scenarios/faults.toml`. Driver restarts, bursts and readiness under a
 //! stall are in `reliability.rs`.
@@ -145,6 +146,103 @@ fn a_gpu_hanging_30_s_does_not_hold_up_the_others() {
         went_down.elapsed()
     );
     assert!(e.alive());
+}
+
+#[test]
+fn shutdown_ends_within_the_grace_while_a_gpu_hangs() {
+    // faults.toml: on GPU 2, an nvmlDeviceGetTemperature call made at t = 9–10 s blocks 30 s.
+    let mut e = start(
+        &faults_env("8"),
+        &["--interval", "250ms", "--stale-grace", "1s"],
+    );
+    e.wait_metrics(WAIT, "GPU 2 down, its reader inside the hung call", |m| {
+        up(m, 2) == Some(0.0) && up(m, 0) == Some(1.0)
+    });
+    let asked = Instant::now();
+    let status = e
+        .terminate(nvml_exporter::SHUTDOWN_GRACE)
+        .unwrap_or_else(|| {
+            panic!(
+                "still running {:?} after SIGTERM\n{}",
+                nvml_exporter::SHUTDOWN_GRACE,
+                e.logs()
+            )
+        });
+    eprintln!("exited {:?} after SIGTERM", asked.elapsed());
+    assert!(status.success(), "{status:?}\n{}", e.logs());
+}
+
+#[test]
+fn gpus_whose_every_call_fails_go_down_after_the_grace_and_come_back() {
+    // faults.toml, t = 38–42 s: every call fails on GPU 0 with UNKNOWN, on GPU 1 with TIMEOUT
+    // (its handle still resolves) and on GPU 3 with IRQ_ISSUE; GPU 2 answers.
+    let e = start(
+        &faults_env("37"),
+        &["--interval", "250ms", "--stale-grace", "2s"],
+    );
+    let broken = [(0, "unknown"), (1, "timeout"), (3, "irq_issue")];
+    e.wait_metrics(WAIT, "all four GPUs up", |m| {
+        (0..4).all(|g| up(m, g) == Some(1.0))
+    });
+    let failures = |m: &Exposition, error: &str| -> f64 {
+        m.find("nvml_exporter_nvml_errors_total", &[("error", error)])
+            .iter()
+            .map(|s| s.value)
+            .sum()
+    };
+    // The first failures, within the grace (2 s, against ticks of 250 ms): still up, served from
+    // the last good reading.
+    let failing = e.wait_metrics(WAIT, "the first failures counted", |m| {
+        broken.iter().any(|(_, error)| failures(m, error) > 0.0)
+    });
+    for (g, error) in broken {
+        if failures(&failing, error) > 0.0 {
+            assert_eq!(
+                up(&failing, g),
+                Some(1.0),
+                "GPU {g} down at its first failure"
+            );
+            assert!(
+                failing
+                    .gpu_value("nvidia_gpu_power_watts", g, &[])
+                    .is_some(),
+                "GPU {g} ({error}) is up without readings"
+            );
+        }
+    }
+
+    let down = e.wait_metrics(WAIT, "the three failing GPUs down", |m| {
+        broken.iter().all(|(g, _)| up(m, *g) == Some(0.0))
+    });
+    for (g, error) in broken {
+        let gpu = g.to_string();
+        let series: Vec<&str> = down
+            .find_any_labels(&[("gpu", gpu.as_str())])
+            .into_iter()
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(
+            series,
+            ["nvidia_gpu_info", "nvidia_gpu_up"],
+            "GPU {g} ({error}) keeps only info and up"
+        );
+    }
+    assert_eq!(up(&down, 2), Some(1.0), "GPU 2 unaffected");
+    assert!(down.gpu_value("nvidia_gpu_power_watts", 2, &[]).is_some());
+    assert!(
+        e.get("/readyz").status == 200,
+        "one GPU answering keeps the exporter ready"
+    );
+
+    let back = e.wait_metrics(WAIT, "every GPU up again after the window", |m| {
+        (0..4).all(|g| up(m, g) == Some(1.0))
+    });
+    for (g, error) in broken {
+        assert!(
+            back.gpu_value("nvidia_gpu_power_watts", g, &[]).is_some(),
+            "GPU {g} ({error}): its readings return"
+        );
+    }
 }
 
 /// How many device reader threads the exporter has.

@@ -1,10 +1,12 @@
 //! The HTTP side of the running exporter, against the default simulated node: endpoints, gzip,
-//! readiness, method handling, graceful shutdown, and serving before NVML is available.
+//! readiness, method handling, request bodies, graceful shutdown, SIGHUP, and serving before
+//! NVML is available.
 
 mod common;
 
-use common::{Exporter, Exposition, http_get, http_request};
-use std::io::Read;
+use common::{Exporter, Exposition, eventually, http_get, http_request};
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
 use std::time::Duration;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -119,4 +121,109 @@ fn serves_and_reports_not_ready_without_nvml() {
             .expect("exits on SIGTERM")
             .success()
     );
+}
+
+#[test]
+fn sighup_is_logged_and_the_exporter_keeps_serving() {
+    let mut e = Exporter::start(&[], &["--interval", "200ms"]);
+    e.wait_ready(WAIT);
+    e.signal(libc::SIGHUP);
+    eventually(WAIT, "the SIGHUP log line", || {
+        e.logs().contains("SIGHUP received").then_some(())
+    });
+    assert!(e.alive(), "SIGHUP ended the process\n{}", e.logs());
+    assert!(
+        e.logs().contains("not supported yet"),
+        "the line says reload is not supported: {}",
+        e.logs()
+    );
+    assert_eq!(e.get("/metrics").status, 200);
+    e.wait_ready(WAIT);
+    let status = e
+        .terminate(Duration::from_secs(10))
+        .expect("exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}
+
+/// One HTTP/1.1 response read off `stream`: status, head and the body its Content-Length gives.
+fn read_response(stream: &mut TcpStream) -> (u16, String, Vec<u8>) {
+    let mut head = Vec::new();
+    let mut byte = [0u8];
+    while !head.ends_with(b"\r\n\r\n") {
+        stream.read_exact(&mut byte).expect("a whole response head");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    let status = head[9..12].parse().unwrap();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().unwrap())
+        })
+        .expect("content-length");
+    let mut body = vec![0; length];
+    stream.read_exact(&mut body).expect("the whole body");
+    (status, head, body)
+}
+
+fn connect(e: &Exporter) -> TcpStream {
+    let stream = TcpStream::connect(e.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(15)))
+        .unwrap();
+    stream
+}
+
+#[test]
+fn a_request_body_that_arrives_late_still_gets_the_whole_response() {
+    let e = Exporter::start(&[], &[]);
+    e.wait_ready(WAIT);
+    let expected = e.get("/metrics").body.len();
+    let mut s = connect(&e);
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\n")
+        .unwrap();
+    // The exporter waits for the body before it answers.
+    s.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let early = s.read(&mut [0u8; 1]);
+    assert!(
+        matches!(&early, Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut)),
+        "answered before the body arrived: {early:?}"
+    );
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    s.write_all(b"hello").unwrap();
+    let (status, head, body) = read_response(&mut s);
+    assert_eq!(status, 200, "{head}");
+    // Sizes of two ticks' expositions differ by a few digits at most.
+    assert!(
+        body.len().abs_diff(expected) < 256,
+        "{} vs {expected}",
+        body.len()
+    );
+    // The connection is still good for the next request.
+    s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let (status, _, body) = read_response(&mut s);
+    assert_eq!((status, &body[..]), (200, &b"ok\n"[..]));
+}
+
+#[test]
+fn a_request_body_too_large_is_refused_whole_and_the_connection_closed() {
+    let e = Exporter::start(&[], &[]);
+    let mut s = connect(&e);
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n")
+        .unwrap();
+    let (status, head, body) = read_response(&mut s);
+    assert_eq!(status, 413, "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("connection: close"),
+        "{head}"
+    );
+    assert_eq!(body, b"request body too large\n");
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest)
+        .expect("a clean close, not a reset");
+    assert!(rest.is_empty(), "{rest:?}");
 }

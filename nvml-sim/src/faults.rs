@@ -1,6 +1,25 @@
 //! Fault injection: which injected fault, if any, applies to a call at time t.
 
+use nvml_wrapper_sys::bindings::{
+    nvmlReturn_enum_NVML_ERROR_GPU_IS_LOST as GPU_IS_LOST,
+    nvmlReturn_enum_NVML_ERROR_INSUFFICIENT_POWER as INSUFFICIENT_POWER,
+    nvmlReturn_enum_NVML_ERROR_IRQ_ISSUE as IRQ_ISSUE,
+    nvmlReturn_enum_NVML_ERROR_NO_PERMISSION as NO_PERMISSION,
+    nvmlReturn_enum_NVML_ERROR_UNKNOWN as UNKNOWN,
+};
+
 use crate::scenario::{FaultKind, FaultSpec};
+
+/// What `nvmlDeviceGetHandleByIndex` answers besides success and a bad index, by `nvml.h`. An
+/// `error` fault on every call of a GPU (no `function`) fails the lookup only with one of these:
+/// with another error (TIMEOUT, MEMORY…) the handle resolves and the GPU's queries fail.
+const HANDLE_LOOKUP_ERRORS: [u32; 5] = [
+    INSUFFICIENT_POWER,
+    NO_PERMISSION,
+    IRQ_ISSUE,
+    GPU_IS_LOST,
+    UNKNOWN,
+];
 
 /// What an injected fault does to one call.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -46,7 +65,15 @@ pub fn effect(faults: &[FaultSpec], gpu: usize, function: &str, t: f64) -> Effec
             FaultKind::Hang if matches => {
                 effect.hang_s = Some(effect.hang_s.unwrap_or(0.0).max(f.seconds.unwrap_or(0.0)))
             }
-            FaultKind::Error if matches && effect.error.is_none() => effect.error = Some(f.code),
+            FaultKind::Error
+                if matches
+                    && effect.error.is_none()
+                    && (f.function.is_some()
+                        || base_name(function) != "nvmlDeviceGetHandleByIndex"
+                        || HANDLE_LOOKUP_ERRORS.contains(&f.code)) =>
+            {
+                effect.error = Some(f.code)
+            }
             _ => {}
         }
     }
@@ -167,6 +194,48 @@ mod tests {
         );
         assert_eq!(init_error(&f, 2.9, 100.0), Some(9));
         assert_eq!(init_error(&f, 3.0, 0.0), None);
+    }
+
+    #[test]
+    fn an_error_on_every_call_fails_the_handle_lookup_only_with_a_code_it_can_answer() {
+        let f = Scenario::parse(
+            r#"
+            [[gpu]]
+            model = "L4"
+            uuid = "GPU-a"
+            pci_bus_id = "01:00.0"
+            serial = "1"
+            [[fault]]
+            kind = "error"
+            error = "IRQ_ISSUE"
+            from = 0
+            to = 10
+            [[fault]]
+            kind = "error"
+            error = "TIMEOUT"
+            from = 10
+            to = 20
+            [[fault]]
+            kind = "error"
+            function = "nvmlDeviceGetHandleByIndex"
+            error = "TIMEOUT"
+            from = 20
+            to = 30
+            "#,
+        )
+        .unwrap()
+        .faults;
+        let lookup = |t| effect(&f, 0, "nvmlDeviceGetHandleByIndex", t).error;
+        let power = |t| effect(&f, 0, "nvmlDeviceGetPowerUsage", t).error;
+        assert_eq!(
+            (lookup(5.0), power(5.0)),
+            (Some(IRQ_ISSUE), Some(IRQ_ISSUE))
+        );
+        // nvml.h lists no TIMEOUT for the lookup: the handle resolves, the queries time out.
+        let timeout = nvml_wrapper_sys::bindings::nvmlReturn_enum_NVML_ERROR_TIMEOUT;
+        assert_eq!((lookup(15.0), power(15.0)), (None, Some(timeout)));
+        // A fault that names the lookup gets what it asks.
+        assert_eq!((lookup(25.0), power(25.0)), (Some(timeout), None));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Reading one device for one tick: every row of the "Device metrics" table in METRICS.md and
 //! the GPM saturation metrics (see [`super::gpm`]), in base units. Every call goes through the
-//! read's call ledger ([`super::ledger`]), which skips what the device does not support and sorts
-//! failures into "device lost", "driver gone" and "counted error".
+//! read's call ledger ([`super::ledger`]), which skips what the device does not support, sorts
+//! failures into "device lost", "driver gone" and "counted error", and gives the read's
+//! [`Verdict`].
 
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use nvml_wrapper_sys::bindings::field_id::{
 use super::discovery::device_identity;
 use super::error::ErrorCounter;
 use super::gpm::{GpmState, read_gpm};
-use super::ledger::{CallLedger, Unsupported};
+use super::ledger::{CallLedger, Unsupported, Verdict};
 use super::mig::MigReader;
 use super::processes::ProcessReader;
 use super::raw;
@@ -39,12 +40,12 @@ pub const NVLINK_MAX_LINKS: u32 = 36;
 /// The result of reading a device once.
 #[derive(Debug, Clone)]
 pub struct ReadOutcome {
-    /// The readings; `up` is true unless the device is lost. `stale` is always false here.
+    /// The readings; `up` is true when the verdict is [`Verdict::Up`]. `stale` is always false
+    /// here.
     pub sample: DeviceSample,
-    /// The device answered GPU_IS_LOST or GPU_REQUIRES_RESET: its readings are empty.
-    pub lost: bool,
-    /// Every call made answered UNINITIALIZED or DRIVER_NOT_LOADED: the driver went away.
-    pub driver_gone: bool,
+    /// What the read says of the device: lost (its readings are then empty), driver gone,
+    /// unanswered (nothing read: not a reading), or up.
+    pub verdict: Verdict,
     /// The driver no longer lists a device at this index (the handle lookup answered
     /// INVALID_ARGUMENT or NOT_FOUND): the device set changed and needs rediscovery.
     pub vanished: bool,
@@ -127,7 +128,8 @@ impl DeviceReader {
         gpm.begin_tick(tick_number);
         let mut ledger = CallLedger::new(index, errors, unsupported);
         // The handle is fetched per tick (cheap) so no `Device<'nvml>` outlives this call. It is
-        // never remembered as unsupported: without a handle there is nothing else to read.
+        // never remembered as unsupported: without a handle there is nothing else to read. Its
+        // success is no answer: the driver resolves a handle for a board that answers nothing.
         ledger.count_call();
         let mut vanished = false;
         let device = match nvml.device_by_index(index) {
@@ -176,9 +178,12 @@ impl DeviceReader {
             sample.uuid = uuid.clone();
             sample.info = info.clone();
         }
-        let lost = ledger.lost() || vanished;
-        let driver_gone = ledger.driver_gone();
-        if lost {
+        let verdict = if vanished {
+            Verdict::Lost
+        } else {
+            ledger.verdict()
+        };
+        if verdict == Verdict::Lost {
             *recheck_identity = true;
             // The next sample after a loss must not close a window that spans it.
             gpm.forget();
@@ -190,11 +195,10 @@ impl DeviceReader {
                 ..DeviceSample::default()
             };
         }
-        sample.up = !lost && !driver_gone;
+        sample.up = verdict == Verdict::Up;
         ReadOutcome {
             sample,
-            lost,
-            driver_gone,
+            verdict,
             vanished,
         }
     }
@@ -266,7 +270,7 @@ fn read_thermal(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
             d.temperature(TemperatureSensor::Gpu)
         })
         .map(f64::from);
-    let fields = t.call("nvmlDeviceGetFieldValues", NVML_FI_DEV_MEMORY_TEMP, || {
+    let fields = t.batch("nvmlDeviceGetFieldValues", NVML_FI_DEV_MEMORY_TEMP, || {
         raw::field_values(d, &[(NVML_FI_DEV_MEMORY_TEMP, 0)])
     });
     if let Some(r) = fields.and_then(|mut v| v.pop()) {
@@ -475,11 +479,14 @@ fn read_nvlinks(
                 }
                 t.count_call();
                 match d.link_wrapper_for(link).is_active() {
-                    Ok(up) => links.push(NvLinkSample {
-                        link,
-                        up,
-                        ..NvLinkSample::default()
-                    }),
+                    Ok(up) => {
+                        t.count_answer();
+                        links.push(NvLinkSample {
+                            link,
+                            up,
+                            ..NvLinkSample::default()
+                        });
+                    }
                     Err(
                         NvmlError::NotSupported
                         | NvmlError::InvalidArg
@@ -510,7 +517,7 @@ fn read_nvlinks(
             ]
         })
         .collect();
-    if let Some(values) = t.call(
+    if let Some(values) = t.batch(
         "nvmlDeviceGetFieldValues",
         NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
         || raw::field_values(d, &requests),

@@ -216,7 +216,7 @@ impl Buffers {
         );
         let request = request.get_or_insert_with(GpmRequest::default);
         let ids = requested.iter().map(|(id, _)| id.as_c());
-        t.call(METRICS_GET, arg_base, || {
+        t.batch(METRICS_GET, arg_base, || {
             request.get(nvml, prev, cur, ids, results)
         })?;
         Some(decode_with(t, requested, results.drain(..), arg_base))

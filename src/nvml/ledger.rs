@@ -2,11 +2,12 @@
 //! ledger's `call`, which skips what the device answered NOT_SUPPORTED before (remembered for
 //! the whole NVML session) and sorts each failure into "not supported" (remembered, never
 //! counted), "device lost" (no further calls in this read), "driver gone" (counted towards
-//! "every call said the driver went away") and "counted error".
+//! "every call said the driver went away") and "counted error", and counts the calls that
+//! answered.
 //!
 //! The device reader ([`super::device`]) and the parts it delegates to ([`super::gpm`],
 //! [`super::mig`], [`super::processes`]) all take the same ledger, so one read of a device ends
-//! with one verdict: lost, driver gone, or up.
+//! with one [`Verdict`]: lost, driver gone, unanswered (calls failed and none answered), or up.
 
 use nvml_wrapper::error::NvmlError;
 
@@ -57,6 +58,21 @@ impl Unsupported {
     }
 }
 
+/// What one read of a device says of it, first match wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// A call answered GPU_IS_LOST or GPU_REQUIRES_RESET (or the index no longer resolves to a
+    /// device): its readings are empty.
+    Lost,
+    /// Every call answered UNINITIALIZED or DRIVER_NOT_LOADED: the driver went away.
+    DriverGone,
+    /// Calls failed and none answered (NOT_SUPPORTED is neither): nothing was read, whatever the
+    /// errors (UNKNOWN, TIMEOUT, IRQ_ISSUE, NO_PERMISSION…). The read is not a reading.
+    Unanswered,
+    /// The readings are this tick's: some call answered, or none failed.
+    Up,
+}
+
 /// The calls of one read of one device and what their failures said.
 pub(super) struct CallLedger<'a> {
     index: u32,
@@ -64,6 +80,10 @@ pub(super) struct CallLedger<'a> {
     unsupported: &'a mut Unsupported,
     calls: u32,
     driver_gone_calls: u32,
+    /// Calls (or items of a batch) that answered a value.
+    answered: u32,
+    /// Calls (or items of a batch) that failed with anything but NOT_SUPPORTED.
+    failed: u32,
     lost: bool,
 }
 
@@ -81,6 +101,8 @@ impl<'a> CallLedger<'a> {
             unsupported,
             calls: 0,
             driver_gone_calls: 0,
+            answered: 0,
+            failed: 0,
             lost: false,
         }
     }
@@ -105,6 +127,21 @@ impl<'a> CallLedger<'a> {
         arg: u32,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
+        let v = self.batch(function, arg, f)?;
+        self.answered += 1;
+        Some(v)
+    }
+
+    /// [`CallLedger::call`] for a call whose items carry answers of their own (field values, GPM
+    /// metrics): its success says nothing of the device, which answered only where an item did
+    /// (each goes through [`CallLedger::field`]). A driver answers such a call SUCCESS with every
+    /// item failing on a board that does not respond.
+    pub(super) fn batch<T>(
+        &mut self,
+        function: &'static str,
+        arg: u32,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
         if self.lost || self.unsupported.contains(function, arg) {
             return None;
         }
@@ -119,14 +156,24 @@ impl<'a> CallLedger<'a> {
     }
 
     /// Counts a call made outside [`CallLedger::call`] (one whose answers the caller sorts
-    /// itself), so that "every call said the driver is gone" still counts it.
+    /// itself), so that "every call said the driver is gone" still counts it. Its failures go
+    /// through [`CallLedger::fail`]; a value it read, through [`CallLedger::count_answer`].
     pub(super) fn count_call(&mut self) {
         self.calls += 1;
     }
 
+    /// Counts a value read by a call counted with [`CallLedger::count_call`].
+    pub(super) fn count_answer(&mut self) {
+        self.answered += 1;
+    }
+
     /// Sorts a failure: remember NOT_SUPPORTED, flag loss / driver loss, count the rest.
     pub(super) fn fail(&mut self, function: &'static str, arg: u32, error: &NvmlError) {
-        match classify(error) {
+        let class = classify(error);
+        if class != ErrorClass::Unsupported {
+            self.failed += 1;
+        }
+        match class {
             ErrorClass::Unsupported => {
                 // A missing symbol is worth one count (the library is older than expected);
                 // NOT_SUPPORTED is a normal answer and never counted.
@@ -155,7 +202,10 @@ impl<'a> CallLedger<'a> {
         r: Result<T, NvmlError>,
     ) -> Option<T> {
         match r {
-            Ok(v) => Some(v),
+            Ok(v) => {
+                self.answered += 1;
+                Some(v)
+            }
             Err(e) => {
                 self.fail(function, arg, &e);
                 None
@@ -168,15 +218,24 @@ impl<'a> CallLedger<'a> {
         self.lost
     }
 
-    /// Every call made answered UNINITIALIZED or DRIVER_NOT_LOADED: the driver went away.
-    pub(super) fn driver_gone(&self) -> bool {
-        self.calls > 0 && self.driver_gone_calls == self.calls
+    /// What this read says of the device (see [`Verdict`]).
+    pub(super) fn verdict(&self) -> Verdict {
+        if self.lost {
+            Verdict::Lost
+        } else if self.calls > 0 && self.driver_gone_calls == self.calls {
+            Verdict::DriverGone
+        } else if self.answered == 0 && self.failed > 0 {
+            Verdict::Unanswered
+        } else {
+            Verdict::Up
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nvml::error::error_name;
 
     fn ledger<'a>(errors: &'a ErrorCounter, unsupported: &'a mut Unsupported) -> CallLedger<'a> {
         CallLedger::new(3, errors, unsupported)
@@ -260,11 +319,69 @@ mod tests {
         let errors = ErrorCounter::default();
         let mut unsupported = Unsupported::default();
         let mut t = ledger(&errors, &mut unsupported);
-        assert!(!t.driver_gone(), "no call, no verdict");
+        assert_eq!(t.verdict(), Verdict::Up, "no call, nothing wrong");
         let _: Option<u32> = t.call("a", 0, || Err(NvmlError::Uninitialized));
         let _: Option<u32> = t.call("b", 0, || Err(NvmlError::DriverNotLoaded));
-        assert!(t.driver_gone());
+        assert_eq!(t.verdict(), Verdict::DriverGone);
         let _ = t.call("c", 0, || Ok(1u32));
-        assert!(!t.driver_gone());
+        assert_eq!(t.verdict(), Verdict::Up);
+    }
+
+    #[test]
+    fn a_read_whose_every_call_fails_is_unanswered_whatever_the_error() {
+        for error in [
+            NvmlError::Unknown,
+            NvmlError::Timeout,
+            NvmlError::IrqIssue,
+            NvmlError::NoPermission,
+            NvmlError::InsufficientMemory,
+            NvmlError::InsufficientPower,
+            NvmlError::LibRmVersionMismatch,
+        ] {
+            let errors = ErrorCounter::default();
+            let mut unsupported = Unsupported::default();
+            let mut t = ledger(&errors, &mut unsupported);
+            let name = error_name(&error);
+            let _: Option<u32> = t.call("nvmlDeviceGetPowerUsage", 0, || Err(error));
+            // NOT_SUPPORTED is no answer and no failure either.
+            let _: Option<u32> = t.call("nvmlDeviceGetFanSpeed_v2", 0, || {
+                Err(NvmlError::NotSupported)
+            });
+            assert_eq!(t.verdict(), Verdict::Unanswered, "{name}");
+            // A batch call that succeeds while each of its items fails is still no answer.
+            let items = t.batch("nvmlDeviceGetFieldValues", 0, || Ok(vec![1u32]));
+            assert_eq!(items, Some(vec![1]));
+            let _: Option<u32> = t.field("nvmlDeviceGetFieldValues", 1, Err(NvmlError::Unknown));
+            assert_eq!(t.verdict(), Verdict::Unanswered, "{name}");
+            // One value read is a reading.
+            assert_eq!(t.field("nvmlDeviceGetFieldValues", 2, Ok(40u32)), Some(40));
+            assert_eq!(t.verdict(), Verdict::Up, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_unsupported_answers_are_not_a_failure() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        let _: Option<u32> = t.call("a", 0, || Err(NvmlError::NotSupported));
+        assert_eq!(t.verdict(), Verdict::Up);
+        // A call counted by hand answers through `count_answer`.
+        t.count_call();
+        t.fail("b", 0, &NvmlError::Timeout);
+        assert_eq!(t.verdict(), Verdict::Unanswered);
+        t.count_call();
+        t.count_answer();
+        assert_eq!(t.verdict(), Verdict::Up);
+    }
+
+    #[test]
+    fn lost_comes_first() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        let _ = t.call("a", 0, || Ok(1u32));
+        let _: Option<u32> = t.call("b", 0, || Err(NvmlError::GpuLost));
+        assert_eq!(t.verdict(), Verdict::Lost);
     }
 }

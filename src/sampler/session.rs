@@ -2,14 +2,16 @@
 //! thread, one tick at a time, and the [`Snapshot`] of each tick.
 //!
 //! Each device has a [`Slot`]: its reading state while it is idle, its last reading and whether
-//! that is fresh. A device that misses a tick's deadline is served from its last reading marked
-//! `stale`, and with `up = false` once that reading is older than the grace period; a device
-//! never read at all is served by its index only, down. A late reading is taken whenever it
-//! arrives and served (stale) at the next snapshot.
+//! that is fresh. A device that misses a tick's deadline, or whose read was
+//! [unanswered](Verdict::Unanswered) (calls failed and none answered, whatever the error), is
+//! served from its last reading marked `stale`, and with `up = false` once that reading is older
+//! than the grace period; a device never read at all is served by its index (and identity, when
+//! known) only, down. A late reading is taken whenever it arrives and served (stale) at the next
+//! snapshot.
 //!
 //! A tick is *complete* when at least one device answered within its deadline (or there are no
 //! devices): only then does `last_tick_timestamp_seconds` advance, so `/readyz` turns 503 when
-//! every device hangs.
+//! every device hangs or fails every call.
 
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -24,6 +26,7 @@ use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
 use crate::nvml::events::{XidLog, unix_now, watch_xids};
+use crate::nvml::ledger::Verdict;
 use crate::sample::{DeviceSample, Snapshot, SystemInfo};
 
 /// How long stopping a session's readers (and its XID thread) may take before the threads still
@@ -174,8 +177,7 @@ impl Session {
         let Some(slot) = self.slots.get_mut(answer.device.index() as usize) else {
             return;
         };
-        slot.fresh = tick == Some(answer.tick);
-        slot.take(answer.outcome, answer.at);
+        slot.take(answer.outcome, answer.at, tick == Some(answer.tick));
         slot.device = Some(answer.device);
     }
 
@@ -271,10 +273,27 @@ impl Slot {
         }
     }
 
-    fn take(&mut self, reading: ReadOutcome, at: Instant) {
-        self.unpublished = Some(reading.sample);
-        self.driver_gone = reading.driver_gone;
+    /// Takes a read made at `at`, of the current tick when `this_tick`. An unanswered read is no
+    /// reading: the last one stays, ageing towards the grace, and the device is not fresh.
+    fn take(&mut self, reading: ReadOutcome, at: Instant, this_tick: bool) {
+        self.driver_gone = reading.verdict == Verdict::DriverGone;
         self.vanished = reading.vanished;
+        if reading.verdict == Verdict::Unanswered {
+            self.fresh = false;
+            if self.unpublished.is_none() && self.published.is_none() {
+                // Never read: served down, by its identity if that is known.
+                let s = reading.sample;
+                self.unpublished = Some(DeviceSample {
+                    index: s.index,
+                    uuid: s.uuid,
+                    info: s.info,
+                    ..DeviceSample::default()
+                });
+            }
+            return;
+        }
+        self.fresh = this_tick;
+        self.unpublished = Some(reading.sample);
         self.last_at = Some(at);
     }
 
@@ -327,8 +346,20 @@ mod tests {
                 power_watts: Some(power),
                 ..Default::default()
             },
-            lost: !up,
-            driver_gone: false,
+            verdict: if up { Verdict::Up } else { Verdict::Lost },
+            vanished: false,
+        }
+    }
+
+    /// A read in which every call failed: the device reader's sample holds the identity only.
+    fn unanswered() -> ReadOutcome {
+        ReadOutcome {
+            sample: DeviceSample {
+                index: 2,
+                uuid: "GPU-x".into(),
+                ..Default::default()
+            },
+            verdict: Verdict::Unanswered,
             vanished: false,
         }
     }
@@ -359,8 +390,7 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let grace = Duration::from_secs(5);
         let mut slot = slot();
-        slot.take(outcome(true, 100.0), t0);
-        slot.fresh = true;
+        slot.take(outcome(true, 100.0), t0, true);
         let fresh = served(&mut slot, t0, grace);
         assert!(fresh.up && !fresh.stale);
 
@@ -379,7 +409,7 @@ mod tests {
 
         // A late answer arrives between ticks: the next snapshot serves it (stale, but within
         // the grace again) rather than the older reading the last snapshot had.
-        slot.take(outcome(true, 200.0), at(7));
+        slot.take(outcome(true, 200.0), at(7), false);
         let late = served(&mut slot, at(8), grace);
         assert!(late.up && late.stale);
         assert_eq!(late.power_watts, Some(200.0));
@@ -389,8 +419,7 @@ mod tests {
     fn a_fresh_reading_is_shared_with_the_snapshot_not_copied() {
         let t0 = Instant::now();
         let mut slot = slot();
-        slot.take(outcome(true, 100.0), t0);
-        slot.fresh = true;
+        slot.take(outcome(true, 100.0), t0, true);
         let fresh = served(&mut slot, t0, Duration::from_secs(5));
         assert!(Arc::ptr_eq(&fresh, slot.published.as_ref().unwrap()));
     }
@@ -408,5 +437,51 @@ mod tests {
             (d.index, d.up, d.stale, d.power_watts),
             (2, false, true, None)
         );
+    }
+
+    #[test]
+    fn a_device_that_fails_every_call_is_stale_then_down_and_comes_back() {
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let grace = Duration::from_secs(5);
+        let mut slot = slot();
+        slot.take(outcome(true, 100.0), t0, true);
+        assert!(served(&mut slot, t0, grace).up);
+
+        // Every tick from 1 s on is answered in time, but every call of it failed: not fresh,
+        // served from the last good reading until the grace is over, then down.
+        for s in 1..=5 {
+            slot.fresh = false;
+            slot.take(unanswered(), at(s), true);
+            let d = served(&mut slot, at(s), grace);
+            assert!(d.up && d.stale, "{s} s: {d:?}");
+            assert_eq!(d.power_watts, Some(100.0), "{s} s: the last good reading");
+        }
+        slot.fresh = false;
+        slot.take(unanswered(), at(6), true);
+        let down = served(&mut slot, at(6), grace);
+        assert!(!down.up && down.stale, "{down:?}");
+        assert_eq!(down.uuid, "GPU-x");
+
+        // It answers again: fresh and up at once.
+        slot.fresh = false;
+        slot.take(outcome(true, 300.0), at(7), true);
+        let back = served(&mut slot, at(7), grace);
+        assert!(back.up && !back.stale, "{back:?}");
+        assert_eq!(back.power_watts, Some(300.0));
+    }
+
+    #[test]
+    fn a_device_that_never_answered_is_down_with_its_identity() {
+        let now = Instant::now();
+        let grace = Duration::from_secs(5);
+        let mut slot = slot();
+        slot.take(unanswered(), now, true);
+        assert!(!slot.fresh);
+        let d = served(&mut slot, now, grace);
+        assert_eq!((d.up, d.stale, d.uuid.as_str()), (false, true, "GPU-x"));
+        slot.take(unanswered(), now + grace, true);
+        let d = served(&mut slot, now + grace * 2, grace);
+        assert_eq!((d.up, d.power_watts), (false, None));
     }
 }

@@ -228,6 +228,13 @@ impl Exporter {
     pub fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
+
+    /// Sends `signal` (`libc::SIGHUP`…) to the process.
+    #[allow(unsafe_code, reason = "kill(2) is a C call")]
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: plain kill(2) on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
 }
 
 impl Drop for Exporter {
