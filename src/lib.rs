@@ -88,8 +88,14 @@ pub async fn run(
     };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let auth = web.auth.clone();
     tokio::spawn(async move {
         shutdown.await;
+        // Credential checks still waiting are answered at once: stopping waits only for the
+        // running ones.
+        if let Some(auth) = auth {
+            auth.close();
+        }
         let _ = stop_tx.send(true);
     });
     let mut app = http::router(publisher, config.interval);
