@@ -1084,10 +1084,16 @@ mod tests {
         let big = dir.path().join("big.toml");
         std::fs::write(&big, vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
         let e = err(&["--config", big.to_str().unwrap()]);
-        assert!(e.contains("big.toml") && e.contains("larger than 1024 KiB"), "{e}");
+        assert!(
+            e.contains("big.toml") && e.contains("larger than 1024 KiB"),
+            "{e}"
+        );
         let exact = dir.path().join("exact.toml");
         std::fs::write(&exact, vec![b'#'; MAX_FILE_BYTES as usize]).unwrap();
-        assert_eq!(read_small_file(&exact).unwrap().len() as u64, MAX_FILE_BYTES);
+        assert_eq!(
+            read_small_file(&exact).unwrap().len() as u64,
+            MAX_FILE_BYTES
+        );
 
         let e = err(&["--config", dir.path().to_str().unwrap()]);
         assert!(e.contains("a directory, not a regular file"), "{e}");

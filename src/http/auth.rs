@@ -117,10 +117,11 @@ impl BasicAuth {
     pub fn new(users: BTreeMap<String, String>) -> Result<BasicAuth, AuthError> {
         let mut decoy: Option<(u32, &String)> = None;
         for (user, hash) in &users {
-            let parts = bcrypt::HashParts::from_str(hash).map_err(|error| AuthError::NotBcrypt {
-                user: user.clone(),
-                error,
-            })?;
+            let parts =
+                bcrypt::HashParts::from_str(hash).map_err(|error| AuthError::NotBcrypt {
+                    user: user.clone(),
+                    error,
+                })?;
             let cost = parts.get_cost();
             if !COSTS.contains(&cost) {
                 return Err(AuthError::Cost {
@@ -132,7 +133,9 @@ impl BasicAuth {
                 decoy = Some((cost, hash));
             }
         }
-        let decoy = decoy.map(|(_, hash)| hash.clone()).ok_or(AuthError::NoUsers)?;
+        let decoy = decoy
+            .map(|(_, hash)| hash.clone())
+            .ok_or(AuthError::NoUsers)?;
         Ok(BasicAuth {
             users,
             decoy,
@@ -497,7 +500,9 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
     async fn the_turn_is_held_until_bcrypt_returns_even_when_the_request_gives_up() {
-        let a = Arc::new(BasicAuth::new(BTreeMap::from([("u".to_string(), hash_of_cost(12))])).unwrap());
+        let a = Arc::new(
+            BasicAuth::new(BTreeMap::from([("u".to_string(), hash_of_cost(12))])).unwrap(),
+        );
         let peer = IpAddr::from([10, 0, 0, 1]);
         let asking = {
             let a = Arc::clone(&a);
@@ -517,7 +522,9 @@ mod tests {
         // And given back when it returns.
         let _turn = tokio::time::timeout(
             std::time::Duration::from_secs(30),
-            a.turns.clone().acquire_many_owned(MAX_CONCURRENT_VERIFY as u32),
+            a.turns
+                .clone()
+                .acquire_many_owned(MAX_CONCURRENT_VERIFY as u32),
         )
         .await
         .unwrap()

@@ -11,9 +11,9 @@
 //! previous certificate and logs a warning; it is tried again when the files change again.
 
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use rustls::crypto::CryptoProvider;

@@ -79,7 +79,9 @@ pub enum ParseError {
     #[error("basic_auth_users is empty; remove it to disable basic auth")]
     NoUsers,
     /// `tls_server_config:` without settings (every line commented out).
-    #[error("tls_server_config is empty; remove it to serve plain HTTP, or give cert_file and key_file")]
+    #[error(
+        "tls_server_config is empty; remove it to serve plain HTTP, or give cert_file and key_file"
+    )]
     NoTls,
     /// A user name with ':', which could never log in.
     #[error("basic_auth_users.{0}: a user name cannot contain ':'")]
