@@ -11,7 +11,10 @@
 //!   [`MAX_VERIFY_PER_PEER`] checks waiting or running, more get `429 Too Many Requests`; at most
 //!   [`MAX_WAITING_VERIFY`] checks wait in all, more get `503 Service Unavailable`; both carry
 //!   `Retry-After: 1` and cost no bcrypt. A flood from one address thus holds at most the running
-//!   checks, and a scraper from another address waits for about one check;
+//!   checks, and a scraper from another address waits for about one check (a scraper sharing the
+//!   flood's address, behind the same NAT, is refused with it; a flood from many addresses can
+//!   fill the queue, and then a scraper gets a 503 at once rather than a wait that would outlast
+//!   its timeout);
 //! - a successful `Authorization` header is remembered by its SHA-256, so Prometheus scraping
 //!   every few seconds costs one bcrypt per credential, not one per scrape, and never queues;
 //! - an unknown user name still costs one bcrypt, against the dearest configured hash (result
