@@ -553,9 +553,14 @@ where
 
 /// Reads the `--config` file into a [`Config`], with the line of each key in it.
 fn read_file(path: &Path) -> Result<(Config, HashMap<String, usize>), ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigError::Invalid(format!("--config: cannot read {}: {e}", path.display()))
-    })?;
+    let text = read_small_file(path)
+        .and_then(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+        })
+        .map_err(|e| {
+            ConfigError::Invalid(format!("--config: cannot read {}: {e}", path.display()))
+        })?;
     let error = |e: toml::de::Error| {
         // toml gives no position for some errors (its nesting limit): then there is no line.
         let line = e
@@ -587,6 +592,128 @@ fn read_file(path: &Path) -> Result<(Config, HashMap<String, usize>), ConfigErro
         .collect();
     let config = Config::deserialize(toml::de::Deserializer::from(table)).map_err(error)?;
     Ok((config, lines))
+}
+
+/// The most a configuration file (`--config`, `--web-config`, a certificate, key or CA file) may
+/// hold. Real ones are a few KiB; a CA bundle of every public root is about 200 KiB.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+/// The bytes of a configuration file: a regular file of at most [`MAX_FILE_BYTES`]. Anything else
+/// (a FIFO, a device such as `/dev/zero`, a directory, a larger file) is an error that says what
+/// the file is, found without reading more than the limit and without waiting for a FIFO's writer.
+pub fn read_small_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    // Without O_NONBLOCK, opening a FIFO waits for a writer, possibly forever; for a regular file
+    // the flag changes nothing.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    let kind = meta.file_type();
+    let what = if kind.is_file() {
+        None
+    } else if kind.is_dir() {
+        Some("a directory")
+    } else if kind.is_fifo() {
+        Some("a FIFO")
+    } else if kind.is_char_device() {
+        Some("a character device")
+    } else if kind.is_block_device() {
+        Some("a block device")
+    } else if kind.is_socket() {
+        Some("a socket")
+    } else {
+        Some("not a file")
+    };
+    if let Some(what) = what {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!("{what}, not a regular file"),
+        ));
+    }
+    let too_big = || {
+        Error::new(
+            ErrorKind::InvalidData,
+            format!("larger than {} KiB", MAX_FILE_BYTES / 1024),
+        )
+    };
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    // A file that grows while it is read stops one byte past the limit.
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(too_big());
+    }
+    Ok(bytes)
+}
+
+/// Variables named like options (`NVML_EXPORTER_*`) that are none, each with a warning naming it
+/// and the closest option's variable if one is close: a mistyped variable would otherwise be
+/// ignored without a word. `vars` are the names in the environment.
+pub fn unknown_variables<I, S>(vars: I) -> Vec<String>
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    const PREFIX: &str = "NVML_EXPORTER_";
+    let command = Cli::command();
+    let known: Vec<String> = command
+        .get_arguments()
+        .filter_map(clap::Arg::get_env)
+        .map(|v| v.to_string_lossy().into_owned())
+        .collect();
+    let mut warnings = Vec::new();
+    for var in vars {
+        let var = var.as_ref().to_string_lossy();
+        let Some(rest) = var.strip_prefix(PREFIX) else {
+            continue;
+        };
+        if known.iter().any(|k| *k == var) || NOT_OPTIONS.contains(&var.as_ref()) {
+            continue;
+        }
+        let closest = known
+            .iter()
+            .map(|k| (edit_distance(rest, &k[PREFIX.len()..]), k))
+            .min()
+            .filter(|(d, _)| *d <= 3);
+        warnings.push(match closest {
+            Some((_, k)) => format!(
+                "environment variable {} is not an option and is ignored; did you mean {k}?",
+                one_line(&var)
+            ),
+            None => format!(
+                "environment variable {} is not an option and is ignored (see --help for the variables)",
+                one_line(&var)
+            ),
+        });
+    }
+    warnings
+}
+
+/// `NVML_EXPORTER_*` variables that are not options but the project's own: the revision given to
+/// the build, and the real NVML library given to the tests by scripts/test.sh.
+const NOT_OPTIONS: &[&str] = &["NVML_EXPORTER_REVISION", "NVML_EXPORTER_TEST_REAL_NVML"];
+
+/// Levenshtein distance between two names, for "did you mean".
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// 1-based line number of a byte offset.
@@ -949,6 +1076,65 @@ mod tests {
         let e = err(&["--config", f.path().to_str().unwrap()]);
         assert!(!e.contains("line 0"), "{e}");
         assert!(e.contains(f.path().to_str().unwrap()), "{e}");
+    }
+
+    #[test]
+    fn only_small_regular_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.toml");
+        std::fs::write(&big, vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let e = err(&["--config", big.to_str().unwrap()]);
+        assert!(
+            e.contains("big.toml") && e.contains("larger than 1024 KiB"),
+            "{e}"
+        );
+        let exact = dir.path().join("exact.toml");
+        std::fs::write(&exact, vec![b'#'; MAX_FILE_BYTES as usize]).unwrap();
+        assert_eq!(
+            read_small_file(&exact).unwrap().len() as u64,
+            MAX_FILE_BYTES
+        );
+
+        let e = err(&["--config", dir.path().to_str().unwrap()]);
+        assert!(e.contains("a directory, not a regular file"), "{e}");
+        let e = read_small_file(Path::new("/dev/zero")).unwrap_err();
+        assert_eq!(e.to_string(), "a character device, not a regular file");
+        let fifo = dir.path().join("fifo");
+        let status = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        // Opening a FIFO without a writer would block; it must not.
+        let e = read_small_file(&fifo).unwrap_err();
+        assert_eq!(e.to_string(), "a FIFO, not a regular file");
+    }
+
+    #[test]
+    fn unknown_variables_are_named_with_the_closest_option() {
+        let warnings = unknown_variables([
+            "NVML_EXPORTER_LISTEN",
+            "NVML_EXPORTER_CONFIG",
+            "NVML_EXPORTER_INTERVALL",
+            "NVML_EXPORTER_WEBCONFIG",
+            "NVML_EXPORTER_FROBNICATE",
+            "NVML_EXPORTER_REVISION",
+            "PATH",
+        ]);
+        assert_eq!(
+            warnings,
+            [
+                "environment variable NVML_EXPORTER_INTERVALL is not an option and is ignored; \
+                 did you mean NVML_EXPORTER_INTERVAL?",
+                "environment variable NVML_EXPORTER_WEBCONFIG is not an option and is ignored; \
+                 did you mean NVML_EXPORTER_WEB_CONFIG?",
+                "environment variable NVML_EXPORTER_FROBNICATE is not an option and is ignored \
+                 (see --help for the variables)",
+            ]
+        );
+        assert_eq!(edit_distance("LISTEN", "LISTEN"), 0);
+        assert_eq!(edit_distance("LISTN", "LISTEN"), 1);
+        assert_eq!(edit_distance("", "AB"), 2);
     }
 
     #[test]

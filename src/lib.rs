@@ -65,6 +65,13 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    warn_unknown_variables();
+    if let Some(path) = web.enables_nothing() {
+        tracing::warn!(
+            web_config = %path.display(),
+            "the web-config file enables neither TLS nor basic auth: serving plain HTTP to anyone"
+        );
+    }
     // The kubelet is asked on this runtime, never on the sampler threads.
     let kubelet = config
         .kubernetes
@@ -90,8 +97,14 @@ pub async fn run(
     };
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let auth = web.auth.clone();
     tokio::spawn(async move {
         shutdown.await;
+        // Credential checks still waiting are answered at once: stopping waits only for the
+        // running ones.
+        if let Some(auth) = auth {
+            auth.close();
+        }
         let _ = stop_tx.send(true);
     });
     // The sampler stops as soon as the signal comes, while connections drain, so that the whole
@@ -126,6 +139,7 @@ pub async fn run(
 /// `--once`: one tick (and with `--kubernetes`, one `List` call), encoded. Returns the exposition
 /// text and whether NVML answered.
 pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
+    warn_unknown_variables();
     let mut snapshot = sampler::sample_once(&sampler_options(config));
     if config.kubernetes {
         snapshot.kubernetes = Some(kubelet_once(config));
@@ -138,6 +152,13 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
         encoder.observe_tick(seconds);
     }
     (encoder.encode(&snapshot), snapshot.nvml_up)
+}
+
+/// Logs each `NVML_EXPORTER_*` variable that is not an option (a typo would otherwise go unseen).
+fn warn_unknown_variables() {
+    for warning in config::unknown_variables(std::env::vars_os().map(|(name, _)| name)) {
+        tracing::warn!("{warning}");
+    }
 }
 
 /// One `List` call on a runtime of its own (`--once` runs without one).

@@ -274,3 +274,79 @@ fn check_config_validates_without_starting() {
         "{err}"
     );
 }
+
+/// Runs the exporter with `args` and returns (status, stderr), killing it if it has not exited
+/// within 10 s (a FIFO read without bounds never returns).
+fn exits_within_10s(env: &[(&str, &str)], args: &[&str]) -> (Option<i32>, String) {
+    let mut child = exporter_command(env, args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = common::poll_until(std::time::Duration::from_secs(10), || {
+        child.try_wait().unwrap()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().unwrap();
+    let status = status.unwrap_or_else(|| panic!("{args:?} still running after 10 s"));
+    (status.code(), stderr(&out))
+}
+
+#[test]
+fn config_files_that_are_not_small_regular_files_exit_2_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("config.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let big = dir.path().join("big.toml");
+    std::fs::write(&big, "# padding\n".repeat(200 * 1024)).unwrap(); // 2 MiB of comments
+    let fifo = fifo.to_str().unwrap();
+    let big = big.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--config", fifo], "a FIFO, not a regular file"),
+        (&["--config", big], "larger than 1024 KiB"),
+        (
+            &["--config", "/dev/zero"],
+            "a character device, not a regular file",
+        ),
+        (&["check-config", big], "larger than 1024 KiB"),
+        (&["--web-config", fifo], "a FIFO, not a regular file"),
+        (&["--web-config", "/dev/zero"], "a character device"),
+    ];
+    for (args, expected) in cases {
+        let (status, err) = exits_within_10s(&[], args);
+        assert_eq!(status, Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains(args[1]) && err.contains(expected),
+            "{args:?}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: one line: {err}");
+    }
+}
+
+#[test]
+fn an_unknown_nvml_exporter_variable_is_warned_about() {
+    let out = run_once(
+        &[
+            ("NVML_EXPORTER_INTERVALL", "2s"),
+            ("NVML_EXPORTER_LOG_FORMAT", "text"),
+        ],
+        &[],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("WARN")
+            && err.contains(
+                "environment variable NVML_EXPORTER_INTERVALL is not an option and is ignored; \
+                 did you mean NVML_EXPORTER_INTERVAL?"
+            ),
+        "{err}"
+    );
+    assert!(!err.contains("NVML_EXPORTER_LOG_FORMAT"), "{err}");
+}

@@ -146,9 +146,10 @@ fn assert_file_error(e: &ConfigError, path: &Path, text: Option<&str>) {
         // A readable file: every error about it points at a line that exists.
         let last = text.split('\n').count();
         let lines = cited_lines(&msg);
-        // toml gives no position for exceeding its nesting limit; every other error has one.
+        // toml gives no position for exceeding its nesting limit, and a file over the size limit
+        // is not parsed; every other error has one.
         assert!(
-            !lines.is_empty() || msg.contains("recursion limit"),
+            !lines.is_empty() || msg.contains("recursion limit") || msg.contains("larger than"),
             "no line in: {msg}"
         );
         for n in lines {
@@ -1118,12 +1119,18 @@ fn huge_files_are_handled() {
     text += "interval = \"3s\"\n";
     let c = load_config_file(text.as_bytes()).unwrap();
     assert_eq!(c.interval, Duration::from_secs(3));
-    // A megabyte-long value: refused with its line.
-    let text = format!("# one\nlog_format = \"{}\"\n", "x".repeat(1 << 20));
+    // A value of almost the whole limit: refused with its line.
+    let text = format!("# one\nlog_format = \"{}\"\n", "x".repeat(1_000_000));
     let e = load_config_file(text.as_bytes()).unwrap_err();
     assert!(e.contains("line 2"), "{}", &e[..200.min(e.len())]);
-    let text = format!("basic_auth_users:\n  u: \"{}\"\n", "x".repeat(1 << 20));
+    let text = format!("basic_auth_users:\n  u: \"{}\"\n", "x".repeat(1_000_000));
     load_web_file(text.as_bytes()).unwrap_err();
+    // Past the limit: refused before parsing.
+    let text = "# padding\n".repeat(110_000);
+    let e = load_config_file(text.as_bytes()).unwrap_err();
+    assert!(e.contains("larger than 1024 KiB"), "{e}");
+    let e = load_web_file(text.as_bytes()).unwrap_err();
+    assert!(e.contains("larger than 1024 KiB"), "{e}");
 }
 
 #[test]

@@ -1,14 +1,16 @@
 //! The hardened HTTP server and `--web-config`, on the real binary: slowloris clients cannot
 //! delay a scrape and are closed after the header timeout; TLS, mTLS and basic auth work with a
 //! real client (ureq over rustls) and certificates generated for each test; certificates rotate
-//! without a restart; bad web-config files exit 2 naming the file.
+//! without a restart; bad web-config files exit 2 naming the file; a flood of wrong passwords is
+//! answered at once and neither delays a scraper from another address nor stalls shutdown.
 
 mod common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::certs::{Ca, Leaf};
@@ -399,6 +401,16 @@ fn bad_web_configs_exit_2_naming_the_file() {
             format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n"),
             &["client_ca_file"],
         ),
+        (
+            "every user commented out",
+            "basic_auth_users:\n#  prometheus: $2y$10$abc\n".into(),
+            &["basic_auth_users is empty"],
+        ),
+        (
+            "TLS commented out",
+            "tls_server_config:\n#  cert_file: server.crt\n#  key_file: server.key\n".into(),
+            &["tls_server_config is empty"],
+        ),
     ];
     for (what, yaml, expected) in cases {
         let path = web_config(dir.path(), yaml);
@@ -420,4 +432,260 @@ fn bad_web_configs_exit_2_naming_the_file() {
     let (status, stderr) = refused(&dir.path().join("missing.yml"));
     assert_eq!(status, Some(2), "{stderr}");
     assert!(stderr.contains("missing.yml"), "{stderr}");
+}
+
+/// A well-formed bcrypt hash of `cost` (of no known password: only the cost matters here).
+fn hash_of_cost(cost: u32) -> String {
+    format!("$2y${cost:02}$CCCCCCCCCCCCCCCCCCCCC.E5YPO9kmyuRGyh0XouQYb4YMJKvyOeW")
+}
+
+#[test]
+fn bcrypt_costs_out_of_range_exit_2_naming_the_user_at_check_config_and_start() {
+    let dir = tempfile::tempdir().unwrap();
+    // 99 is beyond what bcrypt accepts (every login would fail); 31 takes hours per login.
+    for cost in [99, 31] {
+        let web = web_config(
+            dir.path(),
+            &format!(
+                "basic_auth_users:\n  prometheus: '{}'\n  alice: '{}'\n",
+                hash_of_cost(10),
+                hash_of_cost(cost)
+            ),
+        );
+        let check = exporter_command(
+            &[],
+            &["check-config", "--web-config", web.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+        let (status, stderr) = refused(&web);
+        for (what, code, text) in [
+            (
+                "check-config",
+                check.status.code(),
+                String::from_utf8_lossy(&check.stderr),
+            ),
+            ("start", status, stderr.into()),
+        ] {
+            assert_eq!(code, Some(2), "{what} cost {cost}: {text}");
+            assert!(
+                text.contains("basic_auth_users.alice: bcrypt cost")
+                    && text.contains(&format!("cost {cost} "))
+                    && text.contains(web.to_str().unwrap()),
+                "{what} cost {cost}: {text}"
+            );
+            assert_eq!(text.trim().lines().count(), 1, "{what}: one line: {text}");
+        }
+    }
+}
+
+#[test]
+fn a_web_config_that_enables_nothing_is_logged_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = web_config(
+        dir.path(),
+        "# tls_server_config and basic_auth_users to come\n",
+    );
+    let e = start_with(&web);
+    assert_eq!(e.get("/metrics").status, 200);
+    let logs = e.logs();
+    assert!(
+        logs.contains("WARN")
+            && logs.contains("enables neither TLS nor basic auth")
+            && logs.contains(web.to_str().unwrap()),
+        "{logs}"
+    );
+}
+
+/// What flooding clients were answered, by status.
+#[derive(Default)]
+struct FloodCounts {
+    unauthorized: AtomicUsize,
+    too_many: AtomicUsize,
+    unavailable: AtomicUsize,
+    other: AtomicUsize,
+}
+
+/// `clients` connections from the loopback addresses `from` that send `GET /metrics` with
+/// `authorization` one after another on kept-alive connections (reconnecting when closed), as
+/// fast as they are answered, until `stop`.
+fn flood(
+    target: SocketAddr,
+    from: &[IpAddr],
+    clients: usize,
+    authorization: String,
+    stop: Arc<AtomicBool>,
+    counts: Arc<FloodCounts>,
+) -> std::thread::JoinHandle<()> {
+    let from = from.to_vec();
+    let request = Arc::new(
+        format!(
+            "GET /metrics HTTP/1.1\r\nHost: {target}\r\nAuthorization: {authorization}\r\n\r\n"
+        )
+        .into_bytes(),
+    );
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..clients {
+                let from = SocketAddr::new(from[i % from.len()], 0);
+                let (request, stop, counts) = (request.clone(), stop.clone(), counts.clone());
+                tasks.spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        if flood_connection(target, from, &request, &stop, &counts)
+                            .await
+                            .is_err()
+                        {
+                            // Refused (the exporter stopped): try again a little later.
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                    }
+                });
+            }
+            while tasks.join_next().await.is_some() {}
+        });
+    })
+}
+
+/// One flooding connection, until it closes or `stop`.
+async fn flood_connection(
+    target: SocketAddr,
+    from: SocketAddr,
+    request: &[u8],
+    stop: &AtomicBool,
+    counts: &FloodCounts,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(from)?;
+    let mut stream = tokio::io::BufReader::new(socket.connect(target).await?);
+    while !stop.load(Ordering::Relaxed) {
+        stream.get_mut().write_all(request).await?;
+        let mut line = String::new();
+        stream.read_line(&mut line).await?;
+        let status: u16 = match line.split_whitespace().nth(1).and_then(|s| s.parse().ok()) {
+            Some(status) => status,
+            None => return Ok(()), // closed
+        };
+        let mut length = 0;
+        loop {
+            line.clear();
+            stream.read_line(&mut line).await?;
+            if line.trim().is_empty() {
+                break;
+            }
+            if let Some((name, value)) = line.split_once(':') {
+                if name.eq_ignore_ascii_case("content-length") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+            }
+        }
+        let mut body = vec![0; length];
+        stream.read_exact(&mut body).await?;
+        let counter = match status {
+            401 => &counts.unauthorized,
+            429 => &counts.too_many,
+            503 => &counts.unavailable,
+            _ => &counts.other,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+#[test]
+fn a_password_flood_from_one_address_does_not_delay_an_uncached_scraper_from_another() {
+    // Cost 10, as htpasswd -nBC 10 gives a real user; one user per scrape, so that every scrape
+    // is checked with bcrypt (none is remembered).
+    const SCRAPES: usize = 6;
+    let dir = tempfile::tempdir().unwrap();
+    let mut yaml = String::from("basic_auth_users:\n");
+    for i in 0..SCRAPES {
+        yaml += &format!(
+            "  scraper{i}: '{}'\n",
+            bcrypt::hash(format!("pw{i}"), 10).unwrap()
+        );
+    }
+    let e = start_with(&web_config(dir.path(), &yaml));
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(FloodCounts::default());
+    let attack = flood(
+        e.addr,
+        &[IpAddr::from([127, 0, 0, 2])],
+        300,
+        basic("scraper0", "wrong"),
+        stop.clone(),
+        counts.clone(),
+    );
+    poll_until(Duration::from_secs(10), || {
+        (counts.unauthorized.load(Ordering::Relaxed) > 0).then_some(())
+    })
+    .expect("the flood's passwords are checked");
+
+    // Prometheus on a fresh connection every 0.5 s (as it reconnects after the server closes an
+    // idle one), each scrape within its default 10 s timeout.
+    let mut worst = Duration::ZERO;
+    for i in 0..SCRAPES {
+        let started = Instant::now();
+        let r = http_get(
+            &e.url("/metrics"),
+            &[(
+                "Authorization",
+                &basic(&format!("scraper{i}"), &format!("pw{i}")),
+            )],
+        );
+        let took = started.elapsed();
+        assert_eq!(r.status, 200, "scrape {i}: {}", r.text());
+        assert!(took < Duration::from_secs(10), "scrape {i} took {took:?}");
+        worst = worst.max(took);
+        std::thread::sleep(Duration::from_millis(500).saturating_sub(took));
+    }
+    stop.store(true, Ordering::Relaxed);
+    attack.join().unwrap();
+    let (unauthorized, too_many) = (
+        counts.unauthorized.load(Ordering::Relaxed),
+        counts.too_many.load(Ordering::Relaxed),
+    );
+    eprintln!("worst scrape {worst:?}; flood answered 401 x{unauthorized}, 429 x{too_many}");
+    assert!(
+        too_many > unauthorized,
+        "the flood is answered at once, not queued"
+    );
+    assert_eq!(counts.other.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn sigterm_while_checks_run_exits_within_the_grace() {
+    // Cost 12, four times a cost-10 check, with the check queue full from two addresses.
+    let dir = tempfile::tempdir().unwrap();
+    let web = web_config(
+        dir.path(),
+        &format!("basic_auth_users:\n  prometheus: '{}'\n", hash_of_cost(12)),
+    );
+    let mut e = start_with(&web);
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts = Arc::new(FloodCounts::default());
+    let attack = flood(
+        e.addr,
+        &[IpAddr::from([127, 0, 0, 2]), IpAddr::from([127, 0, 0, 3])],
+        20,
+        basic("prometheus", "wrong"),
+        stop.clone(),
+        counts.clone(),
+    );
+    poll_until(Duration::from_secs(10), || {
+        (counts.unauthorized.load(Ordering::Relaxed) > 0).then_some(())
+    })
+    .expect("the flood's passwords are checked");
+    let grace = nvml_exporter::SHUTDOWN_GRACE;
+    let status = e.terminate(grace);
+    stop.store(true, Ordering::Relaxed);
+    attack.join().unwrap();
+    let status = status.unwrap_or_else(|| panic!("still running {grace:?} after SIGTERM"));
+    assert!(status.success(), "{status:?}: {}", e.logs());
 }

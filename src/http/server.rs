@@ -12,10 +12,12 @@
 //!   whatever is still open after [`crate::SHUTDOWN_GRACE`] is dropped.
 
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use axum::http::{Request, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper::body::Incoming;
@@ -53,10 +55,10 @@ pub async fn serve(
             // The semaphore is never closed, so acquiring only waits.
             Ok(permit) = slots.clone().acquire_owned() => permit,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = stop.wait_for(|s| *s) => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors, usually: back off instead of spinning.
                     tracing::warn!(error = %e, "cannot accept a connection");
@@ -69,7 +71,7 @@ pub async fn serve(
         let tls = tls.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            handle(stream, app, tls, watcher).await;
+            handle(stream, peer, app, tls, watcher).await;
             drop(permit);
         });
     }
@@ -82,25 +84,33 @@ pub async fn serve(
     }
 }
 
-async fn handle(stream: TcpStream, app: Router, tls: Option<Arc<TlsReloader>>, watcher: Watcher) {
+async fn handle(
+    stream: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    tls: Option<Arc<TlsReloader>>,
+    watcher: Watcher,
+) {
     // Responses are written in one go; waiting for more to coalesce only adds latency.
     let _ = stream.set_nodelay(true);
     let Some(tls) = tls else {
-        return serve_connection(stream, app, watcher).await;
+        return serve_connection(stream, peer, app, watcher).await;
     };
     let acceptor = tls.acceptor();
     match tokio::time::timeout(HEADER_READ_TIMEOUT, acceptor.accept(stream)).await {
-        Ok(Ok(stream)) => serve_connection(stream, app, watcher).await,
+        Ok(Ok(stream)) => serve_connection(stream, peer, app, watcher).await,
         Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
         Err(_) => tracing::debug!("TLS handshake timed out"),
     }
 }
 
-async fn serve_connection<S>(stream: S, app: Router, watcher: Watcher)
+async fn serve_connection<S>(stream: S, peer: SocketAddr, app: Router, watcher: Watcher)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
+        // Basic auth bounds the credential checks per client address (see `super::auth`).
+        req.extensions_mut().insert(ConnectInfo(peer));
         let app = app.clone();
         async move {
             match tokio::time::timeout(REQUEST_TIMEOUT, app.oneshot(req)).await {

@@ -1,15 +1,20 @@
 //! rustls server configuration from `tls_server_config`, rebuilt when the files change.
 //!
 //! Certificates are rotated in place (cert-manager, a cron job): on a TLS handshake, at most once
-//! every [`RELOAD_CHECK`], the size and modification time of the certificate, key and client CA
-//! files are compared with the last seen; when they changed the whole configuration is rebuilt.
+//! every [`RELOAD_CHECK`], the device, inode, size, modification and change times of the
+//! certificate, key and client CA files are compared with the last seen; when any changed the
+//! whole configuration is rebuilt. The inode and change time catch a file replaced by one of the
+//! same size and modification time (a rename, `cp -p`, a Kubernetes secret's symlink swap), which
+//! size and modification time alone miss. Files are read with the bounds of
+//! [`crate::config::read_small_file`].
 //! A rebuild that fails (a half-written file, a key that does not match yet) keeps serving the
 //! previous certificate and logs a warning; it is tried again when the files change again.
 
 use std::fmt;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::PrivateKeyDer;
@@ -72,8 +77,27 @@ pub enum TlsError {
 /// How often, at most, a handshake looks at the files' modification times.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
-/// Size and modification time of one file, or `None` when it cannot be read.
-type Stamp = Option<(SystemTime, u64)>;
+/// What tells one version of a file from another, or `None` when it cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Stamp {
+    fn of(m: &std::fs::Metadata) -> Stamp {
+        Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        }
+    }
+}
 
 /// The current TLS acceptor, rebuilt when the certificate files change.
 pub struct TlsReloader {
@@ -83,7 +107,7 @@ pub struct TlsReloader {
 
 struct State {
     acceptor: TlsAcceptor,
-    stamps: Vec<Stamp>,
+    stamps: Vec<Option<Stamp>>,
     checked: Instant,
 }
 
@@ -134,7 +158,7 @@ impl TlsReloader {
     }
 }
 
-fn stamps(s: &TlsSettings) -> Vec<Stamp> {
+fn stamps(s: &TlsSettings) -> Vec<Option<Stamp>> {
     [
         Some(&s.cert_file),
         Some(&s.key_file),
@@ -142,10 +166,7 @@ fn stamps(s: &TlsSettings) -> Vec<Stamp> {
     ]
     .into_iter()
     .flatten()
-    .map(|p| {
-        let m = std::fs::metadata(p).ok()?;
-        Some((m.modified().ok()?, m.len()))
-    })
+    .map(|p| std::fs::metadata(p).ok().map(|m| Stamp::of(&m)))
     .collect()
 }
 
@@ -161,10 +182,13 @@ pub fn server_config(s: &TlsSettings) -> Result<ServerConfig, TlsError> {
             path: s.cert_file.clone(),
             error,
         })?;
-    let key = PrivateKeyDer::from_pem_file(&s.key_file).map_err(|error| TlsError::Key {
-        path: s.key_file.clone(),
-        error,
-    })?;
+    let key = crate::config::read_small_file(&s.key_file)
+        .map_err(pem::Error::Io)
+        .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem))
+        .map_err(|error| TlsError::Key {
+            path: s.key_file.clone(),
+            error,
+        })?;
     let provider = provider();
     let versions: &[&rustls::SupportedProtocolVersion] = match (s.min_version, s.max_version) {
         (TlsVersion::TLS12, TlsVersion::TLS12) => &[&rustls::version::TLS12],
@@ -215,5 +239,49 @@ fn client_verifier(
         ClientAuth::RequireAnyClientCert => Ok(AnyCertificate::of_clients(provider, true)),
         ClientAuth::VerifyClientCertIfGiven => verified(true),
         ClientAuth::RequireAndVerifyClientCert => verified(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stamp(path: &std::path::Path) -> Stamp {
+        Stamp::of(&std::fs::metadata(path).unwrap())
+    }
+
+    #[test]
+    fn a_file_replaced_with_the_same_size_and_modification_time_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("server.crt");
+        std::fs::write(&path, "first").unwrap();
+        let before = stamp(&path);
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+
+        // Replaced by rename, as certificate tools do: another inode.
+        let tmp = dir.path().join("new.crt");
+        std::fs::write(&tmp, "other").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&tmp)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        let renamed = stamp(&path);
+        assert_eq!((renamed.len, renamed.mtime), (before.len, before.mtime));
+        assert_ne!(renamed, before);
+
+        // Rewritten in place with the modification time put back (`cp -p`): the change time moves.
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        std::thread::sleep(Duration::from_millis(20)); // ctime has the file system's granularity
+        std::io::Write::write_all(&mut &file, b"third").unwrap();
+        file.set_modified(mtime).unwrap();
+        let rewritten = stamp(&path);
+        assert_eq!(
+            (rewritten.ino, rewritten.len, rewritten.mtime),
+            (renamed.ino, renamed.len, renamed.mtime)
+        );
+        assert_ne!(rewritten, renamed);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use super::auth::{AuthError, BasicAuth};
 use super::tls::{TlsError, TlsReloader};
@@ -75,9 +75,14 @@ pub enum ParseError {
         /// The line of the first bracket too many.
         line: usize,
     },
-    /// `basic_auth_users: {}`.
+    /// `basic_auth_users:` without a user (`{}`, or every user commented out).
     #[error("basic_auth_users is empty; remove it to disable basic auth")]
     NoUsers,
+    /// `tls_server_config:` without settings (every line commented out).
+    #[error(
+        "tls_server_config is empty; remove it to serve plain HTTP, or give cert_file and key_file"
+    )]
+    NoTls,
     /// A user name with ':', which could never log in.
     #[error("basic_auth_users.{0}: a user name cannot contain ':'")]
     UserWithColon(String),
@@ -128,12 +133,25 @@ impl ParseError {
     }
 }
 
-/// The file as written.
+/// The file as written. A section that is present but empty (`basic_auth_users:` with every user
+/// commented out) is `Some(None)`, told apart from an absent one so that it can be refused:
+/// serving without the auth or TLS that the file names would be failing open.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawFile {
-    tls_server_config: Option<RawTls>,
-    basic_auth_users: Option<BTreeMap<String, String>>,
+    #[serde(default, deserialize_with = "present")]
+    tls_server_config: Option<Option<RawTls>>,
+    #[serde(default, deserialize_with = "present")]
+    basic_auth_users: Option<Option<BTreeMap<String, String>>>,
+}
+
+/// A key that is present, with its value or `None` for an empty (null) one.
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
 }
 
 #[derive(Debug, Deserialize)]
@@ -204,10 +222,15 @@ pub struct WebConfigFile {
 impl WebConfigFile {
     /// Reads and validates `path`; the error names the file, and the line for YAML errors.
     pub fn read(path: &Path) -> Result<WebConfigFile, WebConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|error| WebConfigError::Read {
-            path: path.to_owned(),
-            error,
-        })?;
+        let text = crate::config::read_small_file(path)
+            .and_then(|bytes| {
+                String::from_utf8(bytes)
+                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+            })
+            .map_err(|error| WebConfigError::Read {
+                path: path.to_owned(),
+                error,
+            })?;
         let dir = path.parent().unwrap_or(Path::new("."));
         WebConfigFile::parse(&text, dir).map_err(|error| WebConfigError::Parse {
             path: path.to_owned(),
@@ -236,21 +259,24 @@ impl WebConfigFile {
             }
         })?;
         let raw = raw.unwrap_or_default();
-        let tls = raw
-            .tls_server_config
-            .map(|t| validate_tls(t, dir))
-            .transpose()?;
-        if let Some(users) = &raw.basic_auth_users {
-            if users.is_empty() {
-                return Err(ParseError::NoUsers);
+        let tls = match raw.tls_server_config {
+            None => None,
+            Some(None) => return Err(ParseError::NoTls),
+            Some(Some(t)) => Some(validate_tls(t, dir)?),
+        };
+        let basic_auth_users = match raw.basic_auth_users {
+            None => None,
+            Some(users) => {
+                let users = users.filter(|u| !u.is_empty()).ok_or(ParseError::NoUsers)?;
+                for (user, hash) in &users {
+                    check_user(user, hash)?;
+                }
+                Some(users)
             }
-            for (user, hash) in users {
-                check_user(user, hash)?;
-            }
-        }
+        };
         Ok(WebConfigFile {
             tls,
-            basic_auth_users: raw.basic_auth_users,
+            basic_auth_users,
         })
     }
 }
@@ -343,6 +369,8 @@ pub struct WebSettings {
     pub tls: Option<Arc<TlsReloader>>,
     /// Require one of these users on every path but `/healthz` and `/readyz`.
     pub auth: Option<Arc<BasicAuth>>,
+    /// The web-config file these came from; `None` without `--web-config`.
+    pub path: Option<PathBuf>,
 }
 
 impl WebSettings {
@@ -372,7 +400,19 @@ impl WebSettings {
                 path: path.to_owned(),
                 error,
             })?;
-        Ok(WebSettings { tls, auth })
+        Ok(WebSettings {
+            tls,
+            auth,
+            path: Some(path.to_owned()),
+        })
+    }
+
+    /// The web-config file, when one was given that turns on neither TLS nor basic auth (an
+    /// empty file, or only comments): worth a warning, since whoever wrote it meant something.
+    pub fn enables_nothing(&self) -> Option<&Path> {
+        self.path
+            .as_deref()
+            .filter(|_| self.tls.is_none() && self.auth.is_none())
     }
 }
 
@@ -452,6 +492,31 @@ mod tests {
             e,
             "--web-config /etc/nvml-exporter/web.yml: basic_auth_users is empty; remove it to \
              disable basic auth"
+        );
+    }
+
+    #[test]
+    fn present_but_empty_sections_are_refused_naming_the_key() {
+        for text in [
+            "basic_auth_users:\n#  prometheus: $2y$10$abc\n",
+            "basic_auth_users: ~\n",
+            "basic_auth_users: {}\n",
+            "tls_server_config:\n  cert_file: a\n  key_file: b\nbasic_auth_users:\n",
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains("basic_auth_users is empty"), "{text:?}: {e}");
+        }
+        for text in [
+            "tls_server_config:\n#  cert_file: a\n#  key_file: b\n",
+            "tls_server_config: null\nbasic_auth_users:\n  a: $2y$10$abc\n",
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains("tls_server_config is empty"), "{text:?}: {e}");
+        }
+        let e = parse("tls_server_config: {}\n").unwrap_err();
+        assert!(
+            e.contains("tls_server_config") && e.contains("cert_file"),
+            "{e}"
         );
     }
 
