@@ -1,0 +1,522 @@
+#!/usr/bin/env python3
+"""The fleet benchmark: one Prometheus scraping a simulated fleet (BENCHMARKS.md, "Fleet").
+
+    bench/fleet.py --exporter target/release/nvml-exporter --sim target/release/libnvml_sim.so \
+        [--config NAME=EXPORTERS[:EXPORTER ARGS]]... [--out bench/results/NAME.json]
+
+(or `bench/run.sh --fleet [OPTIONS]`, which builds the release binaries first). Each
+configuration runs on its own: EXPORTERS exporters of 64 simulated H100s each
+(bench/scenarios/h100x64.toml, each on its own port, `--interval` 15 s) and one Prometheus
+(/usr/bin/prometheus, a plain process on a temporary directory) scraping them every 15 s with the
+shipped rules (deploy/prometheus/alerts.yaml) evaluated every 15 s. Default configurations:
+1,024 GPUs with the default flags, 1,024 GPUs with --all-args (every collector group on), and
+10,240 GPUs with the default flags.
+
+1. Ingestion: after --warmup rounds of 15 s, over --window rounds: active head series, Prometheus's
+   resident memory (the highest seen), samples appended per second, the scraped bodies
+   (scrape_body_size_bytes, and each exporter's gzip body fetched once), the exporters' and
+   Prometheus's CPU (from /proc), each rule group's evaluation time (every evaluation's
+   prometheus_rule_group_last_duration_seconds).
+2. History: every series the fleet and workloads dashboards read (their metric names, recorded
+   series included) is captured from the running Prometheus (/federate) and written back, value
+   for value every 15 s over the dashboards' default range, as OpenMetrics;
+   `promtool tsdb create-blocks-from openmetrics` turns it into blocks, and a second Prometheus
+   starts on those blocks and scrapes the same fleet with the same rules.
+3. Queries: once its rules have run, every query of the dashboards as Grafana issues them: the
+   variables (label_values over the range), each range target over the default time range at the
+   step Grafana picks for the panel's width (range / pixels, rounded, at least the scrape
+   interval), each instant target at the end; --repeat times, the median and the slowest kept.
+
+Writes the JSON (every figure, the commands, the machine's load) and a Markdown table next to it.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = ROOT / "bench" / "scenarios" / "h100x64.toml"
+RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
+DASHBOARDS = [ROOT / "dashboards" / "gpu-fleet.json", ROOT / "dashboards" / "workloads.json"]
+GPUS_PER_EXPORTER = 64
+INTERVAL = 15  # seconds: scrape, rule evaluation and the exporters' sampling interval
+DEFAULT_CONFIGS = ["1024-default=16", "1024-all=16:{all}", "10240-default=160"]
+# The width in pixels Grafana gives a panel of w grid columns on a 1920-pixel screen.
+PIXELS_PER_COLUMN = 1840 / 24
+
+spec = importlib.util.spec_from_file_location("check_dashboards", ROOT / "scripts" / "check-dashboards.py")
+check = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(check)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, timeout=120, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.read()
+
+
+def cpu_seconds(pid):
+    """utime + stime of a process (its threads included), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid):
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def self_metrics(port):
+    """Prometheus's own /metrics as {name{labels}: value}."""
+    out = {}
+    for line in get(f"http://127.0.0.1:{port}/metrics").decode().splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
+
+
+def total(metrics, name):
+    """The sum of every series of one family in self_metrics' answer."""
+    return sum(v for k, v in metrics.items() if k == name or k.startswith(name + "{"))
+
+
+def round_interval(ms):
+    """Grafana's roundInterval (@grafana/data rangeutil): the 'nice' interval nearest above."""
+    table = [(15, 10), (35, 20), (75, 50), (150, 100), (350, 200), (750, 500), (1500, 1000),
+             (3500, 2000), (7500, 5000), (12500, 10000), (17500, 15000), (25000, 20000),
+             (45000, 30000), (90000, 60000), (210000, 120000), (450000, 300000),
+             (1050000, 600000), (2100000, 1200000), (5400000, 1800000), (9000000, 3600000),
+             (16200000, 7200000), (30600000, 10800000), (54000000, 21600000),
+             (86400000, 43200000)]
+    for limit, value in table:
+        if ms < limit:
+            return value
+    return 86400000
+
+
+def grafana_builtins(range_s, width):
+    """$__interval and friends as Grafana sets them for a panel `width` grid columns wide."""
+    interval_ms = max(round_interval(range_s * 1000 / (width * PIXELS_PER_COLUMN)), INTERVAL * 1000)
+    step = interval_ms // 1000
+    rate = max(step + INTERVAL, 4 * INTERVAL)
+    return {
+        "__interval": f"{step}s", "__interval_ms": str(interval_ms),
+        "__rate_interval": f"{rate}s", "__rate_interval_ms": str(rate * 1000),
+        "__range": f"{range_s}s", "__range_s": str(range_s), "__range_ms": str(range_s * 1000),
+    }, step
+
+
+def dashboard_range(path):
+    """The dashboard's default time range in seconds ("now-6h" .. "now")."""
+    d = json.loads(Path(path).read_text())
+    m = re.fullmatch(r"now-(\d+)([mhd])", d["time"]["from"])
+    return int(m.group(1)) * {"m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
+
+def dashboard_names(paths):
+    """Every metric name the dashboards' queries and variables read."""
+    names = set()
+    for path in paths:
+        for _, expr in check.all_exprs(check.load(path)):
+            names |= check.metric_names(expr or "")
+    return sorted(names)
+
+
+class Prometheus:
+    def __init__(self, work, data, targets, log):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = work / "prometheus.yml"
+        config.write_text(json.dumps({
+            "global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s",
+                       "scrape_timeout": "10s"},
+            "rule_files": [str(RULES)],
+            "scrape_configs": [{"job_name": "nvml-exporter",
+                                "static_configs": [{"targets": targets}]}],
+        }, indent=1))
+        self.cmd = ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
+                    f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+                    "--enable-feature=extra-scrape-metrics", "--storage.tsdb.retention.time=2d"]
+        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=log)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            try:
+                get(f"{self.url}/-/ready", timeout=2)
+                return
+            except OSError:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"prometheus exited with {self.proc.returncode}")
+                time.sleep(1)
+        raise RuntimeError("prometheus not ready within 300 s")
+
+    def query(self, expr, **params):
+        return check.Prometheus(self.url).api("query", query=expr, **params)["result"]
+
+    def scalar(self, expr):
+        result = self.query(expr)
+        return float(result[0]["value"][1]) if result else 0.0
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(120)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def start_exporters(args, count, extra, log):
+    env = dict(os.environ, NVML_SIM_SCENARIO=str(SCENARIO))
+    env.pop("NVML_SIM_TIME", None)
+    procs = []
+    for _ in range(count):
+        port = free_port()
+        cmd = [args.exporter, "--nvml-lib", args.sim, "--listen", f"127.0.0.1:{port}",
+               "--interval", f"{INTERVAL}s", "--log-level", "warn", *extra]
+        procs.append((port, subprocess.Popen(cmd, env=env, stdout=log, stderr=log)))
+    for port, proc in procs:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                body = get(f"http://127.0.0.1:{port}/metrics", timeout=10).decode()
+                if body.count("nvidia_gpu_up{") >= GPUS_PER_EXPORTER:
+                    break
+            except OSError:
+                pass
+            if proc.poll() is not None:
+                raise RuntimeError(f"exporter on {port} exited with {proc.returncode}: {cmd}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"exporter on {port}: not serving {GPUS_PER_EXPORTER} GPUs")
+            time.sleep(0.5)
+    return procs
+
+
+def wait_rounds(prom, rounds, on_round=None):
+    """Waits `rounds` rule evaluations (one per interval), calling on_round after each."""
+    last = None
+    seen = 0
+    while seen < rounds:
+        m = self_metrics(prom.port)
+        stamp = max((v for k, v in m.items()
+                     if k.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds")), default=0)
+        if stamp and stamp != last:
+            if last is not None:
+                seen += 1
+                if on_round:
+                    on_round(m)
+            last = stamp
+        time.sleep(1)
+
+
+def measure_ingestion(args, prom, exporters, gpus):
+    """Phase 1: the figures of one steady window."""
+    pids = [p.pid for _, p in exporters]
+    wait_rounds(prom, args.warmup)
+    rules, rss = {}, [rss_bytes(prom.proc.pid)]
+
+    def on_round(m):
+        rss.append(rss_bytes(prom.proc.pid))
+        for key, value in m.items():
+            g = re.match(r'prometheus_rule_group_last_duration_seconds\{rule_group="[^"]*;([^"]+)"\}', key)
+            if g:
+                rules.setdefault(g.group(1), []).append(value)
+
+    m0, t0 = self_metrics(prom.port), time.monotonic()
+    cpu0 = sum(cpu_seconds(p) for p in pids)
+    pcpu0 = cpu_seconds(prom.proc.pid)
+    wait_rounds(prom, args.window, on_round)
+    m1, t1 = self_metrics(prom.port), time.monotonic()
+    cpu1 = sum(cpu_seconds(p) for p in pids)
+    pcpu1 = cpu_seconds(prom.proc.pid)
+    seconds = t1 - t0
+    gzip = 0
+    for port, _ in exporters:
+        gzip += len(get(f"http://127.0.0.1:{port}/metrics", headers={"Accept-Encoding": "gzip"}))
+    head = total(m1, "prometheus_tsdb_head_series")
+    served = prom.scalar("sum(scrape_samples_scraped)")
+    return {
+        "head_series": head,
+        "head_series_per_gpu": head / gpus,
+        "served_series": served,
+        "served_series_per_gpu": served / gpus,
+        "recorded_series": prom.scalar('count({__name__=~".+:.+"})'),
+        "prometheus_rss_bytes_max": max(rss),
+        "samples_per_second": (total(m1, "prometheus_tsdb_head_samples_appended_total")
+                               - total(m0, "prometheus_tsdb_head_samples_appended_total")) / seconds,
+        "body_bytes_per_interval": prom.scalar("sum(scrape_body_size_bytes)"),
+        "gzip_bytes_per_interval": gzip,
+        "scrape_seconds_max": prom.scalar("max(scrape_duration_seconds)"),
+        "exporters_cpu_cores": (cpu1 - cpu0) / seconds,
+        "prometheus_cpu_cores": (pcpu1 - pcpu0) / seconds,
+        "window_seconds": seconds,
+        "rule_group_seconds": {g: {"mean": statistics.mean(v), "max": max(v), "evaluations": len(v)}
+                               for g, v in sorted(rules.items())},
+        "rule_seconds_per_interval_max": max(
+            (sum(v[i] for v in rules.values()) for i in range(min(map(len, rules.values())))),
+            default=0),
+    }
+
+
+def backfill(args, prom, work, range_s):
+    """Phase 2: the dashboards' series over range_s before now, as blocks in a new data dir."""
+    names = dashboard_names(args.dashboards)
+    match = '{__name__=~"' + "|".join(re.escape(n) for n in names) + '"}'
+    text = get(f"{prom.url}/federate?" + urllib.parse.urlencode({"match[]": match})).decode()
+    samples = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        # name{labels} value timestamp_ms
+        head, value, _ = line.rsplit(" ", 2)
+        samples.append((head, value))
+    end = int(time.time()) - INTERVAL
+    start = end - range_s - 600
+    stamps = range(start - start % INTERVAL, end, INTERVAL)
+    om = work / "history.om"
+    with om.open("w") as f:
+        for head, value in samples:
+            f.writelines(f"{head} {value} {t}\n" for t in stamps)
+        f.write("# EOF\n")
+    data = work / "data-history"
+    data.mkdir()
+    t0 = time.monotonic()
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+                   check=True, stdout=subprocess.DEVNULL)
+    took = time.monotonic() - t0
+    size = om.stat().st_size
+    om.unlink()
+    return data, {"metric_names": names, "series": len(samples), "samples": len(samples) * len(stamps),
+                  "openmetrics_bytes": size, "promtool_seconds": took, "start": start, "end": end}
+
+
+def timed(fn, repeat):
+    times, result = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        times.append(time.perf_counter() - t0)
+    return result, times
+
+
+def measure_queries(args, prom):
+    """Phase 3: every dashboard query as Grafana issues it, over the default range."""
+    api = check.Prometheus(prom.url)
+    out = []
+    for path in args.dashboards:
+        d = json.loads(Path(path).read_text())
+        source = check.load(path)
+        range_s = dashboard_range(path)
+        end = time.time()
+        start = end - range_s
+        values = {}
+        t0 = time.perf_counter()
+        check.resolve(api, source, start, end, values)
+        out.append({"dashboard": Path(path).name, "panel": "variables", "ref": "", "kind": "series",
+                    "steps": 0, "seconds": [time.perf_counter() - t0],
+                    "series": sum(len(v["options"]) for v in source.variables)})
+        variables = source.variables
+        for p in check.panels(d):
+            for t in p.get("targets", []):
+                if t.get("hide") or not t.get("expr"):
+                    continue
+                builtins, step = grafana_builtins(range_s, p["gridPos"]["w"])
+                expr = check.interpolate(t["expr"], values | builtins, variables)
+                instant = bool(t.get("instant")) and not t.get("range")
+                if instant:
+                    call = lambda: api.api("query", query=expr, time=end)["result"]  # noqa: E731
+                else:
+                    # Grafana aligns the range to the step.
+                    s, e = start - start % step, end - end % step
+                    call = lambda: api.api("query_range", query=expr, start=s, end=e, step=step)["result"]  # noqa: E731
+                try:
+                    result, times = timed(call, args.repeat)
+                    error = None
+                except RuntimeError as err:
+                    result, times, error = [], [], str(err)
+                out.append({"dashboard": Path(path).name, "panel": p["title"], "ref": t["refId"],
+                            "kind": "instant" if instant else "range",
+                            "steps": 0 if instant else int(range_s // step) + 1,
+                            "seconds": times, "series": len(result), "error": error, "expr": expr})
+                print(f"  {out[-1]['seconds'] and max(out[-1]['seconds']):7.3f} s  {Path(path).name}: "
+                      f"{p['title']} / {t['refId']}", file=sys.stderr)
+    return out
+
+
+def run_config(args, name, count, extra):
+    gpus = count * GPUS_PER_EXPORTER
+    work = Path(tempfile.mkdtemp(prefix=f"fleet-{name}-", dir=args.work_dir))
+    log = (work / "log").open("w")
+    result = {"name": name, "exporters": count, "gpus": gpus, "exporter_args": extra,
+              "load_average_start": os.getloadavg()}
+    print(f"fleet {name}: {count} exporters, {gpus} GPUs, args {extra}", file=sys.stderr)
+    exporters, proms = [], []
+    try:
+        exporters = start_exporters(args, count, extra, log)
+        targets = [f"127.0.0.1:{port}" for port, _ in exporters]
+        proms.append(Prometheus(work, work / "data", targets, log))
+        result["ingestion"] = measure_ingestion(args, proms[0], exporters, gpus)
+        print(f"  ingestion: {json.dumps(result['ingestion'])}", file=sys.stderr)
+        range_s = max(dashboard_range(p) for p in args.dashboards)
+        data, result["backfill"] = backfill(args, proms[0], work, range_s)
+        proms[0].stop()
+        shutil.rmtree(work / "data")
+        print(f"  backfill: {result['backfill']['series']} series, {result['backfill']['samples']} samples"
+              f" in {result['backfill']['promtool_seconds']:.0f} s", file=sys.stderr)
+        proms.append(Prometheus(work, data, targets, log))
+        wait_rounds(proms[1], 2)
+        result["queries"] = measure_queries(args, proms[1])
+        result["prometheus_rss_bytes_after_queries"] = rss_bytes(proms[1].proc.pid)
+    finally:
+        for prom in proms:
+            prom.stop()
+        for _, proc in exporters:
+            proc.send_signal(signal.SIGTERM)
+        for _, proc in exporters:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        log.close()
+        result["load_average_end"] = os.getloadavg()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return result
+
+
+def revision():
+    def git(*a):
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
+    return {"checkout": git("rev-parse", "--short", "HEAD")}
+
+
+def markdown(doc):
+    rows = doc["configs"]
+    lines = [f"# Fleet benchmark {doc['date']}", "",
+             f"Exporter `{doc['exporter']}` ({doc['exporter_revision'] or 'revision not given'}),"
+             f" checkout `{doc['revision']['checkout']}`, {doc['prometheus']}, {doc['cpus']} CPUs;"
+             f" every process at a {INTERVAL} s interval.", "",
+             "| | " + " | ".join(f"{c['gpus']:,} GPUs `{c['name']}`" for c in rows) + " |",
+             "|---|" + "---|" * len(rows)]
+
+    def row(label, fn):
+        cells = []
+        for c in rows:
+            try:
+                cells.append(fn(c))
+            except (KeyError, ValueError, ZeroDivisionError):
+                cells.append("")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    row("exporter arguments", lambda c: "`" + " ".join(c["exporter_args"]) + "`" if c["exporter_args"] else "default")
+    row("active head series", lambda c: f"{c['ingestion']['head_series']:,.0f}")
+    row("series per GPU (head / served)", lambda c: f"{c['ingestion']['head_series_per_gpu']:.0f} / "
+        f"{c['ingestion']['served_series_per_gpu']:.0f}")
+    row("Prometheus RSS MiB (max)", lambda c: f"{c['ingestion']['prometheus_rss_bytes_max'] / 2**20:,.0f}")
+    row("samples per second", lambda c: f"{c['ingestion']['samples_per_second']:,.0f}")
+    row("MB scraped per interval (plain / gzip)", lambda c: f"{c['ingestion']['body_bytes_per_interval'] / 1e6:.1f}"
+        f" / {c['ingestion']['gzip_bytes_per_interval'] / 1e6:.2f}")
+    row("exporters' CPU, cores (all together)", lambda c: f"{c['ingestion']['exporters_cpu_cores']:.3f}")
+    row("Prometheus CPU, cores", lambda c: f"{c['ingestion']['prometheus_cpu_cores']:.2f}")
+    row("rule groups, s per interval (max)", lambda c: f"{c['ingestion']['rule_seconds_per_interval_max']:.3f}")
+    for group in sorted({g for c in rows for g in c.get("ingestion", {}).get("rule_group_seconds", {})}):
+        row(f"  {group}, s (mean / max)", lambda c, g=group: f"{c['ingestion']['rule_group_seconds'][g]['mean']:.3f}"
+            f" / {c['ingestion']['rule_group_seconds'][g]['max']:.3f}")
+
+    def slowest(c, dash):
+        qs = [q for q in c["queries"] if q["dashboard"] == dash and q["seconds"]]
+        q = max(qs, key=lambda q: statistics.median(q["seconds"]))
+        return f"{statistics.median(q['seconds']):.3f} ({q['panel']})"
+    for dash in sorted({q["dashboard"] for c in rows for q in c.get("queries", [])}):
+        row(f"slowest {dash} query, s (median)", lambda c, d=dash: slowest(c, d))
+    row("queries over 1 s / failed", lambda c: f"{sum(1 for q in c['queries'] if q['seconds'] and statistics.median(q['seconds']) >= 1)}"
+        f" / {sum(1 for q in c['queries'] if q.get('error'))} of {len(c['queries'])}")
+    row("load average start / end", lambda c: f"{c['load_average_start'][0]:.2f} / {c['load_average_end'][0]:.2f}")
+    lines += ["", "Every query, median of the runs in seconds (steps: the range query's points):", "",
+              "| dashboard | panel | ref | steps | " + " | ".join(c["name"] for c in rows) + " |",
+              "|---|---|---|---|" + "---|" * len(rows)]
+    keys = []
+    for c in rows:
+        for q in c.get("queries", []):
+            k = (q["dashboard"], q["panel"], q["ref"])
+            if k not in keys:
+                keys.append(k)
+    for k in keys:
+        cells, steps = [], ""
+        for c in rows:
+            q = next((q for q in c.get("queries", []) if (q["dashboard"], q["panel"], q["ref"]) == k), None)
+            if q and q["steps"]:
+                steps = str(q["steps"])
+            cells.append("" if not q else ("error" if q.get("error") else f"{statistics.median(q['seconds']):.3f}"))
+        lines.append(f"| {k[0]} | {k[1]} | {k[2]} | {steps} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--exporter", required=True)
+    parser.add_argument("--sim", required=True, help="libnvml_sim.so")
+    parser.add_argument("--exporter-revision", default="",
+                        help="the commit the exporter was built from, for the report")
+    parser.add_argument("--config", action="append", metavar="NAME=EXPORTERS[:ARGS]",
+                        help="a fleet of EXPORTERS exporters of 64 GPUs with extra ARGS; {all} in ARGS is"
+                             f" --all-args (default: {' '.join(DEFAULT_CONFIGS)})")
+    parser.add_argument("--all-args", default="",
+                        help="the exporter arguments that turn every collector group on (default: none,"
+                             " for builds whose default output is every group)")
+    parser.add_argument("--dashboards", nargs="+", default=[str(p) for p in DASHBOARDS])
+    parser.add_argument("--warmup", type=int, default=4, help="rounds of 15 s before measuring")
+    parser.add_argument("--window", type=int, default=4, help="rounds of 15 s measured")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each query")
+    parser.add_argument("--work-dir", default=None, help="where the temporary directories go")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    parser.add_argument("--out", default=f"bench/results/fleet-{time.strftime('%F')}.json")
+    args = parser.parse_args()
+    if not shutil.which("prometheus") or not shutil.which("promtool"):
+        sys.exit("fleet: needs prometheus and promtool (Debian package prometheus)")
+    configs = []
+    for c in args.config or DEFAULT_CONFIGS:
+        m = re.fullmatch(r"([\w.-]+)=(\d+)(?::(.*))?", c)
+        if not m:
+            parser.error(f"--config {c!r}: expected NAME=EXPORTERS[:ARGS]")
+        configs.append((m.group(1), int(m.group(2)), (m.group(3) or "").replace("{all}", args.all_args).split()))
+    doc = {
+        "date": time.strftime("%F %H:%M UTC", time.gmtime()),
+        "exporter": args.exporter, "exporter_revision": args.exporter_revision,
+        "revision": revision(),
+        "prometheus": subprocess.run(["prometheus", "--version"], capture_output=True, text=True)
+        .stdout.splitlines()[0] if shutil.which("prometheus") else "",
+        "cpus": os.cpu_count(), "interval_seconds": INTERVAL, "command": sys.argv, "configs": [],
+    }
+    out = Path(args.out)
+    for name, count, extra in configs:
+        doc["configs"].append(run_config(args, name, count, extra))
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        out.with_suffix(".md").write_text(markdown(doc))
+    print(f"fleet: {out}, {out.with_suffix('.md')}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
