@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for the whole benchmark (BENCHMARKS.md): builds the release exporter and nvml-sim,
 # checks the tools, runs bench/bench.py and writes bench/results/<date>.json and .md.
-# Extra arguments go to bench.py, e.g. --footprint-seconds 20 --only scrape,startup.
+# Extra arguments go to bench.py, e.g. --footprint-seconds 20 --only scrape,startup; with --fleet
+# first, the fleet benchmark runs instead (bench/fleet.py).
 # BENCH_BASELINE=path/to/nvml-exporter adds a second build to every phase (BENCHMARKS.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,14 @@ source scripts/lib.sh
 
 target=$(cargo_target_dir)
 cargo build --release -p nvml-exporter -p nvml-sim
+
+# `bench/run.sh --fleet [OPTIONS]`: the fleet benchmark alone (bench/fleet.py, about 25 minutes;
+# needs prometheus and promtool), written to bench/results/fleet-<date>.json and .md.
+if [[ ${1:-} == --fleet ]]; then
+  shift
+  exec python3 bench/fleet.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" \
+    --exporter-revision "$(git rev-parse --short HEAD)" --out "${BENCH_OUT:-bench/results/fleet-$(date +%F).json}" "$@"
+fi
 
 missing=()
 for tool in wrk nginx valgrind callgrind_control callgrind_annotate; do

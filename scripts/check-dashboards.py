@@ -11,7 +11,8 @@
   2. PromQL: every expr and variable query, Grafana variables given concrete values, passes
      `promtool check rules`;
   3. names: every metric name used is one the exporter serves (tests/golden/h100x8.prom plus the
-     families docs/metrics.md lists);
+     families docs/metrics.md lists) or one the shipped recording rules record
+     (deploy/prometheus/alerts.yaml);
   4. per-pod usage (workloads.json): the per-pod memory and utilization panels, run by `promtool
      test rules` on a made-up node, give each pod of a shared GPU its own usage where per-pod
      series exist and the GPU's value elsewhere;
@@ -278,8 +279,10 @@ def promql_errors(promtool, exprs):
 
 
 def served_names():
-    """Metric names the exporter serves: the golden file's plus docs/metrics.md's families."""
+    """Metric names the exporter serves (the golden file's plus docs/metrics.md's families) and the
+    series the shipped recording rules record (deploy/prometheus/alerts.yaml)."""
     names = set(re.findall(r"^# TYPE (\S+)", (ROOT / "tests/golden/h100x8.prom").read_text(), re.M))
+    names.update(re.findall(r"^\s*- record: (\S+)", (ROOT / "deploy/prometheus/alerts.yaml").read_text(), re.M))
     for name, kind in re.findall(r"^\| `(\w+)` \| (\w+) \|", (ROOT / "docs/metrics.md").read_text(), re.M):
         names.add(name)
         if kind == "histogram":

@@ -2,7 +2,8 @@
 # Checks the Grafana dashboards in dashboards/: first the static checks (structure, PromQL with
 # promtool, metric names; scripts/check-dashboards.py static), then live: the demo exporter
 # (8 simulated H100s) with --kubernetes against the fake kubelet (examples/fake-kubelet.rs), a real
-# Prometheus scraping it every second for a minute, and every panel query of every dashboard, its
+# Prometheus with the shipped rules (deploy/prometheus/alerts.yaml) scraping it every second for a
+# minute, and every panel query of every dashboard, its
 # variables resolved as Grafana does, must return data (scripts/check-dashboards.py live).
 #
 #   scripts/e2e-dashboards.sh [PATH/TO/nvml-exporter] [--check 'EXPORTER ARGS | FILE...']...
@@ -154,10 +155,13 @@ for line in "${checks[@]}"; do
   done
 done
 
+# The shipped rules are loaded: the dashboards read the series they record.
 cat >"$work/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files:
+  - $PWD/deploy/prometheus/alerts.yaml
 scrape_configs:$scrape_configs
 EOF
 prometheus_port=$(free_port)

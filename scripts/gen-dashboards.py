@@ -5,9 +5,10 @@
     scripts/gen-dashboards.py --check   # exit 1 if a committed dashboard differs from this script
 
 The dashboards are written from here so that every panel gets the same datasource reference,
-variables and selectors, and the queries that must agree with deploy/prometheus/alerts.yaml (what
-"allocated" and "idle" mean) are spelled once. Edit this file, not the JSON; scripts/check-dashboards.py
-checks the JSON (and, with --check here, that it is up to date).
+variables and selectors. What must agree with deploy/prometheus/alerts.yaml (what "allocated" and
+"idle" mean), and what would read every GPU's series at every step of a range, is read from the
+series its recording rules keep. Edit this file, not the JSON; scripts/check-dashboards.py checks
+the JSON (and, with --check here, that it is up to date).
 """
 
 import json
@@ -29,50 +30,29 @@ POD = DEV + ', namespace=~"$namespace"'
 # KEY, which tells a MIG instance from its GPU and from its sibling instances, so a pod holding an
 # instance meets that instance's series, never the GPU's or another instance's.
 WHOLE = DEV + ', gpu_instance=""'
+# The per-node series that the recording rules of alerts.yaml keep (instance:..., one per
+# exporter): only the node and instance selections apply to them.
+NODE = 'node=~"$node", instance=~"$instance"'
 MIG = DEV + ', gpu_instance!=""'
 KEY = "job, instance, gpu, uuid, gpu_instance"
 # A process series' identity (its pod labels only where the kubelet names it).
 PROC_KEY = "instance, gpu, gpu_instance, pid, process_name, namespace, pod, container"
 
 
-def sm_or_util(sel):
-    """gpu:nvidia_gpu_sm_active_ratio:or_utilization of alerts.yaml: SM activity, or utilization
-    where the GPU has no GPM. Pod labels dropped, one series per GPU."""
-    return (
-        f"(max without (namespace, pod, container) (nvidia_gpu_sm_active_ratio{{{sel}}})"
-        f" or on (job, instance, gpu, uuid, gpu_instance)"
-        f" max without (namespace, pod, container) (nvidia_gpu_utilization_ratio{{{sel}}}))"
-    )
+# What "idle" and "allocated" mean is spelled once, in the rules of deploy/prometheus/alerts.yaml
+# that record them per GPU (or MIG instance) every evaluation; the dashboards read those series.
+SM_OR_UTIL = "gpu:nvidia_gpu_sm_active_ratio:or_utilization"
+ALLOCATED = "gpu:nvidia_gpu_allocated:pod_info_or_memory_used"
 
 
-def allocated(sel):
-    """gpu:nvidia_gpu_allocated:pod_info_or_memory_used of alerts.yaml: a pod assignment where the
-    node's exporter attributes pods, else more than 1 GiB of device memory held."""
-    return (
-        f"(nvidia_gpu_pod_info{{{sel}}} == 1"
-        f" or on ({KEY})"
-        f" ((nvidia_gpu_memory_used_bytes{{{sel}}} > bool 1073741824) == 1"
-        f" unless on (job, instance) nvidia_gpu_pod_info"
-        f" unless on ({KEY}) nvidia_gpu_mig_mode == 1))"
-    )
-
-
-def idle_allocated(sel):
-    """The NvidiaGpuIdleWhileAllocated condition without its `for: 30m`, one series per GPU."""
-    return f"({sm_or_util(sel)} < 0.05 and on ({KEY}) {allocated(sel)})"
+def fleet_avg(metric):
+    """The average over the selected nodes' whole GPUs, from the per-node sums and counts."""
+    return f"sum(instance:{metric}:sum{{{NODE}}}) / sum(instance:{metric}:count{{{NODE}}})"
 
 
 def pod_gpus(sel, by="namespace, pod"):
     """One series per (pod, GPU) assignment: containers of one pod sharing a GPU count once."""
     return f"group by ({by}, {KEY}) (nvidia_gpu_pod_info{{{sel}}})"
-
-
-def per_pod(metric, sel, by="namespace, pod", agg="avg"):
-    """A per-GPU metric attributed to the pods holding the GPU (a shared GPU's whole value to each)."""
-    return (
-        f"{agg} by ({by}) (max without (namespace, pod, container) ({metric}{{{DEV}}})"
-        f" * on ({KEY}) group_right () {pod_gpus(sel, by)})"
-    )
 
 
 def pod_usage(pod_metric, gpu_metric, sel):
@@ -205,9 +185,10 @@ def panel(layout, kind, title, description, unit, tgts, w, h, **extra):
             {"id": "organize", "options": {"excludeByName": {"Time": True}}},
         ])
     elif kind == "heatmap":
+        # The buckets come from the query (format heatmap: cumulative `le` series), not Grafana.
         p["options"] = {
-            "calculate": True,
-            "calculation": {"yBuckets": {"mode": "count", "value": "10"}},
+            "calculate": False,
+            "rowsFrame": {"layout": "le"},
             "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64},
             "cellGap": 1,
             "yAxis": {"unit": unit, "axisPlacement": "left"},
@@ -303,6 +284,21 @@ ALLOC_DEF = (
     " On a GPU in MIG mode the unit is the MIG instance (what the kubelet assigns): each allocated"
     " instance counts as one, judged by its own memory and SM activity, and the GPU itself never."
 )
+PER_NODE = (
+    " Read from the per-node recording rules of deploy/prometheus/alerts.yaml (instance:...), so"
+    " that it stays fast on thousands of GPUs: the Node and Instance selections apply, GPU and"
+    " Namespace do not."
+)
+NODE_NS = NODE + ', namespace=~"$namespace"'
+NS_PER_NODE = (
+    " Read from the per-node, per-namespace recording rules of deploy/prometheus/alerts.yaml"
+    " (instance_namespace:...), so that it stays fast on thousands of GPUs: the Node, Instance and"
+    " Namespace selections apply, GPU does not."
+)
+POD_RULES = (
+    " Read from the per-pod recording rules of deploy/prometheus/alerts.yaml (pod:...), so that it"
+    " stays fast on thousands of GPUs: the GPU selection does not narrow it."
+)
 HOURS_DEF = (
     " GPU-hours over the dashboard range: the count is sampled every $__interval over $__range"
     " (a subquery) and each sample weighs the step in hours: sum_over_time(count[$__range:$__interval])"
@@ -316,9 +312,11 @@ HOURS_DEF = (
 
 def fleet():
     l = Layout()
-    alloc_count = f"count(group by ({KEY}) {allocated(POD)})"
+    alloc_count = f"count(group by ({KEY}) ({ALLOCATED}{{{POD}}}))"
     xid = f"nvidia_gpu_xid_errors_total{{{DEV}}}"
-    idle_count = f"count({idle_allocated(POD)})"
+    idle_count = f"count({SM_OR_UTIL}{{{DEV}}} < 0.05 and on ({KEY}) {ALLOCATED}{{{POD}}})"
+    alloc_sum = f"sum(instance:nvidia_gpu_allocated:count{{{NODE}}})"
+    idle_sum = f"sum(instance:nvidia_gpu_allocated_idle:count{{{NODE}}})"
     panels = [
         stat(l, "GPUs", "GPUs the selected exporters report (nvidia_gpu_info), lost ones included.",
              "none", f"count(nvidia_gpu_info{{{DEV}}}) or vector(0)"),
@@ -334,45 +332,52 @@ def fleet():
              " its 30 minutes)." + ALLOC_DEF,
              "none", f"{idle_count} or vector(0)", thresholds=warn_if_above(1)),
         stat(l, "GPU-hours allocated but idle",
-             "GPU-hours wasted over the dashboard range: allocated GPUs that were idle." + ALLOC_DEF + HOURS_DEF,
-             "suffix: GPU-h", gpu_hours(f"{idle_count} or vector(0)"), thresholds=warn_if_above(1)),
+             "GPU-hours wasted over the dashboard range: allocated GPUs that were idle." + ALLOC_DEF + HOURS_DEF
+             + PER_NODE,
+             "suffix: GPU-h", gpu_hours(f"{idle_sum} or vector(0)"), thresholds=warn_if_above(1)),
 
         panel(l, "timeseries", "Fleet utilization vs SM activity",
               "Average over the selected GPUs. Utilization: share of time at least one kernel ran."
               " SM activity: share of SMs with work; occupancy: resident warps of the maximum; tensor:"
               " tensor-core pipes busy. A wide gap between utilization and SM activity means busy but"
-              " far from saturated GPUs." + UTIL_VS_SAT,
+              " far from saturated GPUs." + UTIL_VS_SAT + PER_NODE,
               "percentunit", targets(
-                  (f"avg(nvidia_gpu_utilization_ratio{{{DEV}}})", "utilization (a kernel ran)"),
-                  (f"avg(nvidia_gpu_sm_active_ratio{{{WHOLE}}})", "SM activity"),
-                  (f"avg(nvidia_gpu_sm_occupancy_ratio{{{WHOLE}}})", "SM occupancy"),
-                  (f"avg(nvidia_gpu_tensor_active_ratio{{{WHOLE}}})", "tensor activity"),
+                  (fleet_avg("nvidia_gpu_utilization_ratio"), "utilization (a kernel ran)"),
+                  (fleet_avg("nvidia_gpu_sm_active_ratio"), "SM activity"),
+                  (fleet_avg("nvidia_gpu_sm_occupancy_ratio"), "SM occupancy"),
+                  (fleet_avg("nvidia_gpu_tensor_active_ratio"), "tensor activity"),
               ), 12, 8),
         panel(l, "heatmap", "SM activity across GPUs",
-              "How the selected GPUs' SM activity (share of SMs with work, GPM) is distributed over"
-              " time: a band near 0 is GPUs doing nothing, one near 1 is saturated GPUs. Utilization"
-              " would put a busy-but-unsaturated GPU near 1; SM activity does not.",
-              "percentunit", [target(f"nvidia_gpu_sm_active_ratio{{{WHOLE}}}", "{{instance}} GPU {{gpu}}")],
+              "How many of the selected GPUs are at each SM activity (share of SMs with work, GPM),"
+              " over time: a band near 0 is GPUs doing nothing, one near 1 is saturated GPUs."
+              " Utilization would put a busy-but-unsaturated GPU near 1; SM activity does not. Buckets"
+              " of 0.1 (0.05 first: the idle threshold), counted per node by the rule"
+              " instance:nvidia_gpu_sm_active_ratio:bucket." + PER_NODE,
+              "percentunit", [target(f"sum by (le) (instance:nvidia_gpu_sm_active_ratio:bucket{{{NODE}}})",
+                                     "{{le}}", fmt="heatmap")],
               12, 8),
 
         panel(l, "timeseries", "Allocated and idle GPUs",
-              "GPUs allocated, and those of them idle, over time." + ALLOC_DEF,
+              "GPUs allocated, and those of them idle, over time." + ALLOC_DEF + PER_NODE,
               "none", targets(
-                  (f"{alloc_count} or vector(0)", "allocated"),
-                  (f"{idle_count} or vector(0)", "allocated but idle"),
+                  (f"{alloc_sum} or vector(0)", "allocated"),
+                  (f"{idle_sum} or vector(0)", "allocated but idle"),
               ), 12, 8),
         panel(l, "timeseries", "Power draw and limit",
               "Board power drawn by the selected GPUs per instance, next to the sum of their enforced"
-              " power limits.",
+              " power limits." + PER_NODE,
               "watt", targets(
-                  (f"sum by (instance) (nvidia_gpu_power_watts{{{DEV}}})", "{{instance}} draw"),
-                  (f"sum by (instance) (nvidia_gpu_power_limit_watts{{{DEV}}})", "{{instance}} limit"),
+                  (f"sum by (instance) (instance:nvidia_gpu_power_watts:sum{{{NODE}}})", "{{instance}} draw"),
+                  (f"sum by (instance) (instance:nvidia_gpu_power_limit_watts:sum{{{NODE}}})", "{{instance}} limit"),
               ), 12, 8),
 
         stat(l, "Energy over the range",
-             "Energy the selected GPUs consumed over the dashboard range: increase of the energy"
-             " counter (nvidia_gpu_energy_joules_total), in kWh.",
-             "kwatth", f"sum(increase(nvidia_gpu_energy_joules_total{{{DEV}}}[$__range])) / 3600000 or vector(0)",
+             "Energy the selected GPUs consumed over the dashboard range, in kWh: their average board"
+             " power over the range (each evaluation of the rule instance:nvidia_gpu_power_watts:sum)"
+             " times its length." + PER_NODE,
+             "kwatth",
+             f"sum(avg_over_time(instance:nvidia_gpu_power_watts:sum{{{NODE}}}[$__range])) * $__range_s / 3600000"
+             " or vector(0)",
              h=8),
         stat(l, "XID events over the range",
              "XID error events (driver-reported GPU faults) during the dashboard range. A code's counter"
@@ -386,17 +391,17 @@ def fleet():
         panel(l, "table", "Top namespaces by GPU-hours",
               "GPU-hours each namespace held over the dashboard range (nvidia_gpu_pod_info, with"
               " --kubernetes). A GPU shared by containers of two namespaces counts in full for each."
-              + HOURS_DEF,
+              + HOURS_DEF + NS_PER_NODE,
               "suffix: GPU-h", [target(
-                  "topk(10, " + gpu_hours(f"count by (namespace) ({pod_gpus(POD, 'namespace')})") + ")",
+                  "topk(10, " + gpu_hours(
+                      f"sum by (namespace) (instance_namespace:nvidia_gpu_held:count{{{NODE_NS}}})") + ")",
                   instant=True, fmt="table")], 8, 8),
         panel(l, "table", "Top namespaces by idle GPU-hours",
               "GPU-hours each namespace held GPUs that were idle, over the dashboard range."
-              + ALLOC_DEF + HOURS_DEF,
+              + ALLOC_DEF + HOURS_DEF + NS_PER_NODE,
               "suffix: GPU-h", [target(
                   "topk(10, " + gpu_hours(
-                      f"count by (namespace) ({pod_gpus(POD, 'namespace')}"
-                      f" and on ({KEY}) {sm_or_util(DEV)} < 0.05)") + ")",
+                      f"sum by (namespace) (instance_namespace:nvidia_gpu_held_idle:count{{{NODE_NS}}})") + ")",
                   instant=True, fmt="table")], 8, 8),
 
         panel(l, "table", "XID events by GPU",
@@ -408,9 +413,10 @@ def fleet():
                   instant=True, fmt="table")], 12, 8),
         panel(l, "timeseries", "ECC errors",
               "Corrected and uncorrected ECC errors per second, by instance. Corrected errors are"
-              " fixed by the hardware; uncorrected ones may have corrupted data (NvidiaGpuUncorrectableEccErrors).",
+              " fixed by the hardware; uncorrected ones may have corrupted data (NvidiaGpuUncorrectableEccErrors)."
+              " The rate over 5 minutes, per node (instance:nvidia_gpu_ecc_errors:rate5m)." + PER_NODE,
               "short", targets(
-                  (f"sum by (instance, error_type) (rate(nvidia_gpu_ecc_errors_total{{{DEV}}}[$__rate_interval]))",
+                  (f"sum by (instance, error_type) (instance:nvidia_gpu_ecc_errors:rate5m{{{NODE}}})",
                    "{{instance}} {{error_type}}"),
               ), 12, 8),
     ]
@@ -637,7 +643,12 @@ def node():
 def workloads():
     l = Layout()
     np = "{{namespace}}/{{pod}}"
-    idle_pods = f"({pod_gpus(POD)} and on ({KEY}) {sm_or_util(DEV)} < 0.05)"
+    idle_pods = f"({pod_gpus(POD)} and on ({KEY}) {SM_OR_UTIL}{{{DEV}}} < 0.05)"
+    held = f"sum by (namespace, pod) (pod:nvidia_gpu_held:count{{{NODE_NS}}})"
+    held_idle = f"sum by (namespace, pod) (pod:nvidia_gpu_held_idle:count{{{NODE_NS}}})"
+
+    def pod_avg(metric):
+        return f"avg by (namespace, pod) (pod:{metric}:avg{{{NODE_NS}}})"
     seam = (
         " A GPU shared by several pods shows the whole GPU's value for each of them: the exporter"
         " reads the device, not the share of each container (the memory and SM utilization panels"
@@ -660,13 +671,14 @@ def workloads():
         panel(l, "table", "Pods: GPUs, GPU-hours and idle GPU-hours",
               "Per pod: GPUs held now, GPU-hours held over the dashboard range, the GPU-hours of those"
               " that were idle (SM activity, or utilization without GPM, under 5 %; 0 for a pod that"
-              " never idled) and its GPUs' average SM activity over the range." + HOURS_DEF,
+              " never idled) and its GPUs' average SM activity over the range." + HOURS_DEF
+              + " All but the first column read the per-pod recording rules of"
+              " deploy/prometheus/alerts.yaml (pod:...): the GPU selection does not narrow them.",
               "none", targets(
                   (f"count by (namespace, pod) ({pod_gpus(POD)})", ""),
-                  (gpu_hours(f"count by (namespace, pod) ({pod_gpus(POD)})"), ""),
-                  (gpu_hours(f"count by (namespace, pod) {idle_pods}")
-                   + f" or on (namespace, pod) (count by (namespace, pod) ({pod_gpus(POD)}) * 0)", ""),
-                  (f"avg_over_time(({per_pod('nvidia_gpu_sm_active_ratio', POD)})[$__range:$__interval])", ""),
+                  (gpu_hours(held), ""),
+                  (gpu_hours(held_idle) + f" or on (namespace, pod) ({held} * 0)", ""),
+                  (f"avg_over_time(({pod_avg('nvidia_gpu_sm_active_ratio')})[$__range:$__interval])", ""),
                   instant=True, fmt="table"),
               24, 8, transformations=[
                   {"id": "merge", "options": {}},
@@ -681,33 +693,35 @@ def workloads():
 
         panel(l, "timeseries", "GPUs held per namespace",
               "GPUs assigned to each namespace's pods over time (a GPU shared across namespaces counts"
-              " for each).",
-              "none", targets((f"count by (namespace) ({pod_gpus(POD, 'namespace')})", "{{namespace}}")),
+              " for each)." + NS_PER_NODE,
+              "none", targets((f"sum by (namespace) (instance_namespace:nvidia_gpu_held:count{{{NODE_NS}}})",
+                               "{{namespace}}")),
               12, 8),
         panel(l, "timeseries", "Idle GPUs per pod",
               "GPUs each pod holds that are idle (SM activity, or utilization without GPM, under 5 %);"
-              " 0 while they work.",
-              "none", targets((f"count by (namespace, pod) {idle_pods}"
-                               f" or on (namespace, pod) (count by (namespace, pod) ({pod_gpus(POD)}) * 0)", np)),
+              " 0 while they work." + POD_RULES,
+              "none", targets((f"{held_idle} or on (namespace, pod) ({held} * 0)", np)),
               12, 8),
 
         panel(l, "timeseries", "Utilization vs SM activity per pod",
               "Average over each pod's GPUs. Utilization: share of time a kernel of the pod ran;"
               " SM activity: share of SMs with work (GPM), the whole GPU's." + UTIL_VS_SAT
               + pod_usage_doc("nvidia_gpu_pod_sm_utilization_ratio", "nvidia_gpu_utilization_ratio")
-              + " SM activity has no per-pod breakdown: a shared GPU's is counted for each of its pods.",
+              + " SM activity has no per-pod breakdown: a shared GPU's is counted for each of its pods;"
+              " it is read from the per-pod rule pod:nvidia_gpu_sm_active_ratio:avg of"
+              " deploy/prometheus/alerts.yaml, which the GPU selection does not narrow.",
               "percentunit", targets(
                   ("avg by (namespace, pod) " + pod_usage("nvidia_gpu_pod_sm_utilization_ratio",
                                                           "nvidia_gpu_utilization_ratio", POD),
                    np + " utilization"),
-                  (per_pod("nvidia_gpu_sm_active_ratio", POD), np + " SM activity"),
+                  (pod_avg("nvidia_gpu_sm_active_ratio"), np + " SM activity"),
               ), 12, 8),
         panel(l, "timeseries", "Tensor and DRAM activity per pod",
               "Average over each pod's GPUs: tensor-core pipes busy (dense math) and device memory"
-              " interface busy (bandwidth bound), GPM." + seam,
+              " interface busy (bandwidth bound), GPM." + seam + POD_RULES,
               "percentunit", targets(
-                  (per_pod("nvidia_gpu_tensor_active_ratio", POD), np + " tensor"),
-                  (per_pod("nvidia_gpu_dram_active_ratio", POD), np + " DRAM"),
+                  (pod_avg("nvidia_gpu_tensor_active_ratio"), np + " tensor"),
+                  (pod_avg("nvidia_gpu_dram_active_ratio"), np + " DRAM"),
               ), 12, 8),
         panel(l, "timeseries", "Device memory per pod",
               "Device memory each pod uses, summed over the GPUs it holds."
@@ -717,8 +731,9 @@ def workloads():
         panel(l, "timeseries", "Power per namespace",
               "Board power of the GPUs each namespace's pods hold." + seam
               + " Pods holding a MIG instance count nothing here: NVML reads power for the whole board"
-              " only, and giving each instance's pod the board's power would count it once per instance.",
-              "watt", targets((per_pod("nvidia_gpu_power_watts", POD, by="namespace", agg="sum"),
+              " only, and giving each instance's pod the board's power would count it once per instance."
+              + NS_PER_NODE,
+              "watt", targets((f"sum by (namespace) (instance_namespace:nvidia_gpu_power_watts:sum{{{NODE_NS}}})",
                                "{{namespace}}")), 12, 8),
     ]
     # The pods table mixes counts, GPU-hours and a ratio: a unit per column.
