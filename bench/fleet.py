@@ -16,7 +16,7 @@ shipped rules (deploy/prometheus/alerts.yaml) evaluated every 15 s. Default conf
    resident memory (the highest seen), samples appended per second, the scraped bodies
    (scrape_body_size_bytes, and each exporter's gzip body fetched once), the exporters' and
    Prometheus's CPU (from /proc), each rule group's evaluation time (every evaluation's
-   prometheus_rule_group_last_duration_seconds).
+   prometheus_rule_group_last_duration_seconds, and each rule's from /api/v1/rules).
 2. History: every series the fleet and workloads dashboards read (their metric names, recorded
    series included) is captured from the running Prometheus (/federate) and written back, value
    for value every --history-step seconds (15) over the dashboards' default range, as OpenMetrics;
@@ -220,7 +220,8 @@ def wait_rounds(prom, rounds, on_round=None):
     seen = 0
     while seen < rounds:
         m = self_metrics(prom.port)
-        stamp = max((v for k, v in m.items()
+        # A round ends when every group has evaluated once more: the earliest group's time moves.
+        stamp = min((v for k, v in m.items()
                      if k.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds")), default=0)
         if stamp and stamp != last:
             if last is not None:
@@ -235,10 +236,13 @@ def measure_ingestion(args, prom, exporters, gpus):
     """Phase 1: the figures of one steady window."""
     pids = [p.pid for _, p in exporters]
     wait_rounds(prom, args.warmup)
-    rules, rss = {}, [rss_bytes(prom.proc.pid)]
+    rules, per_rule, rss = {}, {}, [rss_bytes(prom.proc.pid)]
 
     def on_round(m):
         rss.append(rss_bytes(prom.proc.pid))
+        for group in check.Prometheus(prom.url).api("rules")["groups"]:
+            for rule in group["rules"]:
+                per_rule.setdefault(f"{group['name']} / {rule['name']}", []).append(rule["evaluationTime"])
         for key, value in m.items():
             g = re.match(r'prometheus_rule_group_last_duration_seconds\{rule_group="[^"]*;([^"]+)"\}', key)
             if g:
@@ -274,6 +278,8 @@ def measure_ingestion(args, prom, exporters, gpus):
         "window_seconds": seconds,
         "rule_group_seconds": {g: {"mean": statistics.mean(v), "max": max(v), "evaluations": len(v)}
                                for g, v in sorted(rules.items())},
+        "rule_seconds": {r: {"mean": statistics.mean(v), "max": max(v)} for r, v in sorted(
+            per_rule.items(), key=lambda kv: -statistics.mean(kv[1]))},
         "rule_seconds_per_interval_max": max(
             (sum(v[i] for v in rules.values()) for i in range(min(map(len, rules.values())))),
             default=0),

@@ -14,8 +14,8 @@
      families docs/metrics.md lists) or one the shipped recording rules record
      (deploy/prometheus/alerts.yaml);
   4. per-pod usage (workloads.json): the per-pod memory and utilization panels, run by `promtool
-     test rules` on a made-up node, give each pod of a shared GPU its own usage where per-pod
-     series exist and the GPU's value elsewhere;
+     test rules` with the shipped rules they read on a made-up node, give each pod of a shared GPU
+     its own usage where per-pod series exist and the GPU's value elsewhere;
   and first, a self-test: a broken dashboard (typo in a metric name, unparsable expr, panel
   without a unit) must fail each of the three, so the checks themselves cannot silently pass.
 
@@ -389,7 +389,8 @@ POD_USAGE_SERIES = [
 
 
 def pod_usage_errors(promtool, source):
-    """Check 4: the per-pod panels' first targets, as recording rules, under `promtool test rules`."""
+    """Check 4: the per-pod panels' first targets, as recording rules next to the shipped ones
+    (deploy/prometheus/alerts.yaml, which they read), under `promtool test rules`."""
     # Every variable "All" (`.*`, which also matches the missing `node` label of the series below).
     variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
     values = builtins(60) | {v["name"]: "$__all" for v in variables}
@@ -410,7 +411,9 @@ def pod_usage_errors(promtool, source):
             labels += f',namespace="ml",pod="{pod}",container="main"'
         return {"series": f"{metric}{{{labels}}}", "values": f"{value}+0x5"}
 
-    tests = {"rule_files": ["rules.yml"], "evaluation_interval": "1m", "tests": [{
+    # The panels read the per-pod rules of alerts.yaml: loaded first, the panels' group sees them.
+    tests = {"rule_files": [str(ROOT / "deploy/prometheus/alerts.yaml"), "rules.yml"],
+             "evaluation_interval": "1m", "tests": [{
         "interval": "1m",
         "input_series": [series(*s) for s in POD_USAGE_SERIES],
         "promql_expr_test": [

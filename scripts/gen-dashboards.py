@@ -55,26 +55,8 @@ def pod_gpus(sel, by="namespace, pod"):
     return f"group by ({by}, {KEY}) (nvidia_gpu_pod_info{{{sel}}})"
 
 
-def pod_usage(pod_metric, gpu_metric, sel):
-    """One series per (pod, GPU or MIG instance): the pod's own usage where the exporter serves
-    per-pod series for that assignment (--processes), else the GPU's (or the MIG instance's) value
-    for each pod assigned it, else (a GPU with per-pod series on which the pod runs nothing) 0.
-    Per-pod series count only where they match an assignment: on a MIG GPU they carry no
-    gpu_instance (docs/processes.md), so they would otherwise add the pod's processes to the
-    instance's own reading. A MIG instance without the GPU metric (utilization) has no series:
-    unknown is not 0."""
-    return (
-        f"((sum by (namespace, pod, {KEY}) ({pod_metric}{{{sel}}})"
-        f" and on (namespace, pod, {KEY}) {pod_gpus(sel)})"
-        f" or (max without (namespace, pod, container) ({gpu_metric}{{{DEV}}})"
-        f" * on ({KEY}) group_right () {pod_gpus(sel)}"
-        f" unless on ({KEY}) {pod_metric}{{{DEV}}})"
-        f" or ({pod_gpus(sel)} * 0 and on ({KEY}) {pod_metric}{{{DEV}}}))"
-    )
-
-
-def pod_usage_doc(pod_metric, gpu_metric):
-    """The panel-description text of pod_usage."""
+def pod_usage_doc(pod_metric, gpu_metric, rule):
+    """The panel-description text of the per-pod usage rules of alerts.yaml (pod:..._or_...)."""
     return (
         f" Per pod and GPU: on a GPU where the exporter serves per-pod usage (--processes with"
         f" --kubernetes) the pod's own, {pod_metric} summed over its containers; on other GPUs the"
@@ -84,6 +66,8 @@ def pod_usage_doc(pod_metric, gpu_metric):
         f" () pod assignments unless on (gpu) {pod_metric}) or pod assignments * 0. A pod holding a"
         f" MIG instance gets the instance's own {gpu_metric} where the exporter serves one (memory;"
         f" not utilization, which NVML does not report for MIG instances)."
+        f" Read from the per-pod rule {rule} of deploy/prometheus/alerts.yaml, which the GPU selection"
+        f" does not narrow."
     )
 
 
@@ -706,14 +690,14 @@ def workloads():
         panel(l, "timeseries", "Utilization vs SM activity per pod",
               "Average over each pod's GPUs. Utilization: share of time a kernel of the pod ran;"
               " SM activity: share of SMs with work (GPM), the whole GPU's." + UTIL_VS_SAT
-              + pod_usage_doc("nvidia_gpu_pod_sm_utilization_ratio", "nvidia_gpu_utilization_ratio")
+              + pod_usage_doc("nvidia_gpu_pod_sm_utilization_ratio", "nvidia_gpu_utilization_ratio",
+                              "pod:nvidia_gpu_pod_sm_utilization_ratio:avg_or_utilization")
               + " SM activity has no per-pod breakdown: a shared GPU's is counted for each of its pods;"
               " it is read from the per-pod rule pod:nvidia_gpu_sm_active_ratio:avg of"
               " deploy/prometheus/alerts.yaml, which the GPU selection does not narrow.",
               "percentunit", targets(
-                  ("avg by (namespace, pod) " + pod_usage("nvidia_gpu_pod_sm_utilization_ratio",
-                                                          "nvidia_gpu_utilization_ratio", POD),
-                   np + " utilization"),
+                  (f"avg by (namespace, pod) (pod:nvidia_gpu_pod_sm_utilization_ratio:avg_or_utilization"
+                   f"{{{NODE_NS}}})", np + " utilization"),
                   (pod_avg("nvidia_gpu_sm_active_ratio"), np + " SM activity"),
               ), 12, 8),
         panel(l, "timeseries", "Tensor and DRAM activity per pod",
@@ -725,9 +709,10 @@ def workloads():
               ), 12, 8),
         panel(l, "timeseries", "Device memory per pod",
               "Device memory each pod uses, summed over the GPUs it holds."
-              + pod_usage_doc("nvidia_gpu_pod_memory_used_bytes", "nvidia_gpu_memory_used_bytes"),
-              "bytes", targets(("sum by (namespace, pod) " + pod_usage(
-                  "nvidia_gpu_pod_memory_used_bytes", "nvidia_gpu_memory_used_bytes", POD), np)), 12, 8),
+              + pod_usage_doc("nvidia_gpu_pod_memory_used_bytes", "nvidia_gpu_memory_used_bytes",
+                              "pod:nvidia_gpu_pod_memory_used_bytes:sum_or_memory_used"),
+              "bytes", targets((f"sum by (namespace, pod) (pod:nvidia_gpu_pod_memory_used_bytes:sum_or_memory_used"
+                                f"{{{NODE_NS}}})", np)), 12, 8),
         panel(l, "timeseries", "Power per namespace",
               "Board power of the GPUs each namespace's pods hold." + seam
               + " Pods holding a MIG instance count nothing here: NVML reads power for the whole board"
