@@ -23,9 +23,10 @@ shipped rules (deploy/prometheus/alerts.yaml) evaluated every 15 s. Default conf
    `promtool tsdb create-blocks-from openmetrics` turns it into blocks, and a second Prometheus
    starts on those blocks and scrapes the same fleet with the same rules.
 3. Queries: once its rules have run, every query of the dashboards as Grafana issues them: the
-   variables (label_values over the range), each range target over the default time range at the
-   step Grafana picks for the panel's width (range / pixels, rounded, at least the scrape
-   interval), each instant target at the end; --repeat times, the median and the slowest kept.
+   variables (label_values: /api/v1/series over the range), each range target over the default
+   time range at the step Grafana picks for the panel's width (range / pixels, rounded, at least
+   the scrape interval), each instant target at the end; --repeat times, each timed until the answer is
+   read whole (what Prometheus spends, not this script's JSON parsing).
 
 Writes the JSON (every figure, the commands, the machine's load) and a Markdown table next to it.
 """
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -220,9 +222,10 @@ def wait_rounds(prom, rounds, on_round=None):
     seen = 0
     while seen < rounds:
         m = self_metrics(prom.port)
-        # A round ends when every group has evaluated once more: the earliest group's time moves.
-        stamp = min((v for k, v in m.items()
-                     if k.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds")), default=0)
+        # Each group evaluates once per interval, at its own offset: follow the first one.
+        stamp = min(((k, v) for k, v in m.items()
+                     if k.startswith("prometheus_rule_group_last_evaluation_timestamp_seconds")),
+                    default=(None, 0))[1]
         if stamp and stamp != last:
             if last is not None:
                 seen += 1
@@ -267,6 +270,8 @@ def measure_ingestion(args, prom, exporters, gpus):
         "served_series": served,
         "served_series_per_gpu": served / gpus,
         "recorded_series": prom.scalar('count({__name__=~".+:.+"})'),
+        "alerts": {r["metric"]["alertname"] + " " + r["metric"]["alertstate"]: float(r["value"][1])
+                   for r in prom.query("count by (alertname, alertstate) (ALERTS)")},
         "prometheus_rss_bytes_max": max(rss),
         "samples_per_second": (total(m1, "prometheus_tsdb_head_samples_appended_total")
                                - total(m0, "prometheus_tsdb_head_samples_appended_total")) / seconds,
@@ -318,18 +323,26 @@ def backfill(args, prom, work, range_s):
                   "openmetrics_bytes": size, "promtool_seconds": took, "start": start, "end": end}
 
 
-def timed(fn, repeat):
-    times, result = [], None
+def timed(url, path, params, repeat):
+    """Seconds until each of `repeat` answers is read whole (not parsed), and the last answer's
+    data (an error answer raises RuntimeError)."""
+    full = f"{url}/api/v1/{path}?" + urllib.parse.urlencode(params, doseq=True)
+    times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
-        result = fn()
+        try:
+            body = get(full, timeout=300)
+        except urllib.error.HTTPError as e:
+            body = e.read()
         times.append(time.perf_counter() - t0)
-    return result, times
+    answer = json.loads(body)
+    if answer.get("status") != "success":
+        raise RuntimeError(f"{answer.get('errorType')}: {answer.get('error')}")
+    return answer["data"], times
 
 
 def measure_queries(args, prom):
     """Phase 3: every dashboard query as Grafana issues it, over the default range."""
-    api = check.Prometheus(prom.url)
     out = []
     for path in args.dashboards:
         d = json.loads(Path(path).read_text())
@@ -338,11 +351,18 @@ def measure_queries(args, prom):
         end = time.time()
         start = end - range_s
         values = {}
-        t0 = time.perf_counter()
-        check.resolve(api, source, start, end, values)
-        out.append({"dashboard": Path(path).name, "panel": "variables", "ref": "", "kind": "series",
-                    "steps": 0, "seconds": [time.perf_counter() - t0],
-                    "series": sum(len(v["options"]) for v in source.variables)})
+        # The variables in order, as check-dashboards.py (and Grafana without a configured
+        # Prometheus version) resolves them: /api/v1/series over the range, "All" selected.
+        for v in source.variables:
+            query = check.interpolate(v["query"], values, source.variables)
+            m = re.fullmatch(r"\s*label_values\((.*),\s*(\w+)\s*\)\s*", query, re.S)
+            series, times = timed(prom.url, "series", {"match[]": m.group(1), "start": start, "end": end},
+                                  args.repeat)
+            v["options"] = sorted({s[m.group(2)] for s in series if m.group(2) in s})
+            values[v["name"]] = "$__all"
+            out.append({"dashboard": Path(path).name, "panel": f"variable ${v['name']}", "ref": "",
+                        "kind": "series", "steps": 0, "seconds": times, "series": len(series),
+                        "expr": query})
         variables = source.variables
         for p in check.panels(d):
             for t in p.get("targets", []):
@@ -352,14 +372,14 @@ def measure_queries(args, prom):
                 expr = check.interpolate(t["expr"], values | builtins, variables)
                 instant = bool(t.get("instant")) and not t.get("range")
                 if instant:
-                    call = lambda: api.api("query", query=expr, time=end)["result"]  # noqa: E731
+                    call = ("query", {"query": expr, "time": end})
                 else:
                     # Grafana aligns the range to the step.
-                    s, e = start - start % step, end - end % step
-                    call = lambda: api.api("query_range", query=expr, start=s, end=e, step=step)["result"]  # noqa: E731
+                    call = ("query_range", {"query": expr, "start": start - start % step,
+                                            "end": end - end % step, "step": step})
                 try:
-                    result, times = timed(call, args.repeat)
-                    error = None
+                    data, times = timed(prom.url, *call, args.repeat)
+                    result, error = data["result"], None
                 except RuntimeError as err:
                     result, times, error = [], [], str(err)
                 out.append({"dashboard": Path(path).name, "panel": p["title"], "ref": t["refId"],

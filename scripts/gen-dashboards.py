@@ -169,7 +169,7 @@ def panel(layout, kind, title, description, unit, tgts, w, h, **extra):
             {"id": "organize", "options": {"excludeByName": {"Time": True}}},
         ])
     elif kind == "heatmap":
-        # The buckets come from the query (format heatmap: cumulative `le` series), not Grafana.
+        # The buckets come from the query, one series per bucket named by its upper bound.
         p["options"] = {
             "calculate": False,
             "rowsFrame": {"layout": "le"},
@@ -335,10 +335,10 @@ def fleet():
               "How many of the selected GPUs are at each SM activity (share of SMs with work, GPM),"
               " over time: a band near 0 is GPUs doing nothing, one near 1 is saturated GPUs."
               " Utilization would put a busy-but-unsaturated GPU near 1; SM activity does not. Buckets"
-              " of 0.1 (0.05 first: the idle threshold), counted per node by the rule"
-              " instance:nvidia_gpu_sm_active_ratio:bucket." + PER_NODE,
-              "percentunit", [target(f"sum by (le) (instance:nvidia_gpu_sm_active_ratio:bucket{{{NODE}}})",
-                                     "{{le}}", fmt="heatmap")],
+              " of 0.05 (the idle threshold), named by their upper bound, counted per node by the rule"
+              " instance:nvidia_gpu_sm_active_ratio:count_by_bucket." + PER_NODE,
+              "percentunit", [target(
+                  f"sum by (le) (instance:nvidia_gpu_sm_active_ratio:count_by_bucket{{{NODE}}})", "{{le}}")],
               12, 8),
 
         panel(l, "timeseries", "Allocated and idle GPUs",
