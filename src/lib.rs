@@ -65,12 +65,8 @@ pub async fn run(
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    warn_unknown_variables();
-    if let Some(path) = web.enables_nothing() {
-        tracing::warn!(
-            web_config = %path.display(),
-            "the web-config file enables neither TLS nor basic auth: serving plain HTTP to anyone"
-        );
+    for warning in startup_warnings(Some(&web)) {
+        tracing::warn!("{warning}");
     }
     // The kubelet is asked on this runtime, never on the sampler threads.
     let kubelet = config
@@ -139,7 +135,9 @@ pub async fn run(
 /// `--once`: one tick (and with `--kubernetes`, one `List` call), encoded. Returns the exposition
 /// text and whether NVML answered.
 pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
-    warn_unknown_variables();
+    for warning in startup_warnings(None) {
+        tracing::warn!("{warning}");
+    }
     let mut snapshot = sampler::sample_once(&sampler_options(config));
     if config.kubernetes {
         snapshot.kubernetes = Some(kubelet_once(config));
@@ -154,11 +152,18 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     (encoder.encode(&snapshot), snapshot.nvml_up)
 }
 
-/// Logs each `NVML_EXPORTER_*` variable that is not an option (a typo would otherwise go unseen).
-fn warn_unknown_variables() {
-    for warning in config::unknown_variables(std::env::vars_os().map(|(name, _)| name)) {
-        tracing::warn!("{warning}");
+/// What is valid but probably not meant: each `NVML_EXPORTER_*` variable that is no option (a
+/// typo would otherwise go unseen), and a web-config file that enables neither TLS nor auth.
+/// Logged at start and printed by `check-config`.
+pub fn startup_warnings(web: Option<&http::WebSettings>) -> Vec<String> {
+    let mut warnings = config::unknown_variables(std::env::vars_os().map(|(name, _)| name));
+    if let Some(path) = web.and_then(http::WebSettings::enables_nothing) {
+        warnings.push(format!(
+            "{}: the web-config file enables neither TLS nor basic auth: serving plain HTTP to anyone",
+            path.display()
+        ));
     }
+    warnings
 }
 
 /// One `List` call on a runtime of its own (`--once` runs without one).

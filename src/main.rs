@@ -36,6 +36,9 @@ fn main() -> ExitCode {
         }
     };
     if config.check_config {
+        for warning in nvml_exporter::startup_warnings(Some(&web)) {
+            eprintln!("warning: {warning}");
+        }
         println!("ok");
         return ExitCode::SUCCESS;
     }
