@@ -67,10 +67,9 @@ pub async fn run(
     let kubelet = config
         .kubernetes
         .then(|| kubernetes::StateHandle::new(&config));
-    let publisher = publish::Publisher::new(
-        metrics::Encoder::new(metrics_options(&config)),
-        kubelet.clone(),
-    );
+    let encoder = metrics::Encoder::new(metrics_options(&config));
+    let connection_metrics = encoder.connection_metrics();
+    let publisher = publish::Publisher::new(encoder, kubelet.clone());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
     // next tick.
     let watcher = kubelet.map(|state| {
@@ -99,7 +98,7 @@ pub async fn run(
             http::auth::require,
         ));
     }
-    http::server::serve(listener, app, web.tls, stop_rx).await;
+    http::server::serve(listener, app, web.tls, connection_metrics, stop_rx).await;
     tokio::task::spawn_blocking(move || sampler.shutdown()).await?;
     drop(watcher);
     Ok(())

@@ -2,13 +2,15 @@
 //!
 //! [`web_config`] reads the `--web-config` file (TLS, client certificates, basic auth, in the
 //! Prometheus exporter-toolkit format), [`tls`] builds and rebuilds the rustls configuration,
-//! [`auth`] checks basic-auth credentials and [`server`] runs the accept loop with its bounds.
+//! [`auth`] checks basic-auth credentials, [`server`] runs the accept loop with its bounds and
+//! [`connections`] keeps every connection within its allowances.
 //!
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
 //! and a recent tick completed), `/` (landing page). Every route reads what the [`Publisher`]
 //! holds now: a request clones an `Arc` and serves bytes from it.
 
 pub mod auth;
+pub mod connections;
 pub mod server;
 pub mod tls;
 pub mod web_config;
