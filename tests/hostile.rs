@@ -4,6 +4,7 @@
 //! attacks: thousands of silent connections, thousands of idle kept-alive ones, pipeliners that
 //! never read their responses, stalled TLS handshakes, more connections than the process may open
 //! files, and request heads that never end (resident memory must stay under a 128 MiB limit).
+//! Also: a kept-alive connection closes after its request limit.
 
 mod common;
 
@@ -306,19 +307,17 @@ fn stalled_tls_handshakes_do_not_delay_fresh_scrapes() {
     assert_eq!(stalled.len(), 300);
 }
 
-#[test]
-fn more_connections_than_the_open_file_limit_do_not_delay_fresh_scrapes() {
-    raise_own_open_file_limit();
+/// An exporter that may open at most `limit` files, soft and hard: it cannot raise its way out.
+fn start_with_open_file_limit(limit: u64) -> Exporter {
     let mut cmd = exporter_command(&[], &[]);
-    // The exporter may open 256 files, soft and hard: it cannot raise its way out.
     #[allow(unsafe_code, reason = "setrlimit is a C call")]
     // SAFETY: setrlimit is async-signal-safe and touches only the child's own limits.
     unsafe {
         use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             let limit = libc::rlimit {
-                rlim_cur: 256,
-                rlim_max: 256,
+                rlim_cur: limit,
+                rlim_max: limit,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -327,10 +326,16 @@ fn more_connections_than_the_open_file_limit_do_not_delay_fresh_scrapes() {
         });
     }
     let sim = common::sim_lib();
-    let e = started(Exporter::start_command(
+    started(Exporter::start_command(
         cmd,
         &["--nvml-lib", sim.to_str().unwrap()],
-    ));
+    ))
+}
+
+#[test]
+fn more_connections_than_the_open_file_limit_do_not_delay_fresh_scrapes() {
+    raise_own_open_file_limit();
+    let e = start_with_open_file_limit(256);
     let addr = e.addr;
     let held = hold(
         Poller::start(move || scrape_plain(addr)),
@@ -343,8 +348,27 @@ fn more_connections_than_the_open_file_limit_do_not_delay_fresh_scrapes() {
         "reclaimed connections counted",
         |m| closed(m, "reclaimed") > 0.0,
     );
-    let warnings = e.logs().matches("cannot accept").count();
-    assert!(warnings <= 2, "{warnings} accept warnings:\n{}", e.logs());
+}
+
+#[test]
+fn out_of_file_descriptors_a_connection_is_closed_to_accept_a_new_one() {
+    raise_own_open_file_limit();
+    // Below what the smallest connection cap and the exporter's own files need together, so
+    // accepting fails for lack of a descriptor.
+    let e = start_with_open_file_limit(20);
+    let addr = e.addr;
+    hold(
+        Poller::start(move || scrape_plain(addr)),
+        "100 connections under a 20 open-file limit",
+        || open(addr, 100, b""),
+    );
+    let logs = e.logs();
+    let warnings = logs.matches("cannot accept a connection").count();
+    // One line per interval, however many accepts failed.
+    assert!(
+        (1..=2).contains(&warnings),
+        "{warnings} accept warnings:\n{logs}"
+    );
 }
 
 #[test]
@@ -393,4 +417,25 @@ fn rss_of(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .expect("VmRSS in /proc/PID/status")
         * 1024
+}
+
+#[test]
+fn a_kept_alive_connection_serves_its_request_limit_then_closes() {
+    let e = started(Exporter::start(&[], &[]));
+    let limit = nvml_exporter::http::server::MAX_REQUESTS_PER_CONNECTION as usize;
+    let mut s = TcpStream::connect(e.addr).unwrap();
+    // As many requests as allowed, all in one write.
+    let requests = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(limit);
+    s.write_all(&requests).unwrap();
+    s.set_read_timeout(Some(SCRAPE_TIMEOUT)).unwrap();
+    let mut replies = Vec::new();
+    s.read_to_end(&mut replies)
+        .expect("the server closes the connection after the last allowed request");
+    let replies = String::from_utf8_lossy(&replies);
+    assert_eq!(replies.matches("HTTP/1.1 200 OK\r\n").count(), limit);
+    let last = replies.rsplit("HTTP/1.1 ").next().unwrap();
+    assert!(last.contains("connection: close\r\n"), "{last}");
+    e.wait_metrics(Duration::from_secs(10), "the close counted", |m| {
+        closed(m, "request_limit") == 1.0
+    });
 }
