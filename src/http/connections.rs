@@ -39,7 +39,7 @@ use crate::metrics::ConnectionMetrics;
 pub const MAX_CONNECTIONS: usize = 1024;
 
 /// The fewest connections the cap allows, however low the open-file limit.
-const MIN_CONNECTIONS: usize = 16;
+pub const MIN_CONNECTIONS: usize = 16;
 
 /// File descriptors left for everything but connections: NVML's device files, the kubelet
 /// client, certificate and `/proc` reads, logs.
@@ -580,7 +580,7 @@ pub fn raise_open_file_limit() -> Option<u64> {
             limit = raised;
         }
     }
-    Some(limit.rlim_cur as u64)
+    Some(limit.rlim_cur)
 }
 
 /// The connection cap for an open-file limit: the limit less [`FD_RESERVE`], within
