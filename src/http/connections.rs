@@ -11,9 +11,10 @@
 //!   idle [`ALLOWANCE`] ([`PRESSURED_ALLOWANCE`] past the high-water mark), a stalled write
 //!   [`WRITE_TIMEOUT`]. A handler has its own limit (`server::REQUEST_TIMEOUT`).
 //! - Past the high-water mark (3/4 of the cap), each new connection makes room by closing one
-//!   other: idle first, then unfinished (handshake or head), then stalled for at least
-//!   [`STALL_GRACE`], oldest first within each. A connection whose handler runs for a client that
-//!   reads is never taken. Only when over the cap with nothing to take is the new one refused.
+//!   other that has been idle, unfinished (handshake or head) or stalled for [`RECLAIM_GRACE`];
+//!   at the cap, any idle or unfinished one will do. Idle ones go first, then unfinished, then
+//!   stalled, oldest first within each. A connection whose handler runs for a client that reads
+//!   is never taken. Only at the cap with nothing to take is the new one refused.
 //! - The cap comes from the open-file limit, raised at start from its soft to its hard value,
 //!   less [`FD_RESERVE`] for everything else the process opens, and at most
 //!   [`MAX_CONNECTIONS`] (which bounds memory: hyper's buffer of up to 16 KiB per connection, TLS
@@ -57,9 +58,10 @@ pub const PRESSURED_ALLOWANCE: Duration = Duration::from_secs(2);
 /// time between two successful writes, not the whole response).
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How long a write must have waited before its connection counts as not reading, and may be
-/// taken to make room.
-pub const STALL_GRACE: Duration = Duration::from_secs(1);
+/// How long a connection must have been idle, unfinished or stalled before it is taken to make
+/// room below the cap (a stalled one, at all): a client between two requests, or one reading a
+/// response slowly, keeps its place, so a busy keep-alive client is not made to reconnect.
+pub const RECLAIM_GRACE: Duration = Duration::from_secs(1);
 
 /// How often allowances are checked: the precision of every deadline above.
 pub const SWEEP_INTERVAL: Duration = Duration::from_millis(500);
@@ -153,13 +155,14 @@ impl Activity {
         }
     }
 
-    /// The order in which connections are taken to make room (lowest first); `None`: never.
-    fn reclaim_rank(self) -> Option<u8> {
+    /// The order in which connections are taken to make room (lowest first), for one that has
+    /// been doing this for at least `grace` milliseconds; `None`: not taken.
+    fn reclaim_rank(self, grace: u64) -> Option<u8> {
         match self {
-            Activity::Idle(_) => Some(0),
-            Activity::Handshake(_) | Activity::Head(_) => Some(1),
-            Activity::Stalled(t) if t >= millis(STALL_GRACE) => Some(2),
-            Activity::Stalled(_) | Activity::Busy => None,
+            Activity::Idle(t) if t >= grace => Some(0),
+            Activity::Handshake(t) | Activity::Head(t) if t >= grace => Some(1),
+            Activity::Stalled(t) if t >= grace.max(millis(RECLAIM_GRACE)) => Some(2),
+            _ => None,
         }
     }
 }
@@ -343,7 +346,12 @@ impl Registry {
         let id = inner.next_id;
         inner.next_id += 1;
         if inner.live >= self.high_water {
-            if let Some(victim) = victim(&inner.conns, now) {
+            let grace = if inner.live >= self.cap {
+                0
+            } else {
+                millis(RECLAIM_GRACE)
+            };
+            if let Some(victim) = victim(&inner.conns, now, grace) {
                 close(&mut inner, &victim, CloseReason::Reclaimed);
             } else if inner.live >= self.cap {
                 drop(inner);
@@ -367,7 +375,7 @@ impl Registry {
     pub fn reclaim_one(&self) -> bool {
         let mut inner = self.lock();
         let now = now_ms(self.epoch);
-        match victim(&inner.conns, now) {
+        match victim(&inner.conns, now, 0) {
             Some(victim) => {
                 close(&mut inner, &victim, CloseReason::Reclaimed);
                 true
@@ -412,13 +420,13 @@ impl Registry {
 }
 
 /// The connection to take to make room: lowest [`Activity::reclaim_rank`], oldest first.
-fn victim(conns: &BTreeMap<u64, Arc<Conn>>, now: u64) -> Option<Arc<Conn>> {
+fn victim(conns: &BTreeMap<u64, Arc<Conn>>, now: u64, grace: u64) -> Option<Arc<Conn>> {
     let mut best: Option<(u8, &Arc<Conn>)> = None;
     for conn in conns.values() {
         if conn.closing.load(Ordering::Relaxed) != 0 {
             continue;
         }
-        let Some(rank) = conn.activity(now).reclaim_rank() else {
+        let Some(rank) = conn.activity(now).reclaim_rank(grace) else {
             continue;
         };
         if best.is_none_or(|(r, _)| rank < r) {
@@ -628,13 +636,19 @@ mod tests {
     #[test]
     fn idle_is_taken_first_then_unfinished_then_not_reading_never_busy() {
         use Activity::*;
-        assert_eq!(Idle(0).reclaim_rank(), Some(0));
-        assert_eq!(Head(0).reclaim_rank(), Some(1));
-        assert_eq!(Handshake(0).reclaim_rank(), Some(1));
-        assert_eq!(Stalled(S).reclaim_rank(), Some(2));
+        // At the cap (no grace).
+        assert_eq!(Idle(0).reclaim_rank(0), Some(0));
+        assert_eq!(Head(0).reclaim_rank(0), Some(1));
+        assert_eq!(Handshake(0).reclaim_rank(0), Some(1));
+        assert_eq!(Stalled(S).reclaim_rank(0), Some(2));
         // A write waiting briefly is a client reading slowly, not a client that does not read.
-        assert_eq!(Stalled(S - 1).reclaim_rank(), None);
-        assert_eq!(Busy.reclaim_rank(), None);
+        assert_eq!(Stalled(S - 1).reclaim_rank(0), None);
+        assert_eq!(Busy.reclaim_rank(0), None);
+        // Below the cap, only what has wasted its place for the grace.
+        assert_eq!(Idle(S - 1).reclaim_rank(S), None);
+        assert_eq!(Head(S - 1).reclaim_rank(S), None);
+        assert_eq!(Idle(S).reclaim_rank(S), Some(0));
+        assert_eq!(Stalled(S).reclaim_rank(S), Some(2));
     }
 
     #[test]
@@ -691,14 +705,22 @@ mod tests {
         }
         conns[6].conn().request_started();
         conns[6].conn().request_finished();
-
+        // Past the mark, a connection that has only just gone idle or opened keeps its place.
+        let now = now_ms(registry.epoch);
         let _new = registry.admit(false).unwrap();
+        assert!(
+            conns.iter().all(|t| closing(t).is_none()),
+            "within the grace"
+        );
+
+        let later = now + millis(RECLAIM_GRACE);
+        let _new = registry.admit_at(false, later).unwrap();
         assert_eq!(
             closing(&conns[6]),
             Some(CloseReason::Reclaimed),
             "idle first"
         );
-        let _new = registry.admit(false).unwrap();
+        let _new = registry.admit_at(false, later).unwrap();
         assert_eq!(
             closing(&conns[4]),
             Some(CloseReason::Reclaimed),
@@ -707,13 +729,23 @@ mod tests {
         assert!(conns[..4].iter().all(|t| closing(t).is_none()));
         assert_eq!(
             metrics.open.get(),
-            14,
+            15,
             "closing ones stay open until dropped"
         );
         drop(conns);
-        assert_eq!(metrics.open.get(), 2);
+        assert_eq!(metrics.open.get(), 3);
         assert_eq!(closed(&metrics, CloseReason::Reclaimed), 2);
         assert_eq!(closed(&metrics, CloseReason::Error), 10, "dropped unended");
+    }
+
+    #[test]
+    fn at_the_cap_any_idle_or_unfinished_connection_makes_room() {
+        let registry = Registry::new(16, ConnectionMetrics::new());
+        let conns: Vec<Tracker> = (0..16).map(|_| registry.admit(false).unwrap()).collect();
+        assert!(conns.iter().all(|t| closing(t).is_none()));
+        let _new = registry.admit(false).unwrap();
+        assert_eq!(closing(&conns[0]), Some(CloseReason::Reclaimed));
+        assert!(conns[1..].iter().all(|t| closing(t).is_none()));
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub async fn serve(
 ) {
     let open_files = connections::raise_open_file_limit();
     let registry = Registry::new(connections::cap_for(open_files), metrics);
-    tracing::debug!(
+    tracing::info!(
         max_connections = registry.cap(),
         open_file_limit = ?open_files,
         "connection limits"
@@ -152,8 +152,7 @@ impl Throttled {
             error = %e,
             reclaimed,
             suppressed = self.suppressed,
-            "cannot accept a connection (out of file descriptors); closing an idle or stalled one \
-             to make room"
+            "cannot accept a connection: out of file descriptors"
         );
         self.last = Some(now);
         self.suppressed = 0;
