@@ -271,7 +271,7 @@ fn stalled_tls_handshakes_do_not_delay_fresh_scrapes() {
     )
     .unwrap()]);
     // A new agent per scrape: a new connection and a new handshake each time.
-    let scrape = move || -> Result<(), String> {
+    let get = move || -> Result<Exposition, String> {
         let tls = ureq::tls::TlsConfig::builder()
             .provider(ureq::tls::TlsProvider::Rustls)
             .root_certs(roots.clone())
@@ -289,22 +289,33 @@ fn stalled_tls_handshakes_do_not_delay_fresh_scrapes() {
             .body_mut()
             .read_to_string()
             .map_err(|e| e.to_string())?;
-        body.contains("\nnvml_exporter_gpus 8\n")
-            .then_some(())
+        let m = Exposition::parse(&body);
+        (m.value("nvml_exporter_gpus", &[]) == Some(8.0))
+            .then_some(m)
             .ok_or_else(|| "no GPUs in the answer".to_string())
     };
-    let scrape = Arc::new(scrape);
-    eventually(Duration::from_secs(30), "8 GPUs over TLS", {
-        let scrape = scrape.clone();
-        move || scrape().ok()
-    });
+    let get = Arc::new(get);
+    eventually(Duration::from_secs(30), "8 GPUs over TLS", || get().ok());
     // A TLS record header announcing a ClientHello that never comes.
     let stalled = hold(
-        Poller::start(move || scrape()),
+        Poller::start({
+            let get = get.clone();
+            move || get().map(drop)
+        }),
         "300 stalled TLS handshakes",
         || open(e.addr, 300, &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01]),
     );
     assert_eq!(stalled.len(), 300);
+    // Each is closed once its allowance has passed.
+    eventually(
+        Duration::from_secs(30),
+        "the stalled handshakes closed",
+        || {
+            get()
+                .ok()
+                .filter(|m| closed(m, "handshake_timeout") >= 300.0)
+        },
+    );
 }
 
 /// An exporter that may open at most `limit` files, soft and hard: it cannot raise its way out.
