@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async {
-        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        let listener = match nvml_exporter::http::server::bind(config.listen) {
             Ok(listener) => listener,
             Err(e) => {
                 tracing::error!(address = %config.listen, error = %e, "cannot listen");

@@ -30,7 +30,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
@@ -53,11 +53,29 @@ pub const MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
 /// head (a few hundred bytes), far below hyper's default of about 400 KB.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
 
+/// Connections the kernel completes and queues before the server accepts them (capped by
+/// `net.core.somaxconn`): a burst of connections faster than the accept loop must not fill the
+/// queue, or the kernel drops a scraper's SYN and it retries only a second later.
+pub const LISTEN_BACKLOG: u32 = 4096;
+
 /// At most one log line per this interval about failing accepts, with a count of the others.
 const ACCEPT_ERROR_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Longest wait for a descriptor to free after a failed accept, when none could be reclaimed.
 const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// A listener on `addr` with a backlog of [`LISTEN_BACKLOG`] (the standard library's is 128).
+pub fn bind(addr: std::net::SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As the standard library does: a restarted exporter can listen again at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
 
 /// Serves `app` on `listener` until `stop` turns true, then shuts down gracefully. Connections
 /// are counted in `metrics`.
@@ -72,7 +90,7 @@ pub async fn serve(
     let registry = Registry::new(connections::cap_for(open_files), metrics);
     tracing::info!(
         max_connections = registry.cap(),
-        open_file_limit = ?open_files,
+        open_file_limit = open_files.map_or_else(|| "unknown".into(), |l| l.to_string()),
         "connection limits"
     );
     let sweeper = tokio::spawn(Arc::clone(&registry).sweep_forever());
