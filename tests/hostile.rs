@@ -4,7 +4,7 @@
 //! attacks: thousands of silent connections, thousands of idle kept-alive ones, pipeliners that
 //! never read their responses, stalled TLS handshakes, more connections than the process may open
 //! files, and request heads that never end (resident memory must stay under a 128 MiB limit).
-//! Also: a kept-alive connection closes after its request limit.
+//! Also: a kept-alive connection closes after its request limit; a head over 16 KiB gets 431.
 
 mod common;
 
@@ -449,4 +449,23 @@ fn a_kept_alive_connection_serves_its_request_limit_then_closes() {
     e.wait_metrics(Duration::from_secs(10), "the close counted", |m| {
         closed(m, "request_limit") == 1.0
     });
+}
+
+#[test]
+fn a_request_head_over_16_kib_is_refused_with_431() {
+    let e = started(Exporter::start(&[], &[]));
+    let max = nvml_exporter::http::server::MAX_HEAD_BYTES;
+    let mut s = TcpStream::connect(e.addr).unwrap();
+    let padding = "a".repeat(max);
+    let head = format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\nX-Padding: {padding}\r\n\r\n");
+    // The server may stop reading (and close) before the whole head is sent.
+    let _ = s.write_all(head.as_bytes());
+    s.set_read_timeout(Some(SCRAPE_TIMEOUT)).unwrap();
+    let mut reply = [0u8; 12];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"HTTP/1.1 431");
+    // A head just under the limit is served.
+    let padding = "a".repeat(max - 1024);
+    let r = common::http_get(&e.url("/healthz"), &[("X-Padding", &padding)]);
+    assert_eq!(r.status, 200);
 }
