@@ -239,7 +239,7 @@ fn pipeliners_that_never_read_do_not_delay_scrapes_and_are_closed() {
     );
     assert_eq!(pipeliners.len(), 600);
     // Their responses make no progress: the server closes them rather than holding them forever.
-    let m = e.wait_metrics(
+    e.wait_metrics(
         Duration::from_secs(30),
         "the pipeliners closed for not reading",
         |m| {
@@ -247,7 +247,6 @@ fn pipeliners_that_never_read_do_not_delay_scrapes_and_are_closed() {
                 && m.value("nvml_exporter_http_connections", &[]) <= Some(2.0)
         },
     );
-    assert!(closed(&m, "write_timeout") >= 300.0, "{}", m.text);
 }
 
 #[test]

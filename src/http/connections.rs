@@ -4,9 +4,9 @@
 //!
 //! - Each connection's socket is wrapped in [`Tracked`], which stamps read and write progress;
 //!   the handler wrapper marks requests in flight. From these a connection is, at any moment, in
-//!   its TLS handshake, reading a request head (a connection that has sent nothing yet counts as
-//!   reading its first head), running a handler, stalled writing a response its client does not
-//!   read, or idle between requests.
+//!   its TLS handshake, reading a request head (a connection that has sent nothing since it
+//!   opened, or since its handshake, counts as reading its first head), running a handler,
+//!   stalled writing a response its client does not read, or idle between requests.
 //! - A sweep every [`SWEEP_INTERVAL`] closes what has overrun its allowance: handshake, head and
 //!   idle [`ALLOWANCE`] ([`PRESSURED_ALLOWANCE`] past the high-water mark), a stalled write
 //!   [`WRITE_TIMEOUT`]. A handler has its own limit (`server::REQUEST_TIMEOUT`).
@@ -234,8 +234,10 @@ impl Conn {
             .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
     }
 
-    /// The TLS handshake is done; from now on the connection waits for its first request.
+    /// The TLS handshake is done; from now on the connection waits for its first request, with
+    /// an allowance of its own.
     pub fn handshake_done(&self) {
+        self.head_since.store(self.now(), Ordering::Relaxed);
         self.handshaking.store(false, Ordering::Relaxed);
     }
 
@@ -680,7 +682,12 @@ mod tests {
             "bytes of a handshake are not a head"
         );
         tls.handshake_done();
-        assert!(matches!(tls.activity(tls.opened + S), Activity::Head(_)));
+        let head_from = tls.head_since.load(Ordering::Relaxed);
+        assert_eq!(
+            tls.activity(head_from + S),
+            Activity::Head(S),
+            "the first head's allowance starts after the handshake"
+        );
     }
 
     fn closed(m: &ConnectionMetrics, reason: CloseReason) -> u64 {
