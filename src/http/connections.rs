@@ -46,9 +46,9 @@ pub const MIN_CONNECTIONS: usize = 16;
 /// client, certificate and `/proc` reads, logs.
 pub const FD_RESERVE: u64 = 64;
 
-/// Time allowed for a TLS handshake, for a request head (from its first byte, or from the
-/// connection's start for the first request), and for an idle keep-alive connection's next
-/// request.
+/// Time allowed for a TLS handshake, for a request head (from its first byte; for the first
+/// request, from the connection's start or its handshake's end), and for an idle keep-alive
+/// connection's next request.
 pub const ALLOWANCE: Duration = Duration::from_secs(10);
 
 /// [`ALLOWANCE`] past the high-water mark: still ample for a scraper on a local network.
