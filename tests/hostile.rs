@@ -30,18 +30,28 @@ const SCRAPES_UNDER_ATTACK: usize = 4;
 /// The DaemonSet's memory limit.
 const MEMORY_LIMIT_BYTES: u64 = 128 << 20;
 
-/// Raises this process's soft open-file limit to its hard limit: the attacks open thousands.
+/// Open files this process wants: the attacks open thousands of connections.
+const OWN_OPEN_FILES: libc::rlim_t = 8192;
+
+/// Raises this process's open-file limit to [`OWN_OPEN_FILES`] where allowed (root may raise
+/// the hard limit), else its soft limit to its hard limit.
 #[allow(unsafe_code, reason = "getrlimit and setrlimit are C calls")]
 fn raise_own_open_file_limit() {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: plain getrlimit/setrlimit with a valid local struct.
+    // SAFETY: plain getrlimit/setrlimit with valid local structs.
     unsafe {
         assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit), 0);
-        limit.rlim_cur = limit.rlim_max;
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        let wanted = libc::rlimit {
+            rlim_cur: OWN_OPEN_FILES.max(limit.rlim_max),
+            rlim_max: OWN_OPEN_FILES.max(limit.rlim_max),
+        };
+        if libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) != 0 {
+            limit.rlim_cur = limit.rlim_max;
+            assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &limit), 0);
+        }
     }
 }
 
