@@ -72,10 +72,9 @@ pub async fn run(
     let kubelet = config
         .kubernetes
         .then(|| kubernetes::StateHandle::new(&config));
-    let publisher = publish::Publisher::new(
-        metrics::Encoder::new(metrics_options(&config)),
-        kubelet.clone(),
-    );
+    let encoder = metrics::Encoder::new(metrics_options(&config));
+    let connection_metrics = encoder.connection_metrics();
+    let publisher = publish::Publisher::new(encoder, kubelet.clone());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
     // next tick.
     let watcher = kubelet.map(|state| {
@@ -126,7 +125,7 @@ pub async fn run(
         http::server::HEADER_READ_TIMEOUT,
         http::drain_request_body,
     ));
-    http::server::serve(listener, app, web.tls, stop_rx).await;
+    http::server::serve(listener, app, web.tls, connection_metrics, stop_rx).await;
     sampler_stopped.await??;
     drop(watcher);
     Ok(())

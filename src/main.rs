@@ -75,7 +75,7 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         // Before listening: a SIGHUP from then on must not end the process.
         let signals = Signals::register();
-        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        let listener = match nvml_exporter::http::server::bind(config.listen) {
             Ok(listener) => listener,
             Err(e) => {
                 tracing::error!(address = %config.listen, error = %e, "cannot listen");

@@ -14,6 +14,7 @@ use crate::sample::{
 };
 
 use super::samples::Samples;
+use crate::http::connections::CloseReason;
 use crate::processes::ProcessField;
 use MetricKind::{Counter, Gauge};
 
@@ -233,6 +234,12 @@ pub const PROCESS_LABELS: &[&str] = &["pid", "process_name"];
 pub const SAMPLE_DURATION_SECONDS: &str = "nvml_exporter_sample_duration_seconds";
 /// Name of the scrape counter (incremented by the HTTP layer, kept by the encoder's registry).
 pub const SCRAPES_TOTAL: &str = "nvml_exporter_scrapes_total";
+/// Name of the open-connections gauge (updated by the HTTP server, kept by the encoder's
+/// registry).
+pub const HTTP_CONNECTIONS: &str = "nvml_exporter_http_connections";
+/// Name of the closed-connections counter (updated by the HTTP server, kept by the encoder's
+/// registry).
+pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "nvml_exporter_http_connections_closed_total";
 
 /// The crate version, `nvml_exporter_build_info{version}`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -1352,6 +1359,26 @@ pub static CATALOG: &[MetricDef] = &[
         unit: "",
         labels: &["code"],
         closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: HTTP_CONNECTIONS,
+        help: "HTTP connections open (as of the previous sampling tick).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: HTTP_CONNECTIONS_CLOSED_TOTAL,
+        help: "HTTP connections closed, by reason (counted up to the previous sampling tick): the client finished, a timeout (idle, head, TLS handshake, or a response not read), reclaimed to make room for a new connection, the per-connection request limit, refused over the cap, or an error.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["reason"],
+        closed_labels: &[("reason", || values_of(CloseReason::ALL, CloseReason::label))],
         dcgm: &[],
         source: Source::Registry,
     },

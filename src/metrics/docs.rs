@@ -76,7 +76,8 @@ pub fn render_markdown() -> String {
     );
     md.push_str(
         "\n`nvml_exporter_scrapes_total` is counted as responses are sent but encoded with the next \
-         sampling tick, so it lags by up to one interval.\n\n\
+         sampling tick, so it lags by up to one interval; so are `nvml_exporter_http_connections` \
+         and `nvml_exporter_http_connections_closed_total`.\n\n\
          The standard `process_*` metrics (CPU seconds, resident and virtual memory, open and \
          maximum file descriptors, threads, start time) follow on Linux.\n",
     );

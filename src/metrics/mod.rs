@@ -26,12 +26,16 @@ mod write;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::config::DcgmCompat;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
-use catalog::{SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL};
+use catalog::{
+    HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
+};
+
+use crate::http::connections::CloseReason;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
 
@@ -81,6 +85,8 @@ pub struct Encoder {
     sample_duration: Histogram,
     /// `/metrics` responses by status code.
     scrapes: IntCounterVec,
+    /// The HTTP server's connections, open and closed.
+    connections: ConnectionMetrics,
     /// Length of the last exposition: the next one's buffer starts that large, since the text
     /// changes little from tick to tick.
     last_len: AtomicUsize,
@@ -110,11 +116,19 @@ impl Encoder {
         registry
             .register(Box::new(scrapes.clone()))
             .expect("fresh registry");
+        let connections = ConnectionMetrics::new();
+        registry
+            .register(Box::new(connections.open.clone()))
+            .expect("fresh registry");
+        registry
+            .register(Box::new(connections.closed_by_reason.clone()))
+            .expect("fresh registry");
         Encoder {
             opts,
             registry,
             sample_duration,
             scrapes,
+            connections,
             last_len: AtomicUsize::new(0),
             #[cfg(target_os = "linux")]
             process: exporter_process::ProcessMetrics::new(),
@@ -130,6 +144,11 @@ impl Encoder {
     /// `nvml_exporter_scrapes_total` from the next encoding on (a scrape never encodes).
     pub fn count_scrape(&self, code: u16) {
         self.scrapes.with_label_values(&[code.to_string()]).inc();
+    }
+
+    /// The HTTP server's connection counters, served from the next encoding on.
+    pub fn connection_metrics(&self) -> ConnectionMetrics {
+        self.connections.clone()
     }
 
     /// Counts one sampling tick of `seconds` in `nvml_exporter_sample_duration_seconds`: once per
@@ -154,6 +173,53 @@ impl Encoder {
         }
         self.last_len.store(out.len(), Ordering::Relaxed);
         out
+    }
+}
+
+/// `nvml_exporter_http_connections` and `nvml_exporter_http_connections_closed_total`: updated
+/// by the HTTP server, served by the encoder that registered them.
+#[derive(Debug, Clone)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Connections closed, by [`CloseReason`].
+    pub closed_by_reason: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// Counters at zero, every reason present (so that `rate()` has a first point), not yet
+    /// registered anywhere.
+    pub fn new() -> ConnectionMetrics {
+        let open = IntGauge::new(HTTP_CONNECTIONS, help_of(HTTP_CONNECTIONS))
+            .expect("static gauge options are valid");
+        let closed_by_reason = IntCounterVec::new(
+            Opts::new(
+                HTTP_CONNECTIONS_CLOSED_TOTAL,
+                help_of(HTTP_CONNECTIONS_CLOSED_TOTAL),
+            ),
+            &["reason"],
+        )
+        .expect("static counter options are valid");
+        for reason in CloseReason::ALL {
+            closed_by_reason.with_label_values(&[reason.label()]);
+        }
+        ConnectionMetrics {
+            open,
+            closed_by_reason,
+        }
+    }
+
+    /// Counts one connection closed for `reason`.
+    pub fn closed(&self, reason: CloseReason) {
+        self.closed_by_reason
+            .with_label_values(&[reason.label()])
+            .inc();
+    }
+}
+
+impl Default for ConnectionMetrics {
+    fn default() -> Self {
+        ConnectionMetrics::new()
     }
 }
 

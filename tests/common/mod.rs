@@ -456,6 +456,7 @@ pub const VOLATILE_PREFIXES: &[&str] = &[
     "nvml_exporter_last_sample_timestamp_seconds",
     "nvml_exporter_build_info",
     "nvml_exporter_scrapes_total",
+    "nvml_exporter_http_connections",
 ];
 
 /// The exposition without the lines of [`VOLATILE_PREFIXES`] series (HELP/TYPE lines kept).

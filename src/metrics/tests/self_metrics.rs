@@ -1,4 +1,4 @@
-//! The exporter's own series: NVML state, build, tick durations, scrapes.
+//! The exporter's own series: NVML state, build, tick durations, scrapes, connections.
 
 use super::*;
 
@@ -96,6 +96,35 @@ fn scrapes_appear_in_the_next_encoding() {
     );
     assert_eq!(
         value(&after, r#"nvml_exporter_scrapes_total{code="405"}"#),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn connections_open_and_closed_by_reason_appear_in_the_next_encoding() {
+    use crate::http::connections::CloseReason;
+    let enc = Encoder::new(MetricsOptions::default());
+    let snap = snapshot(vec![]);
+    let before = String::from_utf8(enc.encode(&snap)).unwrap();
+    assert_eq!(value(&before, "nvml_exporter_http_connections"), Some(0.0));
+    for reason in CloseReason::ALL {
+        let series = format!(
+            r#"nvml_exporter_http_connections_closed_total{{reason="{}"}}"#,
+            reason.label()
+        );
+        assert_eq!(value(&before, &series), Some(0.0), "{series}");
+    }
+    let connections = enc.connection_metrics();
+    connections.open.inc();
+    connections.open.inc();
+    connections.closed(CloseReason::WriteTimeout);
+    let after = String::from_utf8(enc.encode(&snap)).unwrap();
+    assert_eq!(value(&after, "nvml_exporter_http_connections"), Some(2.0));
+    assert_eq!(
+        value(
+            &after,
+            r#"nvml_exporter_http_connections_closed_total{reason="write_timeout"}"#
+        ),
         Some(1.0)
     );
 }
