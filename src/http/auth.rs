@@ -465,6 +465,21 @@ mod tests {
     }
 
     #[test]
+    fn a_switch_serves_the_replacement_and_closes_one_that_comes_after_shutdown() {
+        let switch = AuthSwitch::new(None);
+        assert!(switch.current().is_none());
+        let first = Arc::new(auth());
+        switch.replace(Some(Arc::clone(&first)));
+        assert!(Arc::ptr_eq(&switch.current().unwrap(), &first));
+        switch.close();
+        assert!(first.turns.is_closed());
+        // A reload that lands during shutdown must not reopen the queue.
+        let second = Arc::new(auth());
+        switch.replace(Some(Arc::clone(&second)));
+        assert!(second.turns.is_closed());
+    }
+
+    #[test]
     fn malformed_hash_is_refused_naming_the_user() {
         let e = BasicAuth::new(BTreeMap::from([("alice".to_string(), "plain".to_string())]))
             .unwrap_err()
