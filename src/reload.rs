@@ -13,9 +13,11 @@
 //! options ([`crate::metrics_options`]: the last tick is encoded again at once), the sampler's
 //! options ([`crate::sampler_options`], from the next tick), the Kubernetes options (the refresh
 //! task restarts; the kubelet state and its counters carry on), the basic-auth users (turning
-//! basic auth on or off too) and the TLS settings and files. Options that shape what was set up
-//! at the start ([`RESTART_OPTIONS`], and turning TLS on or off) are logged as needing a restart
-//! and keep their running values.
+//! basic auth on or off too) and the TLS settings and files. What was set up once at the start
+//! needs a restart: the listening socket (`listen`), the NVML library (`nvml_lib`, `demo`), the
+//! sampling schedule (`interval`, `device_timeout`, `stale_grace`, which the readiness rule and
+//! several defaults follow), logging (`log_format`, `log_level`) and turning TLS on or off. A
+//! change of those is logged as needing a restart, and they keep their running values.
 //!
 //! A file that cannot be used keeps the previous configuration in force, logs one line naming
 //! the file, the line and the problem, and serves `nvml_exporter_config_last_reload_successful 0`
@@ -43,19 +45,6 @@ use crate::sampler::LiveOptions;
 /// How often the files' metadata is compared with the last seen. A kubelet updates a mounted
 /// ConfigMap within about a minute, so a few seconds more do not matter.
 pub const FILE_CHECK: Duration = Duration::from_secs(2);
-
-/// Options that need a restart: the listening socket, the NVML library, the sampling schedule
-/// (which the readiness rule and the derived defaults follow) and the logging set up at start.
-pub const RESTART_OPTIONS: &[&str] = &[
-    "listen",
-    "nvml_lib",
-    "demo",
-    "interval",
-    "device_timeout",
-    "stale_grace",
-    "log_format",
-    "log_level",
-];
 
 /// What starts a reload: SIGHUP, and the command line to load the configuration from again.
 #[derive(Debug)]

@@ -1,7 +1,8 @@
 //! Reloading the configuration on the real binary: a change of the `--config` or `--web-config`
 //! file applies by itself (users added and removed, options changed, a flag still beating the
-//! file), SIGHUP reloads, and a broken file keeps the previous configuration serving, with the
-//! reload metric at 0 and one log line naming the file and line.
+//! file), also when a Kubernetes volume swaps a symlink; SIGHUP reloads, options that need a
+//! restart say so; and a broken file keeps the previous configuration serving, with the reload
+//! metric at 0 and one log line naming the file and line.
 
 mod common;
 
@@ -226,4 +227,39 @@ fn sighup_reloads_and_options_that_need_a_restart_say_so() {
     assert!(!last.starts_with('{'), "the log format changed: {last}");
     assert_eq!(e.metrics().value(RELOAD_OK, &[]), Some(1.0));
     assert!(e.alive());
+}
+
+/// A Kubernetes ConfigMap volume: `config.toml -> ..data/config.toml`, `..data -> ..<version>`;
+/// an update writes a new version directory and swaps `..data`, leaving `config.toml` alone.
+fn configmap_version(dir: &Path, version: &str, text: &str) {
+    let versioned = dir.join(version);
+    std::fs::create_dir(&versioned).unwrap();
+    std::fs::write(versioned.join("config.toml"), text).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(version, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    let link = dir.join("config.toml");
+    if link.symlink_metadata().is_err() {
+        std::os::unix::fs::symlink("..data/config.toml", &link).unwrap();
+    }
+}
+
+#[test]
+fn a_configmap_update_by_symlink_swap_applies_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    configmap_version(dir.path(), "..v1", "dcgm_compat = 'off'\n");
+    let config = dir.path().join("config.toml");
+    let e = Exporter::start(&[], &["--config", config.to_str().unwrap()]);
+    eventually(WAIT, "a sampled exposition", || {
+        let m = e.metrics();
+        m.value("nvml_exporter_gpus", &[])
+            .is_some_and(|n| n > 0.0)
+            .then_some(())
+    });
+    assert!(e.metrics().find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
+
+    configmap_version(dir.path(), "..v2", "dcgm_compat = 'both'\n");
+    e.wait_metrics(WAIT, "dcgm-exporter's names after the swap", |m| {
+        !m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty()
+    });
 }

@@ -104,7 +104,8 @@ impl Session {
     }
 
     /// Takes the options that may change between ticks (a configuration reload): each device
-    /// follows them from its next read. Only reading processes, for now.
+    /// follows them from its next read (see [`Session::tick`]). An option that changes what a
+    /// device reads belongs here, not only in [`Session::start`].
     pub(super) fn configure(&mut self, opts: &SamplerOptions) {
         self.processes.clone_from(&opts.processes);
     }
