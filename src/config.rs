@@ -234,6 +234,12 @@ pub struct Config {
     #[arg(skip)]
     #[serde(skip)]
     pub check_config: bool,
+
+    /// Set by [`load`]: the `--config` file the options were read from, watched for changes by
+    /// the configuration reload. Not an option.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -542,6 +548,7 @@ where
     }
     config.update_from_arg_matches(&matches)?;
     config.check_config = check_config;
+    config.config_file = file.as_ref().map(|f| f.path.clone());
     let origins = Origins {
         command: &command,
         matches: &matches,

@@ -3,7 +3,7 @@
 //! Data flows one way: [`config`] → [`sampler`] (the only user of NVML, through [`nvml`]) →
 //! [`sample::Snapshot`] → [`publish`] (encoded once per tick by [`metrics`], with the kubelet's
 //! answer from [`kubernetes`]) → [`http`] (serves the bytes). A scrape never calls NVML and never
-//! encodes.
+//! encodes. [`reload`] applies a changed configuration to the running parts.
 
 mod certificates;
 pub mod config;
@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod nvml;
 pub mod processes;
 pub mod publish;
+pub mod reload;
 pub mod sample;
 pub mod sampler;
 
@@ -59,49 +60,60 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
 /// The HTTP server answers from the first moment, before NVML is initialised (`/readyz` says why it
 /// is not ready); the sampler publishes a new encoded exposition after every tick. `web` adds TLS
 /// and basic auth (see [`http::web_config`]); `WebSettings::default()` serves plain HTTP to anyone.
+/// `reload` says how `config` and `web` were loaded, to load them again on SIGHUP or when their
+/// files change (see [`reload`]).
 pub async fn run(
     config: Config,
     web: http::WebSettings,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: reload::Triggers,
 ) -> anyhow::Result<()> {
     for warning in startup_warnings(Some(&web)) {
         tracing::warn!("{warning}");
     }
     // The kubelet is asked on this runtime, never on the sampler threads.
-    let kubelet = config
+    let kubelet_state = config
         .kubernetes
         .then(|| kubernetes::StateHandle::new(&config));
     let encoder = metrics::Encoder::new(metrics_options(&config));
     let connection_metrics = encoder.connection_metrics();
-    let publisher = publish::Publisher::new(encoder, kubelet.clone());
+    let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
     // next tick.
-    let watcher = kubelet.map(|state| {
-        let publisher = Arc::clone(&publisher);
-        kubernetes::Watcher::spawn(&config, state, move || {
-            let publisher = Arc::clone(&publisher);
-            tokio::task::spawn_blocking(move || publisher.republish());
-        })
-    });
+    let kubelet = kubelet_state.map(|state| reload::Kubelet::start(&config, state, &publisher));
     let sampler = {
         let publisher = Arc::clone(&publisher);
         sampler::Sampler::start(sampler_options(&config), move |snapshot| {
             publisher.tick(snapshot)
         })?
     };
+    // Installed without users too, so that a reload can turn basic auth on.
+    let auth = Arc::new(http::auth::AuthSwitch::new(web.auth.clone()));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let auth = web.auth.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        // Credential checks still waiting are answered at once: stopping waits only for the
-        // running ones.
-        if let Some(auth) = auth {
+    {
+        let auth = Arc::clone(&auth);
+        tokio::spawn(async move {
+            shutdown.await;
+            // Credential checks still waiting are answered at once: stopping waits only for the
+            // running ones.
             auth.close();
-        }
-        let _ = stop_tx.send(true);
-    });
+            let _ = stop_tx.send(true);
+        });
+    }
+    let reloader = reload::Reloader {
+        args: reload.args,
+        watched: reload::Reloader::stamps(&config),
+        config: config.clone(),
+        web: web.file.clone(),
+        publisher: Arc::clone(&publisher),
+        sampler: sampler.live_options(),
+        kubelet,
+        auth: Arc::clone(&auth),
+        tls: web.tls.clone(),
+    };
+    let reloading = tokio::spawn(reloader.watch(reload.hangup, stop_rx.clone()));
     // The sampler stops as soon as the signal comes, while connections drain, so that the whole
     // shutdown takes at most SHUTDOWN_GRACE (the sampler's own bound is shorter).
     let sampler_stopped = {
@@ -113,12 +125,10 @@ pub async fn run(
         })
     };
     let mut app = http::router(publisher, config.interval);
-    if let Some(auth) = web.auth {
-        app = app.layer(axum::middleware::from_fn_with_state(
-            auth,
-            http::auth::require,
-        ));
-    }
+    app = app.layer(axum::middleware::from_fn_with_state(
+        auth,
+        http::auth::require,
+    ));
     // Outermost: a request body is read off the connection before anything answers, a 401 too.
     // It gets as long to arrive as a request head.
     app = app.layer(axum::middleware::from_fn_with_state(
@@ -127,7 +137,9 @@ pub async fn run(
     ));
     http::server::serve(listener, app, web.tls, connection_metrics, stop_rx).await;
     sampler_stopped.await??;
-    drop(watcher);
+    // Stops the kubelet refresh task with the reloader that owns it; a reload still running on
+    // its blocking thread is abandoned with the others.
+    reloading.abort();
     Ok(())
 }
 

@@ -240,6 +240,13 @@ pub const HTTP_CONNECTIONS: &str = "nvml_exporter_http_connections";
 /// Name of the closed-connections counter (updated by the HTTP server, kept by the encoder's
 /// registry).
 pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "nvml_exporter_http_connections_closed_total";
+/// Name of the gauge saying whether the last configuration reload succeeded (kept by the
+/// encoder's registry).
+pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "nvml_exporter_config_last_reload_successful";
+/// Name of the gauge holding when the configuration last loaded successfully (kept by the
+/// encoder's registry).
+pub const CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: &str =
+    "nvml_exporter_config_last_reload_success_timestamp_seconds";
 
 /// The crate version, `nvml_exporter_build_info{version}`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -1379,6 +1386,26 @@ pub static CATALOG: &[MetricDef] = &[
         unit: "",
         labels: &["reason"],
         closed_labels: &[("reason", || values_of(CloseReason::ALL, CloseReason::label))],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: CONFIG_LAST_RELOAD_SUCCESSFUL,
+        help: "1 when the last configuration reload (SIGHUP, or a change of the --config or --web-config file) succeeded, 0 while the previous configuration stays in force because the new one was refused.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+        help: "When the configuration last loaded successfully (at start or by a reload), seconds since the Unix epoch.",
+        kind: MetricKind::Gauge,
+        unit: "seconds",
+        labels: &[],
+        closed_labels: &[],
         dcgm: &[],
         source: Source::Registry,
     },

@@ -25,14 +25,17 @@ mod text;
 mod write;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
 
 use crate::config::DcgmCompat;
+use crate::nvml::events::unix_now;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
 use catalog::{
-    HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
+    CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL, HTTP_CONNECTIONS,
+    HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
 };
 
 use crate::http::connections::CloseReason;
@@ -76,17 +79,22 @@ impl Default for MetricsOptions {
 }
 
 /// Turns snapshots into expositions; keeps the state that outlives one snapshot: the tick-duration
-/// histogram and the scrape counter (in a `prometheus` registry) and the open files the
-/// `process_*` metrics are read from.
+/// histogram, the scrape counter and the configuration reload gauges (in a `prometheus` registry)
+/// and the open files the `process_*` metrics are read from. Its options can be
+/// [replaced](Encoder::set_options) by a configuration reload; the counters carry on.
 #[derive(Debug)]
 pub struct Encoder {
-    opts: MetricsOptions,
+    opts: RwLock<Arc<MetricsOptions>>,
     registry: Registry,
     sample_duration: Histogram,
     /// `/metrics` responses by status code.
     scrapes: IntCounterVec,
     /// The HTTP server's connections, open and closed.
     connections: ConnectionMetrics,
+    /// Whether the last configuration reload succeeded (1 from the start: the first load did).
+    reload_successful: Gauge,
+    /// When the configuration last loaded successfully, Unix seconds.
+    reload_success_time: Gauge,
     /// Length of the last exposition: the next one's buffer starts that large, since the text
     /// changes little from tick to tick.
     last_len: AtomicUsize,
@@ -123,21 +131,51 @@ impl Encoder {
         registry
             .register(Box::new(connections.closed_by_reason.clone()))
             .expect("fresh registry");
+        let gauge = |name: &str| {
+            let gauge = Gauge::new(name, help_of(name)).expect("static gauge options are valid");
+            registry
+                .register(Box::new(gauge.clone()))
+                .expect("fresh registry");
+            gauge
+        };
+        let reload_successful = gauge(CONFIG_LAST_RELOAD_SUCCESSFUL);
+        let reload_success_time = gauge(CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS);
+        // The encoder is made right after the configuration loaded.
+        reload_successful.set(1.0);
+        reload_success_time.set(unix_now());
         Encoder {
-            opts,
+            opts: RwLock::new(Arc::new(opts)),
             registry,
             sample_duration,
             scrapes,
             connections,
+            reload_successful,
+            reload_success_time,
             last_len: AtomicUsize::new(0),
             #[cfg(target_os = "linux")]
             process: exporter_process::ProcessMetrics::new(),
         }
     }
 
-    /// The options this encoder was built with.
-    pub fn options(&self) -> &MetricsOptions {
-        &self.opts
+    /// The options encodings use now.
+    pub fn options(&self) -> Arc<MetricsOptions> {
+        // A poisoned lock only means a writer panicked mid-swap of an Arc; the value is whole.
+        self.opts.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Encodes with `opts` from the next encoding on (a configuration reload).
+    pub fn set_options(&self, opts: MetricsOptions) {
+        *self.opts.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(opts);
+    }
+
+    /// Records a configuration reload: `nvml_exporter_config_last_reload_successful`, and on
+    /// success `nvml_exporter_config_last_reload_success_timestamp_seconds` (now). Served from the
+    /// next encoding on.
+    pub fn record_reload(&self, ok: bool) {
+        self.reload_successful.set(if ok { 1.0 } else { 0.0 });
+        if ok {
+            self.reload_success_time.set(unix_now());
+        }
     }
 
     /// Counts one `/metrics` response with this HTTP status code; the count appears in
@@ -161,15 +199,16 @@ impl Encoder {
 
     /// The text exposition of `snap`, in serving order.
     pub fn encode(&self, snap: &Snapshot) -> Vec<u8> {
-        let devices = resolve::resolve(snap, &self.opts);
+        let opts = self.options();
+        let devices = resolve::resolve(snap, &opts);
         let last_len = self.last_len.load(Ordering::Relaxed);
         let mut out = Vec::with_capacity(last_len + last_len / 8);
-        let per_device = self.opts.dcgm_compat != DcgmCompat::Dcgm;
+        let per_device = opts.dcgm_compat != DcgmCompat::Dcgm;
         write::families(&mut out, snap, &devices, self.registry.gather(), per_device);
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
-        if self.opts.dcgm_compat != DcgmCompat::Off {
-            dcgm::write(&mut out, snap, &devices, &self.opts.hostname);
+        if opts.dcgm_compat != DcgmCompat::Off {
+            dcgm::write(&mut out, snap, &devices, &opts.hostname);
         }
         self.last_len.store(out.len(), Ordering::Relaxed);
         out

@@ -99,6 +99,20 @@ impl DeviceReader {
         self
     }
 
+    /// Reads the device's processes from the next read on, looking them up below `host_proc`;
+    /// `None`: no longer reads them. A reader already using that procfs is kept, with its cache.
+    pub fn set_processes(&mut self, host_proc: Option<&std::path::Path>) {
+        match host_proc {
+            None => self.processes = None,
+            Some(root)
+                if self
+                    .processes
+                    .as_ref()
+                    .is_some_and(|p| p.host_proc() == root) => {}
+            Some(root) => self.processes = Some(ProcessReader::new(root)),
+        }
+    }
+
     /// The device's NVML index.
     pub fn index(&self) -> u32 {
         self.index

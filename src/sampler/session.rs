@@ -13,6 +13,7 @@
 //! devices): only then does `last_tick_timestamp_seconds` advance, so `/readyz` turns 503 when
 //! every device hangs or fails every call.
 
+use std::path::PathBuf;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,8 @@ pub(super) struct Session {
     ticks: u64,
     /// End of the last complete tick (Unix seconds), if any in this session.
     last_complete: Option<f64>,
+    /// Where devices look their processes up, when they read them (see [`Session::configure`]).
+    processes: Option<PathBuf>,
 }
 
 impl Session {
@@ -96,7 +99,15 @@ impl Session {
             xid_stop,
             ticks: 0,
             last_complete: None,
+            processes: opts.processes.clone(),
         })
+    }
+
+    /// Takes the options that may change between ticks (a configuration reload): each device
+    /// follows them from its next read (see [`Session::tick`]). An option that changes what a
+    /// device reads belongs here, not only in [`Session::start`].
+    pub(super) fn configure(&mut self, opts: &SamplerOptions) {
+        self.processes.clone_from(&opts.processes);
     }
 
     /// System-wide versions, read at the start of the session.
@@ -125,7 +136,8 @@ impl Session {
         let mut missing = 0;
         for slot in &mut self.slots {
             slot.fresh = false;
-            if let Some(device) = slot.device.take() {
+            if let Some(mut device) = slot.device.take() {
+                device.set_processes(self.processes.as_deref());
                 self.readers.queue(tick, device, &mut self.threads);
                 missing += 1;
             }

@@ -449,7 +449,7 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
 }
 
 /// Names of series whose value depends on the run, not on the scenario: the exporter's own
-/// process and timing, and its build.
+/// process and timing (the configuration's load time included), and its build.
 pub const VOLATILE_PREFIXES: &[&str] = &[
     "process_",
     "nvml_exporter_sample_duration_seconds",
@@ -457,6 +457,7 @@ pub const VOLATILE_PREFIXES: &[&str] = &[
     "nvml_exporter_build_info",
     "nvml_exporter_scrapes_total",
     "nvml_exporter_http_connections",
+    "nvml_exporter_config_last_reload_success_timestamp_seconds",
 ];
 
 /// The exposition without the lines of [`VOLATILE_PREFIXES`] series (HELP/TYPE lines kept).
