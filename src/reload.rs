@@ -126,7 +126,8 @@ impl Reloader {
                     tracing::info!("SIGHUP received, reloading the configuration");
                     Cause::Hangup
                 }
-                () = tokio::time::sleep(FILE_CHECK) => Cause::Check,
+                // Without files there is nothing to look at, and no blocking thread is kept busy.
+                () = tokio::time::sleep(FILE_CHECK), if !self.watched.is_empty() => Cause::Check,
             };
             match tokio::task::spawn_blocking(move || {
                 self.run(cause);
