@@ -19,6 +19,7 @@ pub mod dcgm;
 pub mod docs;
 #[cfg(target_os = "linux")]
 mod exporter_process;
+pub mod groups;
 pub(crate) mod resolve;
 pub mod samples;
 mod text;
@@ -32,6 +33,7 @@ use crate::config::DcgmCompat;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
 use catalog::{SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL};
+use groups::Groups;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
 
@@ -57,16 +59,20 @@ pub struct MetricsOptions {
     pub dcgm_compat: DcgmCompat,
     /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
     pub hostname: String,
+    /// The collector groups served (`--collector.NAME`); a family of another group is left out.
+    pub groups: Groups,
 }
 
 impl Default for MetricsOptions {
-    /// No pod labels; the default process series limit.
+    /// No pod labels; the default process series limit; every group (the configuration's
+    /// defaults are narrower: `Config::groups`).
     fn default() -> Self {
         MetricsOptions {
             pod_labels: false,
             max_processes_per_gpu: DEFAULT_MAX_PROCESSES_PER_GPU,
             dcgm_compat: DcgmCompat::Off,
             hostname: String::new(),
+            groups: Groups::all(),
         }
     }
 }
@@ -146,11 +152,24 @@ impl Encoder {
         let last_len = self.last_len.load(Ordering::Relaxed);
         let mut out = Vec::with_capacity(last_len + last_len / 8);
         let per_device = self.opts.dcgm_compat != DcgmCompat::Dcgm;
-        write::families(&mut out, snap, &devices, self.registry.gather(), per_device);
+        write::families(
+            &mut out,
+            snap,
+            &devices,
+            self.registry.gather(),
+            per_device,
+            self.opts.groups,
+        );
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
         if self.opts.dcgm_compat != DcgmCompat::Off {
-            dcgm::write(&mut out, snap, &devices, &self.opts.hostname);
+            dcgm::write(
+                &mut out,
+                snap,
+                &devices,
+                &self.opts.hostname,
+                self.opts.groups,
+            );
         }
         self.last_len.store(out.len(), Ordering::Relaxed);
         out

@@ -16,6 +16,7 @@ use super::catalog::{
     CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
     Source,
 };
+use super::groups::Groups;
 use super::resolve::{DeviceView, container_labels};
 use super::samples::Samples;
 use super::text;
@@ -24,17 +25,18 @@ use crate::processes::ProcessField;
 /// Appends every native family of `snap` to `out` in catalog order. `devices` are its resolved
 /// views; `registry` holds the families the encoder's registry keeps (written where the catalog
 /// places them, any others after); `per_device` is false when the GPUs are served under
-/// dcgm-exporter's names only.
+/// dcgm-exporter's names only; a family whose group is not in `groups` is left out.
 pub(super) fn families(
     out: &mut Vec<u8>,
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
     mut registry: Vec<MetricFamily>,
     per_device: bool,
+    groups: Groups,
 ) {
     let mut samples = Samples::default();
     for def in CATALOG {
-        if !per_device && def.source.is_per_device() {
+        if (!per_device && def.source.is_per_device()) || !groups.contains(def.group) {
             continue;
         }
         if let Source::Registry = def.source {

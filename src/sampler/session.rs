@@ -22,6 +22,7 @@ use nvml_wrapper::Nvml;
 use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
+use crate::metrics::groups::Group;
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
@@ -67,14 +68,21 @@ impl Session {
         })?;
         let slots = (0..count)
             .map(|index| {
-                let mut device = DeviceReader::new(Arc::clone(&nvml), index, Arc::clone(errors));
-                if let Some(root) = opts.processes.as_deref() {
+                let mut device = DeviceReader::new(Arc::clone(&nvml), index, Arc::clone(errors))
+                    .with_groups(opts.groups);
+                if let Some(root) = opts
+                    .processes
+                    .as_deref()
+                    .filter(|_| opts.groups.contains(Group::Processes))
+                {
                     device = device.with_processes(root);
                 }
                 Slot::new(device)
             })
             .collect();
         let mut threads = ThreadGroup::new();
+        // Without the xid group no event set is registered.
+        let xids = xids.filter(|_| opts.groups.contains(Group::Xid));
         let xid_stop = xids.and_then(|log| {
             let (stop_tx, stop_rx) = mpsc::channel();
             let (nvml, log, errors) = (Arc::clone(&nvml), Arc::clone(log), Arc::clone(errors));
