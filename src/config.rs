@@ -1194,6 +1194,37 @@ mod tests {
     }
 
     #[test]
+    fn collector_groups_from_defaults_dcgm_compat_and_switches() {
+        assert_eq!(load_args(&[]).unwrap().groups(), Groups::defaults());
+        let c = load_args(&["--collector.disable-defaults", "--collector.nvlink-links"]).unwrap();
+        assert_eq!(c.groups(), Groups::none().with(Group::NvlinkLinks));
+        // --dcgm-compat turns on what dcgm-exporter's fields come from, unless turned off by name.
+        let c = load_args(&["--dcgm-compat"]).unwrap();
+        assert!(c.groups().contains(Group::Clocks) && c.groups().contains(Group::ClockEvents));
+        assert!(
+            !c.groups().contains(Group::NvlinkLinks),
+            "no DCGM field is per link"
+        );
+        let c = load_args(&["--dcgm-compat", "--no-collector.clocks"]).unwrap();
+        assert!(!c.groups().contains(Group::Clocks));
+        let c = load_args(&["--collector.memory=false"]).unwrap();
+        assert!(!c.groups().contains(Group::Memory));
+        let f = file("collector.disable-defaults = true\ncollector.power = true\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.groups(), Groups::none().with(Group::Power));
+        let c = load_args(&[
+            "--config",
+            f.path().to_str().unwrap(),
+            "--collector.disable-defaults=false",
+        ])
+        .unwrap();
+        assert_eq!(c.groups(), Groups::defaults());
+        let f = file("collector.power = 1\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
     fn the_file_beats_defaults_and_loses_to_flags() {
         let f = file(concat!(
             "kubernetes_labels = false\n",
