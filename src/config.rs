@@ -293,10 +293,16 @@ impl Config {
         self.processes
     }
 
-    /// The collector groups sampled and served: the defaults (none with
-    /// `--collector.disable-defaults`), with `--dcgm-compat` every group dcgm-exporter's fields come
-    /// from, then each group switched by name.
+    /// The collector groups whose native families are served: the defaults (none with
+    /// `--collector.disable-defaults`), then each group switched by name.
     pub fn groups(&self) -> Groups {
+        self.collectors.groups(false)
+    }
+
+    /// The collector groups sampled: [`Config::groups`] and, with `--dcgm-compat`, every group
+    /// dcgm-exporter's fields come from unless switched off by name, so that the DCGM fields are
+    /// served whatever the native defaults.
+    pub fn sampled_groups(&self) -> Groups {
         self.collectors.groups(self.dcgm_compat != DcgmCompat::Off)
     }
 
@@ -582,7 +588,7 @@ impl clap::Args for Collectors {
                     "Start from no collector group: only those turned on with --collector.NAME are \
                      collected. Each group below is turned on with --collector.NAME and off with \
                      --no-collector.NAME; with --dcgm-compat every group that dcgm-exporter's \
-                     fields come from is on unless turned off".to_string(),
+                     fields come from is sampled unless turned off".to_string(),
                 ),
                 Some(g) => {
                     let info = g.info();
@@ -1198,15 +1204,19 @@ mod tests {
         assert_eq!(load_args(&[]).unwrap().groups(), Groups::defaults());
         let c = load_args(&["--collector.disable-defaults", "--collector.nvlink-links"]).unwrap();
         assert_eq!(c.groups(), Groups::none().with(Group::NvlinkLinks));
-        // --dcgm-compat turns on what dcgm-exporter's fields come from, unless turned off by name.
-        let c = load_args(&["--dcgm-compat"]).unwrap();
-        assert!(c.groups().contains(Group::Clocks) && c.groups().contains(Group::ClockEvents));
+        // --dcgm-compat samples what dcgm-exporter's fields come from, unless turned off by name;
+        // the native families served stay those of the groups on.
+        let c = load_args(&["--dcgm-compat=both"]).unwrap();
+        let sampled = c.sampled_groups();
+        assert!(sampled.contains(Group::Clocks) && sampled.contains(Group::ClockEvents));
         assert!(
-            !c.groups().contains(Group::NvlinkLinks),
+            !sampled.contains(Group::NvlinkLinks),
             "no DCGM field is per link"
         );
+        assert_eq!(c.groups(), Groups::defaults());
         let c = load_args(&["--dcgm-compat", "--no-collector.clocks"]).unwrap();
-        assert!(!c.groups().contains(Group::Clocks));
+        assert!(!c.sampled_groups().contains(Group::Clocks));
+        assert_eq!(load_args(&[]).unwrap().sampled_groups(), Groups::defaults());
         let c = load_args(&["--collector.memory=false"]).unwrap();
         assert!(!c.groups().contains(Group::Memory));
         let f = file("collector.disable-defaults = true\ncollector.power = true\n");

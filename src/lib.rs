@@ -52,7 +52,7 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
         device_timeout: config.device_timeout(),
         stale_grace: config.stale_grace(),
         processes: config.processes.then(|| config.host_proc.clone()),
-        groups: config.groups(),
+        groups: config.sampled_groups(),
     }
 }
 

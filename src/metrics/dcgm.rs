@@ -36,7 +36,7 @@ pub fn served() -> impl Iterator<Item = (&'static MetricDef, &'static Dcgm)> {
     all().filter(|(_, d)| !matches!(d.combine, Combine::NotServed(_)))
 }
 
-/// The groups of the served DCGM fields: what `--dcgm-compat` turns on, so that it serves
+/// The groups of the served DCGM fields: what `--dcgm-compat` samples, so that it serves
 /// dcgm-exporter's fields whatever the default groups.
 pub fn groups() -> Groups {
     served().fold(Groups::none(), |s, (def, _)| s.with(def.group))
@@ -174,7 +174,6 @@ pub(crate) fn write(
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
     hostname: &str,
-    groups: Groups,
 ) {
     let driver = snap.system.driver_version.as_str();
     let names: Vec<String> = devices.iter().map(|d| format!("nvidia{}", d.gpu)).collect();
@@ -206,7 +205,7 @@ pub(crate) fn write(
         })
         .collect();
     let mut samples = Samples::default();
-    for (def, dcgm) in served().filter(|(def, _)| groups.contains(def.group)) {
+    for (def, dcgm) in served() {
         let family_start = out.len();
         text::header(out, dcgm.field, dcgm.help, dcgm.kind.as_str());
         let series_start = out.len();

@@ -115,8 +115,9 @@ fn groups_section(md: &mut String) {
          `collector.NAME = true` in the `--config` file and `NVML_EXPORTER_COLLECTOR_NAME=true` in \
          the environment, with `-` as `_`). A group that is off is not sampled: its NVML calls are \
          not made. `core` is always on. With `--dcgm-compat` every group that one of \
-         dcgm-exporter's fields comes from is on unless turned off by name, so that the fields \
-         of docs/migrating-from-dcgm-exporter.md are served: ",
+         dcgm-exporter's fields comes from is sampled unless turned off by name, so that the \
+         fields of docs/migrating-from-dcgm-exporter.md are served (with `--dcgm-compat=both` the \
+         native families served stay those of the groups on): ",
     );
     let dcgm: Vec<String> = super::dcgm::groups()
         .iter()

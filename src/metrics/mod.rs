@@ -59,7 +59,8 @@ pub struct MetricsOptions {
     pub dcgm_compat: DcgmCompat,
     /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
     pub hostname: String,
-    /// The collector groups served (`--collector.NAME`); a family of another group is left out.
+    /// The collector groups whose native families are served (`--collector.NAME`); a family of
+    /// another group is left out. The DCGM fields are served from whatever was sampled.
     pub groups: Groups,
 }
 
@@ -163,13 +164,7 @@ impl Encoder {
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
         if self.opts.dcgm_compat != DcgmCompat::Off {
-            dcgm::write(
-                &mut out,
-                snap,
-                &devices,
-                &self.opts.hostname,
-                self.opts.groups,
-            );
+            dcgm::write(&mut out, snap, &devices, &self.opts.hostname);
         }
         self.last_len.store(out.len(), Ordering::Relaxed);
         out
