@@ -320,3 +320,29 @@ fn help_lists_every_group_with_its_default() {
     assert!(help.contains("--collector.disable-defaults"));
     assert!(help.contains("--no-collector.NAME"));
 }
+
+#[test]
+fn every_alert_rule_reads_families_of_default_groups() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/prometheus/alerts.yaml");
+    let rules = std::fs::read_to_string(path).unwrap();
+    let mut used = BTreeSet::new();
+    for (i, _) in rules.match_indices("nvidia_gpu_") {
+        let name: String = rules[i..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        used.insert(name);
+    }
+    let mut checked = 0;
+    for def in CATALOG.iter().filter(|d| used.contains(d.name)) {
+        assert!(
+            Groups::defaults().contains(def.group),
+            "alerts.yaml reads {} of the {} group, which is off by default",
+            def.name,
+            def.group
+        );
+        checked += 1;
+    }
+    // The rules read a dozen families (the other names are recording rules' own).
+    assert!(checked >= 10, "{used:?}");
+}
