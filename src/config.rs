@@ -144,6 +144,14 @@ pub struct Config {
           require_equals = true)]
     pub dcgm_compat: DcgmCompat,
 
+    /// At most this many series of the GPU families: above it whole collector groups are left
+    /// out, the most detailed first (processes, NVLink per link, media engines, SM pipes,
+    /// clock-event reasons, ... see docs/metrics.md), with one log line and
+    /// nvml_exporter_series_dropped_total; identity and nvidia_gpu_up are never left out
+    /// [default: no limit]
+    #[arg(long, env = "NVML_EXPORTER_MAX_SERIES", value_name = "N")]
+    pub max_series: Option<usize>,
+
     /// Attribute GPUs to pods: ask the kubelet's pod-resources API which container holds each GPU
     /// (nvidia_gpu_pod_info, and labels on the GPU's series)
     #[arg(long, env = "NVML_EXPORTER_KUBERNETES", value_name = "BOOL", default_value_t = false,
@@ -400,6 +408,9 @@ impl Config {
                 "kubernetes_resource_names",
                 format!("'{bad}' is not a resource name (e.g. example.com/gpu)"),
             ));
+        }
+        if self.max_series == Some(0) {
+            return Err(invalid("max_series", "must be at least 1".into()));
         }
         if self.max_processes_per_gpu == 0 {
             return Err(invalid(
@@ -1232,6 +1243,20 @@ mod tests {
         let f = file("collector.power = 1\n");
         let e = err(&["--config", f.path().to_str().unwrap()]);
         assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn max_series_defaults_to_none_and_refuses_0() {
+        assert_eq!(load_args(&[]).unwrap().max_series, None);
+        assert_eq!(
+            load_args(&["--max-series", "500"]).unwrap().max_series,
+            Some(500)
+        );
+        let e = err(&["--max-series", "0"]);
+        assert!(
+            e.contains("--max-series") && e.contains("at least 1"),
+            "{e}"
+        );
     }
 
     #[test]

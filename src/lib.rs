@@ -41,6 +41,7 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
             metrics::dcgm::hostname()
         },
         groups: config.groups(),
+        max_series: config.max_series,
     }
 }
 

@@ -346,3 +346,60 @@ fn every_alert_rule_reads_families_of_default_groups() {
     // The rules read a dozen families (the other names are recording rules' own).
     assert!(checked >= 10, "{used:?}");
 }
+
+#[test]
+fn over_max_series_the_per_link_series_go_first_with_one_log_line() {
+    // Every NVLink link of 8 GPUs (1,008 series) on top of the defaults (296): per link must go.
+    let e = Exporter::start(
+        &[],
+        &[
+            "--interval",
+            "100ms",
+            "--collector.nvlink-links",
+            "--max-series",
+            "400",
+            "--log-level",
+            "info",
+        ],
+    );
+    let dropped = |m: &Exposition| {
+        m.value(
+            "nvml_exporter_series_dropped_total",
+            &[("group", "nvlink-links")],
+        )
+    };
+    let first = e.wait_metrics(Duration::from_secs(10), "a dropped group", |m| {
+        dropped(m).is_some()
+    });
+    let m = e.wait_metrics(Duration::from_secs(10), "more ticks dropping", |m| {
+        dropped(m) > dropped(&first)
+    });
+    let gpu_series = m
+        .series
+        .iter()
+        .filter(|s| s.name.starts_with("nvidia_gpu_"))
+        .count();
+    assert!(gpu_series <= 400, "{gpu_series} GPU series served");
+    assert!(m.find("nvidia_gpu_nvlink_up", &[]).is_empty());
+    assert_eq!(m.find("nvidia_gpu_nvlink_links_up", &[]).len(), 8);
+    assert_eq!(
+        m.value("nvml_exporter_series", &[("group", "nvlink-links")]),
+        Some(0.0)
+    );
+    assert_eq!(
+        m.value("nvml_exporter_series", &[("group", "memory")]),
+        Some(32.0)
+    );
+    assert_eq!(
+        dropped(&m).unwrap() % 1008.0,
+        0.0,
+        "whole ticks of 1,008 series"
+    );
+    let logs = e.logs();
+    assert_eq!(
+        logs.matches("over --max-series").count(),
+        1,
+        "one line when it starts dropping:\n{logs}"
+    );
+    assert!(logs.contains("nvlink-links"), "{logs}");
+}

@@ -236,6 +236,12 @@ pub const PROCESS_LABELS: &[&str] = &["pid", "process_name"];
 pub const SAMPLE_DURATION_SECONDS: &str = "nvml_exporter_sample_duration_seconds";
 /// Name of the scrape counter (incremented by the HTTP layer, kept by the encoder's registry).
 pub const SCRAPES_TOTAL: &str = "nvml_exporter_scrapes_total";
+/// Name of the gauge of series served per collector group (kept by the encoder's registry).
+pub const SERIES: &str = "nvml_exporter_series";
+/// Name of the counter of series `--max-series` dropped (kept by the encoder's registry).
+pub const SERIES_DROPPED_TOTAL: &str = "nvml_exporter_series_dropped_total";
+/// Name of the gauge of the last exposition's size (kept by the encoder's registry).
+pub const EXPOSITION_BYTES: &str = "nvml_exporter_exposition_bytes";
 
 /// The crate version, `nvml_exporter_build_info{version}`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -1478,6 +1484,39 @@ pub static CATALOG: &[MetricDef] = &[
                 out.labelled(&[reason.label()], *n as f64);
             }
         }),
+    },
+    MetricDef {
+        name: SERIES,
+        group: Group::Core,
+        help: "Series of the GPU families served by collector group, in this exposition (the exporter's own families not counted; dcgm-exporter's names neither, and with --dcgm-compat=dcgm it is absent).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["group"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: SERIES_DROPPED_TOTAL,
+        group: Group::Core,
+        help: "Series left out because the exposition was over --max-series, by collector group (from the first group dropped on).",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["group"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: EXPOSITION_BYTES,
+        group: Group::Core,
+        help: "Size of the previous exposition of /metrics, uncompressed (from the second on).",
+        kind: MetricKind::Gauge,
+        unit: "bytes",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
     },
     MetricDef {
         name: SCRAPES_TOTAL,

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MIG_LABELS, MetricDef, POD_LABELS, Source};
-use super::groups::{GROUPS, Group};
+use super::groups::{DROP_ORDER, GROUPS, Group};
 
 /// The full `docs/metrics.md`.
 pub fn render_markdown() -> String {
@@ -147,7 +147,19 @@ fn groups_section(md: &mut String) {
             families.join(", ")
         );
     }
-    md.push('\n');
+    md.push_str(
+        "\n`--max-series N` bounds the series of the GPU families (the exporter's own and \
+         dcgm-exporter's names not counted): above it, whole groups are left out in this order \
+         until the rest fits, the most detailed first: ",
+    );
+    let order: Vec<String> = DROP_ORDER.iter().map(|g| format!("`{g}`")).collect();
+    md.push_str(&order.join(", "));
+    md.push_str(
+        ". `core` (identity, `nvidia_gpu_up`, pod assignment) is never left out. The first \
+         exposition that leaves a group out logs one warning (and one line when all are served \
+         again); `nvml_exporter_series{group}` says what each group serves, \
+         `nvml_exporter_series_dropped_total{group}` counts what was left out.\n\n",
+    );
 }
 
 /// The group of a family and whether it is on by default.

@@ -11,6 +11,7 @@ use std::fmt;
 /// A named group of families. [`Group::Core`] (identity, `up`, pod assignments and the exporter's
 /// own families) is always on; every other group can be switched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
 pub enum Group {
     /// `nvidia_gpu_info`, `nvidia_gpu_up`, `nvidia_gpu_pod_info` and `nvml_exporter_*`.
     Core,
@@ -244,6 +245,34 @@ impl fmt::Display for Group {
     }
 }
 
+/// The order in which `--max-series` drops groups: the most detailed first (per process and
+/// pod, per link, per engine, per pipe, per reason), the GPU's vital signs last. [`Group::Core`]
+/// (identity, `up`) is never dropped.
+pub const DROP_ORDER: &[Group] = &[
+    Group::Processes,
+    Group::NvlinkLinks,
+    Group::Media,
+    Group::Pipes,
+    Group::ClockEvents,
+    Group::ThermalThresholds,
+    Group::Clocks,
+    Group::PcieLink,
+    Group::EccLifetime,
+    Group::Bar1,
+    Group::Bandwidth,
+    Group::Mig,
+    Group::Xid,
+    Group::Nvlink,
+    Group::Pcie,
+    Group::RowRemap,
+    Group::Ecc,
+    Group::Thermal,
+    Group::Power,
+    Group::Memory,
+    Group::Saturation,
+    Group::Utilization,
+];
+
 /// The names `--collector.NAME` accepts, comma-separated, for error messages.
 pub fn valid_names() -> String {
     Group::switchable()
@@ -352,6 +381,19 @@ mod tests {
             );
         }
         assert_eq!(GROUPS.len(), Group::Processes as usize + 1);
+    }
+
+    #[test]
+    fn every_group_but_core_is_in_the_drop_order_once() {
+        for g in Group::switchable() {
+            assert_eq!(
+                DROP_ORDER.iter().filter(|d| **d == g.group).count(),
+                1,
+                "{}",
+                g.name
+            );
+        }
+        assert!(!DROP_ORDER.contains(&Group::Core));
     }
 
     #[test]
