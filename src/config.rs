@@ -296,9 +296,9 @@ impl Config {
     }
 
     /// Whether the kubelet's pod list (`/pods`) is fetched: naming the pod of a GPU process
-    /// (`--processes`) needs it, nothing else does.
+    /// (`--processes`, with the processes group on) needs it, nothing else does.
     pub fn fetch_pods(&self) -> bool {
-        self.processes
+        self.processes && self.groups().contains(Group::Processes)
     }
 
     /// The collector groups whose native families are served: the defaults (none with
