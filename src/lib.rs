@@ -41,6 +41,8 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
         } else {
             metrics::dcgm::hostname()
         },
+        groups: config.groups(),
+        max_series: config.max_series,
     }
 }
 
@@ -52,6 +54,7 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
         device_timeout: config.device_timeout(),
         stale_grace: config.stale_grace(),
         processes: config.processes.then(|| config.host_proc.clone()),
+        groups: config.sampled_groups(),
     }
 }
 

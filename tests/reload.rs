@@ -263,3 +263,29 @@ fn a_configmap_update_by_symlink_swap_applies_by_itself() {
         !m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty()
     });
 }
+
+#[test]
+fn collector_groups_change_with_the_file_and_their_calls_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_atomic(dir.path(), "config.toml", "collector.clocks = false\n");
+    let e = Exporter::start(&[], &["--config", config.to_str().unwrap()]);
+    e.wait_metrics(WAIT, "a sampled exposition without clocks", |m| {
+        m.value("nvml_exporter_gpus", &[]).is_some_and(|n| n > 0.0)
+            && m.find("nvidia_gpu_clock_hertz", &[]).is_empty()
+            && !m.find("nvidia_gpu_memory_used_bytes", &[]).is_empty()
+    });
+
+    // Turned on, the clocks are read (not only served) from the next tick; memory goes.
+    write_atomic(
+        dir.path(),
+        "config.toml",
+        "collector.clocks = true\ncollector.memory = false\n",
+    );
+    e.wait_metrics(WAIT, "clock readings, and no memory series", |m| {
+        m.find("nvidia_gpu_clock_hertz", &[])
+            .iter()
+            .any(|s| s.value > 0.0)
+            && m.find("nvidia_gpu_memory_used_bytes", &[]).is_empty()
+            && m.value(RELOAD_OK, &[]) == Some(1.0)
+    });
+}

@@ -19,6 +19,7 @@ pub mod dcgm;
 pub mod docs;
 #[cfg(target_os = "linux")]
 mod exporter_process;
+pub mod groups;
 pub(crate) mod resolve;
 pub mod samples;
 mod text;
@@ -27,18 +28,22 @@ mod write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use prometheus::{Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, Opts, Registry};
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use crate::config::DcgmCompat;
 use crate::nvml::events::unix_now;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
 use catalog::{
-    CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL, HTTP_CONNECTIONS,
-    HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
+    CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL, EXPOSITION_BYTES,
+    HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
+    SERIES, SERIES_DROPPED_TOTAL,
 };
 
 use crate::http::connections::CloseReason;
+use groups::{DROP_ORDER, GROUPS, Groups};
 
 pub use catalog::{REVISION, RUSTC, VERSION};
 
@@ -64,16 +69,25 @@ pub struct MetricsOptions {
     pub dcgm_compat: DcgmCompat,
     /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
     pub hostname: String,
+    /// The collector groups whose native families are served (`--collector.NAME`); a family of
+    /// another group is left out. The DCGM fields are served from whatever was sampled.
+    pub groups: Groups,
+    /// At most this many series of the GPU families (`--max-series`): above it whole groups are
+    /// left out in [`groups::DROP_ORDER`]; `None`: no limit.
+    pub max_series: Option<usize>,
 }
 
 impl Default for MetricsOptions {
-    /// No pod labels; the default process series limit.
+    /// No pod labels; the default process series limit; every group (the configuration's
+    /// defaults are narrower: `Config::groups`).
     fn default() -> Self {
         MetricsOptions {
             pod_labels: false,
             max_processes_per_gpu: DEFAULT_MAX_PROCESSES_PER_GPU,
             dcgm_compat: DcgmCompat::Off,
             hostname: String::new(),
+            groups: Groups::all(),
+            max_series: None,
         }
     }
 }
@@ -95,6 +109,14 @@ pub struct Encoder {
     reload_successful: Gauge,
     /// When the configuration last loaded successfully, Unix seconds.
     reload_success_time: Gauge,
+    /// Series of the GPU families served per group in the last exposition.
+    series: IntGaugeVec,
+    /// Series `--max-series` left out, per group.
+    series_dropped: IntCounterVec,
+    /// Size of the previous exposition; registered once there is one.
+    exposition_bytes: IntGauge,
+    /// The last exposition left groups out (so that starting and stopping are logged once).
+    dropping: std::sync::atomic::AtomicBool,
     /// Length of the last exposition: the next one's buffer starts that large, since the text
     /// changes little from tick to tick.
     last_len: AtomicUsize,
@@ -117,20 +139,16 @@ impl Encoder {
         // The common case shows at 0 from the start, so rate() has a first point before the
         // first scrape is counted.
         scrapes.with_label_values(&["200"]);
-        // Registration only fails on a duplicate name, and this registry is fresh.
-        registry
-            .register(Box::new(sample_duration.clone()))
-            .expect("fresh registry");
-        registry
-            .register(Box::new(scrapes.clone()))
-            .expect("fresh registry");
+        let series = IntGaugeVec::new(Opts::new(SERIES, help_of(SERIES)), &["group"])
+            .expect("static gauge options are valid");
+        let series_dropped = IntCounterVec::new(
+            Opts::new(SERIES_DROPPED_TOTAL, help_of(SERIES_DROPPED_TOTAL)),
+            &["group"],
+        )
+        .expect("static counter options are valid");
+        let exposition_bytes = IntGauge::new(EXPOSITION_BYTES, help_of(EXPOSITION_BYTES))
+            .expect("static gauge options are valid");
         let connections = ConnectionMetrics::new();
-        registry
-            .register(Box::new(connections.open.clone()))
-            .expect("fresh registry");
-        registry
-            .register(Box::new(connections.closed_by_reason.clone()))
-            .expect("fresh registry");
         let gauge = |name: &str| {
             let gauge = Gauge::new(name, help_of(name)).expect("static gauge options are valid");
             registry
@@ -143,6 +161,17 @@ impl Encoder {
         // The encoder is made right after the configuration loaded.
         reload_successful.set(1.0);
         reload_success_time.set(unix_now());
+        // Registration only fails on a duplicate name, and this registry is fresh.
+        for collector in [
+            Box::new(sample_duration.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(scrapes.clone()),
+            Box::new(connections.open.clone()),
+            Box::new(connections.closed_by_reason.clone()),
+            Box::new(series.clone()),
+            Box::new(series_dropped.clone()),
+        ] {
+            registry.register(collector).expect("fresh registry");
+        }
         Encoder {
             opts: RwLock::new(Arc::new(opts)),
             registry,
@@ -151,6 +180,10 @@ impl Encoder {
             connections,
             reload_successful,
             reload_success_time,
+            series,
+            series_dropped,
+            exposition_bytes,
+            dropping: std::sync::atomic::AtomicBool::new(false),
             last_len: AtomicUsize::new(0),
             #[cfg(target_os = "linux")]
             process: exporter_process::ProcessMetrics::new(),
@@ -204,14 +237,96 @@ impl Encoder {
         let last_len = self.last_len.load(Ordering::Relaxed);
         let mut out = Vec::with_capacity(last_len + last_len / 8);
         let per_device = opts.dcgm_compat != DcgmCompat::Dcgm;
-        write::families(&mut out, snap, &devices, self.registry.gather(), per_device);
+        write::families(
+            &mut out,
+            snap,
+            &devices,
+            |out, spans| {
+                self.guard(&opts, out, spans);
+                self.registry.gather()
+            },
+            per_device,
+            opts.groups,
+        );
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
         if opts.dcgm_compat != DcgmCompat::Off {
             dcgm::write(&mut out, snap, &devices, &opts.hostname);
         }
         self.last_len.store(out.len(), Ordering::Relaxed);
+        self.exposition_bytes
+            .set(i64::try_from(out.len()).unwrap_or(i64::MAX));
+        if last_len == 0 {
+            // From the second exposition on: the first has no previous one to measure. A second
+            // registration (an empty first exposition) is refused, which changes nothing.
+            let _ = self
+                .registry
+                .register(Box::new(self.exposition_bytes.clone()));
+        }
         out
+    }
+
+    /// Counts the series of the GPU families in `spans` per group and, above `--max-series`,
+    /// removes whole groups from `out` in [`DROP_ORDER`] until the rest fits (`Group::Core`
+    /// stays whatever its size); sets `nvml_exporter_series` and counts what was dropped.
+    fn guard(&self, opts: &MetricsOptions, out: &mut Vec<u8>, spans: &[write::FamilySpan]) {
+        let mut per_group = [0usize; GROUPS.len()];
+        for s in spans {
+            per_group[s.group as usize] += s.series;
+        }
+        let mut dropped = Vec::new();
+        if let Some(max) = opts.max_series {
+            let mut total: usize = per_group.iter().sum();
+            for g in DROP_ORDER {
+                if total <= max {
+                    break;
+                }
+                if per_group[*g as usize] > 0 {
+                    total -= per_group[*g as usize];
+                    dropped.push(*g);
+                }
+            }
+        }
+        if !dropped.is_empty() {
+            let mut kept = Vec::with_capacity(out.len());
+            let mut at = 0;
+            for s in spans.iter().filter(|s| dropped.contains(&s.group)) {
+                kept.extend_from_slice(&out[at..s.bytes.start]);
+                at = s.bytes.end;
+            }
+            kept.extend_from_slice(&out[at..]);
+            *out = kept;
+            for g in &dropped {
+                self.series_dropped
+                    .with_label_values(&[g.name()])
+                    .inc_by(per_group[*g as usize] as u64);
+            }
+        }
+        self.series.reset();
+        // Under dcgm-exporter's names only no native GPU series is served to count.
+        let native = opts.dcgm_compat != DcgmCompat::Dcgm;
+        for g in opts.groups.iter().filter(|_| native) {
+            let served = if dropped.contains(&g) {
+                0
+            } else {
+                per_group[g as usize]
+            };
+            self.series
+                .with_label_values(&[g.name()])
+                .set(i64::try_from(served).unwrap_or(i64::MAX));
+        }
+        let was_dropping = self.dropping.swap(!dropped.is_empty(), Ordering::Relaxed);
+        if !dropped.is_empty() && !was_dropping {
+            let names: Vec<&str> = dropped.iter().map(|g| g.name()).collect();
+            tracing::warn!(
+                max_series = opts.max_series,
+                series = per_group.iter().sum::<usize>(),
+                dropped = %names.join(","),
+                "over --max-series: leaving collector groups out, the most detailed first"
+            );
+        } else if dropped.is_empty() && was_dropping {
+            tracing::info!("under --max-series again: every collector group served");
+        }
     }
 }
 

@@ -39,6 +39,8 @@ use coordinator::Coordinator;
 use session::Session;
 use threads::ThreadGroup;
 
+use crate::metrics::groups::Groups;
+
 /// How long `Sampler::shutdown` waits for the coordinator (which itself waits a bounded time
 /// for its readers).
 const SHUTDOWN_BOUND: Duration = Duration::from_secs(4);
@@ -58,10 +60,12 @@ pub struct SamplerOptions {
     /// Read each device's processes, looking them up in this procfs (the host's `/proc`):
     /// `--processes` and `--host-proc`. `None`: processes are not read.
     pub processes: Option<PathBuf>,
+    /// The collector groups: the NVML calls only other groups need are not made.
+    pub groups: Groups,
 }
 
 impl Default for SamplerOptions {
-    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace.
+    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace, every group.
     fn default() -> Self {
         SamplerOptions {
             nvml_lib: PathBuf::from("libnvidia-ml.so.1"),
@@ -69,6 +73,7 @@ impl Default for SamplerOptions {
             device_timeout: Duration::from_secs(1),
             stale_grace: Duration::from_secs(5),
             processes: None,
+            groups: Groups::all(),
         }
     }
 }

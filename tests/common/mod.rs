@@ -63,6 +63,22 @@ pub fn scenario(name: &str) -> PathBuf {
     path
 }
 
+/// `--collector.NAME` for every collector group: the exporter serving every family.
+pub fn every_group() -> Vec<String> {
+    nvml_exporter::metrics::groups::Group::switchable()
+        .map(|g| format!("--collector.{}", g.name))
+        .collect()
+}
+
+/// `args` after the flags of [`every_group`].
+pub fn with_every_group<'a>(flags: &'a [String], args: &[&'a str]) -> Vec<&'a str> {
+    flags
+        .iter()
+        .map(String::as_str)
+        .chain(args.iter().copied())
+        .collect()
+}
+
 /// A command for the exporter with a clean `NVML_EXPORTER_*` / `NVML_SIM_*` environment.
 pub fn exporter_command(env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut cmd = Command::new(exporter_bin());
