@@ -108,13 +108,16 @@ fn serves_and_reports_not_ready_without_nvml() {
         m.value("nvml_exporter_nvml_up", &[]) == Some(0.0)
     });
     assert_eq!(m.find("nvidia_gpu_up", &[]).len(), 0);
-    let r = e.get("/readyz");
-    assert_eq!(r.status, 503);
-    assert!(
-        r.text().contains("/nonexistent/libnvidia-ml.so.1"),
-        "readyz says why: {}",
-        r.text()
-    );
+    // Before the first attempt `/readyz` says "no sample yet"; after it, why NVML is not there.
+    let mut last = String::new();
+    common::poll_until(WAIT, || {
+        let r = e.get("/readyz");
+        assert_eq!(r.status, 503);
+        last = r.text();
+        last.contains("/nonexistent/libnvidia-ml.so.1")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("readyz says why: {last}"));
     assert!(e.alive(), "keeps running and retrying");
     assert!(
         e.terminate(Duration::from_secs(10))
