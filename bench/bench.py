@@ -168,8 +168,17 @@ http {{
         raise RuntimeError("nginx did not start")
 
     def stop(self):
-        self.proc.send_signal(signal.SIGQUIT)
-        self.proc.wait(10)
+        # A graceful stop first; out of descriptors (the attacks phase) nginx may not manage one.
+        for sig in (signal.SIGQUIT, signal.SIGTERM):
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
+            subprocess.run(["pkill", "-KILL", "-f", str(self.dir)])
+            self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -499,11 +508,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--exporter", required=True)
     p.add_argument("--sim", required=True)
-    p.add_argument("--scrape-seconds", type=int, default=5)
-    p.add_argument("--footprint-seconds", type=int, default=60)
-    p.add_argument("--profile-seconds", type=int, default=20)
-    p.add_argument("--attack-seconds", type=int, default=10)
-    p.add_argument("--only", default="scrape,footprint,ticks,startup,attacks")
+    p.add_argument("--scrape-seconds", type=int, default=5, help="each wrk run (default 5)")
+    p.add_argument("--footprint-seconds", type=int, default=60, help="the footprint window, and the perf window of the tick phase (default 60)")
+    p.add_argument("--profile-seconds", type=int, default=20, help="the callgrind window (default 20)")
+    p.add_argument("--attack-seconds", type=int, default=10, help="each attack (default 10)")
+    p.add_argument("--only", default="scrape,footprint,ticks,startup,attacks", help="the phases to run (default all: %(default)s)")
     p.add_argument("--out", type=Path, default=BENCH / "results" / f"{datetime.date.today()}.json")
     p.add_argument("--no-pin", action="store_true", help="scrape phase: let wrk and the server share every CPU")
     p.add_argument("--baseline", type=Path, help="a second exporter build to measure side by side in every phase (e.g. main's)")

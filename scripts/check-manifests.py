@@ -14,13 +14,15 @@ Checks here (what the schema validator cannot know):
     ServiceAccount exists, everything lives in one namespace;
   - what the issue asks of the DaemonSet: GPU nodes only, tolerations, the NVIDIA environment,
     probes, priority, rolling updates, the security context, the read-only pod-resources mount;
-  - that the PrometheusRule carries exactly the rules of deploy/prometheus/alerts.yaml.
+  - that the PrometheusRule carries exactly the rules of deploy/prometheus/alerts.yaml;
+  - that the --config file is a TOML key of a rendered ConfigMap, mounted whole (not subPath).
 Exits 1 with one line per problem.
 """
 
 import pathlib
 import re
 import sys
+import tomllib
 
 import yaml
 
@@ -141,7 +143,7 @@ def env_of(container: dict) -> dict:
     return {e["name"]: e for e in container.get("env", [])}
 
 
-def check_daemonset(ds: dict, service_accounts: set, services: list[dict]) -> None:
+def check_daemonset(ds: dict, service_accounts: set, services: list[dict], config_maps: dict) -> None:
     where = f"DaemonSet {ds['metadata']['name']}"
     spec = ds["spec"]
     pod = spec["template"]["spec"]
@@ -209,6 +211,26 @@ def check_daemonset(ds: dict, service_accounts: set, services: list[dict]) -> No
               for m in mounts.values()),
           f"{cw}: the host's {socket_dir} is not mounted at {socket_dir} (where --pod-resources-socket looks)")
 
+    # The --config file comes from a rendered ConfigMap mounted whole (a subPath mount is never
+    # updated, and the exporter applies the ConfigMap's edits only through updates).
+    config = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
+    if config is not None:
+        config_dir = str(pathlib.PurePosixPath(config).parent)
+        config_volumes = {v["name"]: v["configMap"]["name"] for v in pod.get("volumes", []) if "configMap" in v}
+        mount = next((m for m in mounts.values() if m["mountPath"] == config_dir), None)
+        check(mount is not None and mount["name"] in config_volumes and not mount.get("subPath"),
+              f"{cw}: --config {config}: no ConfigMap volume mounted whole at {config_dir}")
+        if mount is not None and mount["name"] in config_volumes:
+            cm = config_maps.get(config_volumes[mount["name"]])
+            key = pathlib.PurePosixPath(config).name
+            check(cm is not None and key in (cm.get("data") or {}),
+                  f"{cw}: --config {config}: ConfigMap {config_volumes[mount['name']]!r} with key {key} is not rendered")
+            if cm is not None and key in (cm.get("data") or {}):
+                try:
+                    tomllib.loads(cm["data"][key])
+                except tomllib.TOMLDecodeError as e:
+                    check(False, f"ConfigMap {cm['metadata']['name']}: {key} is not TOML: {e}")
+
     for s in services:
         sw = f"Service {s['metadata']['name']}"
         check(s["spec"].get("selector") and all(pod_labels.get(k) == v for k, v in s["spec"]["selector"].items()),
@@ -242,7 +264,9 @@ def main() -> int:
         return 1
 
     services = by_kind["Service"]
-    check_daemonset(by_kind["DaemonSet"][0], {sa["metadata"]["name"] for sa in by_kind["ServiceAccount"]}, services)
+    config_maps = {cm["metadata"]["name"]: cm for cm in by_kind.get("ConfigMap", [])}
+    check_daemonset(by_kind["DaemonSet"][0], {sa["metadata"]["name"] for sa in by_kind["ServiceAccount"]}, services,
+                    config_maps)
     check_service_monitor(by_kind["ServiceMonitor"][0], services)
     check_prometheus_rule(by_kind["PrometheusRule"][0], workdir)
     (workdir / "builtin.yaml").write_text(yaml.safe_dump_all(builtin, sort_keys=False))

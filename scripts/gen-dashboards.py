@@ -476,24 +476,27 @@ def node():
                    (f"nvidia_gpu_power_limit_watts{{{DEV}}}", g + " limit")),
         per_gpu_ts(l, "Temperature vs thresholds",
                    "GPU core and memory (HBM) temperature per GPU, with the slowdown threshold (dashed)"
-                   " above which the driver slows the GPU down.",
+                   " above which the driver slows the GPU down (the threshold needs"
+                   " --collector.thermal-thresholds).",
                    "celsius",
                    (f"nvidia_gpu_temperature_celsius{{{DEV}}}", g + " core"),
                    (f"nvidia_gpu_memory_temperature_celsius{{{DEV}}}", g + " memory"),
                    (f'nvidia_gpu_temperature_threshold_celsius{{{DEV}, threshold="slowdown"}}', g + " slowdown")),
         per_gpu_ts(l, "Clocks",
                    "Current SM and memory clock per GPU. A SM clock below its maximum under load means a"
-                   " clock-event reason holds it down.",
+                   " clock-event reason holds it down. Needs --collector.clocks.",
                    "hertz",
                    (f'nvidia_gpu_clock_hertz{{{DEV}, clock=~"sm|memory"}}', g + " {{clock}}")),
         panel(l, "table", "Active clock-event reasons",
               "Reasons holding each GPU's clocks down now (nvidia_gpu_clock_event_active 1). gpu_idle is"
-              " normal on an idle GPU; thermal or power reasons under load cost performance.",
+              " normal on an idle GPU; thermal or power reasons under load cost performance. Needs"
+              " --collector.clock-events (by default nvidia_gpu_thermal_slowdown_active says whether a"
+              " thermal slowdown holds the clocks down).",
               "none", [target(f"nvidia_gpu_clock_event_active{{{DEV}}} == 1", instant=True, fmt="table")],
               12, 8),
         per_gpu_ts(l, "Time throttled",
                    "Share of time clocks were held down, by violation policy (rate of"
-                   " nvidia_gpu_throttle_seconds_total).",
+                   " nvidia_gpu_throttle_seconds_total). Needs --collector.clock-events.",
                    "percentunit",
                    (f"sum by (instance, gpu, reason) (rate(nvidia_gpu_throttle_seconds_total{{{DEV}}}[$__rate_interval]))",
                     g + " {{reason}}")),
@@ -505,17 +508,19 @@ def node():
                    (f"nvidia_gpu_pcie_transmit_bytes_per_second{{{DEV}}}", g + " tx"),
                    (f"nvidia_gpu_pcie_receive_bytes_per_second{{{DEV}}}", g + " rx")),
         per_gpu_ts(l, "NVLink throughput",
-                   "NVLink bytes per second per GPU over all its links (rate of the per-link counters).",
+                   "NVLink bytes per second per GPU over all its links (rate of the per-GPU sums of the"
+                   " link counters).",
                    "Bps",
-                   (f"sum by (instance, gpu) (rate(nvidia_gpu_nvlink_transmit_bytes_total{{{DEV}}}[$__rate_interval]))",
+                   (f"sum by (instance, gpu) (rate(nvidia_gpu_nvlink_links_transmit_bytes_total{{{DEV}}}[$__rate_interval]))",
                     g + " tx"),
-                   (f"sum by (instance, gpu) (rate(nvidia_gpu_nvlink_receive_bytes_total{{{DEV}}}[$__rate_interval]))",
+                   (f"sum by (instance, gpu) (rate(nvidia_gpu_nvlink_links_receive_bytes_total{{{DEV}}}[$__rate_interval]))",
                     g + " rx")),
 
         panel(l, "table", "ECC and remapped rows",
               "Per GPU: ECC errors since the driver loaded (volatile) and over the GPU's life (InfoROM),"
               " memory rows remapped, and whether a remap is pending (needs a reset) or failed (needs"
-              " service). Uncorrected errors, pending or failed remaps need attention.",
+              " service). Uncorrected errors, pending or failed remaps need attention. The lifetime"
+              " counts need --collector.ecc-lifetime.",
               "none", targets(
                   (f"sum by (instance, gpu, error_type) (nvidia_gpu_ecc_errors_total{{{DEV}}})", ""),
                   (f"sum by (instance, gpu, error_type) (nvidia_gpu_ecc_lifetime_errors{{{DEV}}})", ""),

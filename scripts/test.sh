@@ -54,6 +54,25 @@ lint_scenarios() {
 }
 step "promtool check metrics (every scenario)" lint_scenarios
 
+# Every collector group alone, every group but one, and all of them, on every scenario.
+lint_groups() {
+  local ok=0 scenario out lint group args all
+  read -ra all <<<"$("$bin" --help | grep -o -- '--collector\.[a-z0-9-]\+' | grep -v disable-defaults | sort -u | tr '\n' ' ')"
+  for scenario in nvml-sim/scenarios/*.toml; do
+    for group in "${all[@]}" all; do
+      for args in "--collector.disable-defaults $group" "${all[*]} --no-${group#--}"; do
+        [ "$group" = all ] && args="${all[*]}"
+        out=$(NVML_SIM_SCENARIO=$scenario NVML_SIM_TIME=60 "$bin" --once --nvml-lib "$sim" --log-level error $args) || { echo "$scenario $args: --once failed"; ok=1; continue; }
+        if ! lint=$(printf '%s\n' "$out" | "$promtool" check metrics 2>&1) || [ -n "$lint" ]; then
+          echo "$scenario $args: promtool check metrics:"; echo "$lint"; ok=1
+        fi
+      done
+    done
+  done
+  return $ok
+}
+step "promtool check metrics (each collector group on and off, every scenario)" lint_groups
+
 # --dcgm-compat=both: the native part must lint clean as above; dcgm-exporter's names break the
 # naming conventions in exactly three ways we must not "fix" (dashboards and alerts query these
 # names and labels): counters without _total, the camelCase label modelName, and the word

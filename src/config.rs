@@ -21,9 +21,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
 use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use serde::{Deserialize, Deserializer};
+
+use crate::metrics::groups::{Group, Groups, valid_names};
 
 /// The NVML library loaded when neither `--nvml-lib` nor `--demo` is given. Containers get only the
 /// versioned soname from the NVIDIA container toolkit, so the unversioned name would not be found.
@@ -139,6 +144,14 @@ pub struct Config {
           require_equals = true)]
     pub dcgm_compat: DcgmCompat,
 
+    /// At most this many series of the GPU families: above it whole collector groups are left
+    /// out, the most detailed first (processes, NVLink per link, media engines, SM pipes,
+    /// clock-event reasons, ... see docs/metrics.md), with one log line and
+    /// nvml_exporter_series_dropped_total; identity and nvidia_gpu_up are never left out
+    /// [default: no limit]
+    #[arg(long, env = "NVML_EXPORTER_MAX_SERIES", value_name = "N")]
+    pub max_series: Option<usize>,
+
     /// Attribute GPUs to pods: ask the kubelet's pod-resources API which container holds each GPU
     /// (nvidia_gpu_pod_info, and labels on the GPU's series)
     #[arg(long, env = "NVML_EXPORTER_KUBERNETES", value_name = "BOOL", default_value_t = false,
@@ -229,11 +242,24 @@ pub struct Config {
     )]
     pub host_proc: PathBuf,
 
+    /// The collector groups: `--collector.NAME`, `--no-collector.NAME`,
+    /// `--collector.disable-defaults`; in the file a table `collector` (`collector.nvlink-links =
+    /// true`).
+    #[command(flatten)]
+    #[serde(rename = "collector")]
+    pub collectors: Collectors,
+
     /// Set by the `check-config` subcommand: validate everything, print "ok" and exit instead of
     /// serving. Not an option.
     #[arg(skip)]
     #[serde(skip)]
     pub check_config: bool,
+
+    /// Set by [`load`]: the `--config` file the options were read from, watched for changes by
+    /// the configuration reload. Not an option.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub config_file: Option<PathBuf>,
 }
 
 impl Default for Config {
@@ -276,9 +302,22 @@ impl Config {
     }
 
     /// Whether the kubelet's pod list (`/pods`) is fetched: naming the pod of a GPU process
-    /// (`--processes`) needs it, nothing else does.
+    /// (`--processes`, with the processes group on) needs it, nothing else does.
     pub fn fetch_pods(&self) -> bool {
-        self.processes
+        self.processes && self.groups().contains(Group::Processes)
+    }
+
+    /// The collector groups whose native families are served: the defaults (none with
+    /// `--collector.disable-defaults`), then each group switched by name.
+    pub fn groups(&self) -> Groups {
+        self.collectors.groups(false)
+    }
+
+    /// The collector groups sampled: [`Config::groups`] and, with `--dcgm-compat`, every group
+    /// dcgm-exporter's fields come from unless switched off by name, so that the DCGM fields are
+    /// served whatever the native defaults.
+    pub fn sampled_groups(&self) -> Groups {
+        self.collectors.groups(self.dcgm_compat != DcgmCompat::Off)
     }
 
     /// Whether an assigned GPU's series carry namespace, pod and container labels.
@@ -376,6 +415,9 @@ impl Config {
                 format!("'{bad}' is not a resource name (e.g. example.com/gpu)"),
             ));
         }
+        if self.max_series == Some(0) {
+            return Err(invalid("max_series", "must be at least 1".into()));
+        }
         if self.max_processes_per_gpu == 0 {
             return Err(invalid(
                 "max_processes_per_gpu",
@@ -396,6 +438,234 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// `--collector.NAME[=BOOL]`, `--no-collector.NAME` and `--collector.disable-defaults`: which
+/// collector groups ([`crate::metrics::groups`]) are on. The flags are made from the group list;
+/// each has a variable (`NVML_EXPORTER_COLLECTOR_NVLINK_LINKS=true`) and a key of the file's
+/// `collector` table (`collector.nvlink-links = true`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Collectors {
+    /// Start from no group: only those switched on are collected.
+    pub disable_defaults: bool,
+    /// Groups switched on (true) or off (false) by name.
+    pub switched: BTreeMap<Group, bool>,
+}
+
+/// The name of `--collector.disable-defaults` after `collector.`.
+const DISABLE_DEFAULTS: &str = "disable-defaults";
+
+/// The argument ids of one switch: `collector.NAME` (also its long flag), `no-collector.NAME`,
+/// and the variable.
+struct SwitchIds {
+    group: Option<Group>,
+    on: &'static str,
+    off: &'static str,
+    env: &'static str,
+}
+
+/// The ids of every switch, `disable-defaults` first: made once, as clap keeps `&'static str`s.
+fn switch_ids() -> &'static [SwitchIds] {
+    static IDS: OnceLock<Vec<SwitchIds>> = OnceLock::new();
+    IDS.get_or_init(|| {
+        let leak = |s: String| -> &'static str { Box::leak(s.into_boxed_str()) };
+        std::iter::once((None, DISABLE_DEFAULTS))
+            .chain(Group::switchable().map(|g| (Some(g.group), g.name)))
+            .map(|(group, name)| SwitchIds {
+                group,
+                on: leak(format!("collector.{name}")),
+                off: leak(format!("no-collector.{name}")),
+                env: leak(format!(
+                    "NVML_EXPORTER_COLLECTOR_{}",
+                    name.replace('-', "_").to_uppercase()
+                )),
+            })
+            .collect()
+    })
+}
+
+impl Collectors {
+    /// The groups on: the defaults (none with `disable_defaults`), plus dcgm-exporter's groups
+    /// when `dcgm_compat`, then the switches.
+    pub fn groups(&self, dcgm_compat: bool) -> Groups {
+        let mut groups = if self.disable_defaults {
+            Groups::none()
+        } else {
+            Groups::defaults()
+        };
+        if dcgm_compat {
+            groups = groups.union(crate::metrics::dcgm::groups());
+        }
+        for (group, on) in &self.switched {
+            groups = if *on {
+                groups.with(*group)
+            } else {
+                groups.without(*group)
+            };
+        }
+        groups
+    }
+}
+
+/// The error for a group name that is none.
+fn unknown_group(name: &str) -> String {
+    format!(
+        "unknown collector group {}; the groups are: {}",
+        quote(name),
+        valid_names()
+    )
+}
+
+/// Refuses `--collector.NAME` / `--no-collector.NAME` flags and `NVML_EXPORTER_COLLECTOR_*`
+/// variables that name no group, listing the valid names (clap would only say "unexpected
+/// argument", and an unknown variable would be ignored with a warning).
+fn check_collector_names<I, T>(args: I) -> Result<(), ConfigError>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString>,
+{
+    for arg in args {
+        let arg = arg.into();
+        let Some(arg) = arg.to_str() else { continue };
+        let (flag, name) = match arg
+            .strip_prefix("--collector.")
+            .map(|n| ("--collector.", n))
+            .or_else(|| {
+                arg.strip_prefix("--no-collector.")
+                    .map(|n| ("--no-collector.", n))
+            }) {
+            Some((flag, rest)) => (flag, rest.split('=').next().unwrap_or(rest)),
+            None => continue,
+        };
+        let known = switch_ids().iter().any(|s| {
+            (s.group.is_some() || flag == "--collector.") && s.on == format!("collector.{name}")
+        });
+        if !known {
+            return Err(ConfigError::Invalid(format!(
+                "{flag}{name} (command line): {}",
+                unknown_group(name)
+            )));
+        }
+    }
+    const PREFIX: &str = "NVML_EXPORTER_COLLECTOR_";
+    for (var, _) in std::env::vars_os() {
+        let Some(var) = var.to_str() else { continue };
+        if let Some(rest) = var.strip_prefix(PREFIX)
+            && !switch_ids().iter().any(|s| s.env == var)
+        {
+            return Err(ConfigError::Invalid(format!(
+                "environment variable {}: {}",
+                one_line(var),
+                unknown_group(&rest.to_lowercase().replace('_', "-"))
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl clap::FromArgMatches for Collectors {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut c = Collectors::default();
+        c.update_from_arg_matches(matches)?;
+        Ok(c)
+    }
+
+    /// A flag or variable given replaces the file's value; `--no-collector.NAME` beats a
+    /// variable (flags beat the environment), and of two flags of a group the later wins.
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        for s in switch_ids() {
+            let off = matches!(matches.try_get_one::<bool>(s.off), Ok(Some(true)))
+                && matches.value_source(s.off) == Some(ValueSource::CommandLine);
+            let on = match matches.try_get_one::<bool>(s.on) {
+                Ok(Some(v)) if matches.value_source(s.on) != Some(ValueSource::DefaultValue) => {
+                    Some(*v)
+                }
+                _ => None,
+            };
+            let value = if off { Some(false) } else { on };
+            match (s.group, value) {
+                (_, None) => {}
+                (None, Some(v)) => self.disable_defaults = v,
+                (Some(g), Some(v)) => {
+                    self.switched.insert(g, v);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+impl clap::Args for Collectors {
+    fn augment_args(mut cmd: clap::Command) -> clap::Command {
+        for s in switch_ids() {
+            let (help, long_help) = match s.group {
+                None => (
+                    "Start from no collector group: only those turned on with --collector.NAME are collected".to_string(),
+                    "Start from no collector group: only those turned on with --collector.NAME are \
+                     collected. Each group below is turned on with --collector.NAME and off with \
+                     --no-collector.NAME; with --dcgm-compat every group that dcgm-exporter's \
+                     fields come from is sampled unless turned off".to_string(),
+                ),
+                Some(g) => {
+                    let info = g.info();
+                    let text = format!(
+                        "Collect the {} group: {} [default: {}]",
+                        info.name,
+                        info.help,
+                        if info.default { "on" } else { "off" }
+                    );
+                    (text.clone(), text)
+                }
+            };
+            cmd = cmd
+                .arg(
+                    clap::Arg::new(s.on)
+                        .long(s.on)
+                        .env(s.env)
+                        .value_name("BOOL")
+                        .value_parser(clap::value_parser!(bool))
+                        .action(ArgAction::Set)
+                        .num_args(0..=1)
+                        .default_missing_value("true")
+                        .require_equals(true)
+                        .help(help)
+                        .long_help(long_help)
+                        .help_heading("Collectors")
+                        .overrides_with(s.off),
+                )
+                .arg(
+                    clap::Arg::new(s.off)
+                        .long(s.off)
+                        .action(ArgAction::SetTrue)
+                        .hide(true)
+                        .overrides_with(s.on),
+                );
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl<'de> Deserialize<'de> for Collectors {
+    /// The file's `collector` table: `disable-defaults` and group names, each a boolean.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut c = Collectors::default();
+        for (name, on) in BTreeMap::<String, bool>::deserialize(d)? {
+            if name == DISABLE_DEFAULTS {
+                c.disable_defaults = on;
+                continue;
+            }
+            let group = Group::from_name(&name)
+                .filter(|g| *g != Group::Core)
+                .ok_or_else(|| D::Error::custom(unknown_group(&name)))?;
+            c.switched.insert(group, on);
+        }
+        Ok(c)
     }
 }
 
@@ -503,6 +773,8 @@ where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
 {
+    let args: Vec<T> = args.into_iter().collect();
+    check_collector_names(args.iter().cloned())?;
     let mut command = Cli::command();
     let mut matches = command.try_get_matches_from_mut(args)?;
     let cli = Cli::from_arg_matches(&matches)?;
@@ -542,6 +814,7 @@ where
     }
     config.update_from_arg_matches(&matches)?;
     config.check_config = check_config;
+    config.config_file = file.as_ref().map(|f| f.path.clone());
     let origins = Origins {
         command: &command,
         matches: &matches,
@@ -932,9 +1205,65 @@ mod tests {
             }
             let flag = id.replace('_', "-");
             assert_eq!(arg.get_long(), Some(flag.as_str()), "{id}");
-            let var = format!("NVML_EXPORTER_{}", id.to_uppercase());
+            // The hidden negation of a collector switch has no variable of its own.
+            if id.starts_with("no-collector.") {
+                continue;
+            }
+            let var = format!(
+                "NVML_EXPORTER_{}",
+                id.replace(['.', '-'], "_").to_uppercase()
+            );
             assert_eq!(arg.get_env().and_then(|v| v.to_str()), Some(var.as_str()));
         }
+    }
+
+    #[test]
+    fn collector_groups_from_defaults_dcgm_compat_and_switches() {
+        assert_eq!(load_args(&[]).unwrap().groups(), Groups::defaults());
+        let c = load_args(&["--collector.disable-defaults", "--collector.nvlink-links"]).unwrap();
+        assert_eq!(c.groups(), Groups::none().with(Group::NvlinkLinks));
+        // --dcgm-compat samples what dcgm-exporter's fields come from, unless turned off by name;
+        // the native families served stay those of the groups on.
+        let c = load_args(&["--dcgm-compat=both"]).unwrap();
+        let sampled = c.sampled_groups();
+        assert!(sampled.contains(Group::Clocks) && sampled.contains(Group::ClockEvents));
+        assert!(
+            !sampled.contains(Group::NvlinkLinks),
+            "no DCGM field is per link"
+        );
+        assert_eq!(c.groups(), Groups::defaults());
+        let c = load_args(&["--dcgm-compat", "--no-collector.clocks"]).unwrap();
+        assert!(!c.sampled_groups().contains(Group::Clocks));
+        assert_eq!(load_args(&[]).unwrap().sampled_groups(), Groups::defaults());
+        let c = load_args(&["--collector.memory=false"]).unwrap();
+        assert!(!c.groups().contains(Group::Memory));
+        let f = file("collector.disable-defaults = true\ncollector.power = true\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.groups(), Groups::none().with(Group::Power));
+        let c = load_args(&[
+            "--config",
+            f.path().to_str().unwrap(),
+            "--collector.disable-defaults=false",
+        ])
+        .unwrap();
+        assert_eq!(c.groups(), Groups::defaults());
+        let f = file("collector.power = 1\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn max_series_defaults_to_none_and_refuses_0() {
+        assert_eq!(load_args(&[]).unwrap().max_series, None);
+        assert_eq!(
+            load_args(&["--max-series", "500"]).unwrap().max_series,
+            Some(500)
+        );
+        let e = err(&["--max-series", "0"]);
+        assert!(
+            e.contains("--max-series") && e.contains("at least 1"),
+            "{e}"
+        );
     }
 
     #[test]

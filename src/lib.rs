@@ -3,7 +3,7 @@
 //! Data flows one way: [`config`] → [`sampler`] (the only user of NVML, through [`nvml`]) →
 //! [`sample::Snapshot`] → [`publish`] (encoded once per tick by [`metrics`], with the kubelet's
 //! answer from [`kubernetes`]) → [`http`] (serves the bytes). A scrape never calls NVML and never
-//! encodes.
+//! encodes. [`reload`] applies a changed configuration to the running parts.
 
 mod certificates;
 pub mod config;
@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod nvml;
 pub mod processes;
 pub mod publish;
+pub mod reload;
 pub mod sample;
 pub mod sampler;
 
@@ -40,6 +41,8 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
         } else {
             metrics::dcgm::hostname()
         },
+        groups: config.groups(),
+        max_series: config.max_series,
     }
 }
 
@@ -51,6 +54,7 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
         device_timeout: config.device_timeout(),
         stale_grace: config.stale_grace(),
         processes: config.processes.then(|| config.host_proc.clone()),
+        groups: config.sampled_groups(),
     }
 }
 
@@ -59,54 +63,60 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
 /// The HTTP server answers from the first moment, before NVML is initialised (`/readyz` says why it
 /// is not ready); the sampler publishes a new encoded exposition after every tick. `web` adds TLS
 /// and basic auth (see [`http::web_config`]); `WebSettings::default()` serves plain HTTP to anyone.
+/// `reload` says how `config` and `web` were loaded, to load them again on SIGHUP or when their
+/// files change (see [`reload`]).
 pub async fn run(
     config: Config,
     web: http::WebSettings,
     listener: tokio::net::TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    reload: reload::Triggers,
 ) -> anyhow::Result<()> {
-    warn_unknown_variables();
-    if let Some(path) = web.enables_nothing() {
-        tracing::warn!(
-            web_config = %path.display(),
-            "the web-config file enables neither TLS nor basic auth: serving plain HTTP to anyone"
-        );
+    for warning in startup_warnings(Some(&web)) {
+        tracing::warn!("{warning}");
     }
     // The kubelet is asked on this runtime, never on the sampler threads.
-    let kubelet = config
+    let kubelet_state = config
         .kubernetes
         .then(|| kubernetes::StateHandle::new(&config));
-    let publisher = publish::Publisher::new(
-        metrics::Encoder::new(metrics_options(&config)),
-        kubelet.clone(),
-    );
+    let encoder = metrics::Encoder::new(metrics_options(&config));
+    let connection_metrics = encoder.connection_metrics();
+    let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
     // next tick.
-    let watcher = kubelet.map(|state| {
-        let publisher = Arc::clone(&publisher);
-        kubernetes::Watcher::spawn(&config, state, move || {
-            let publisher = Arc::clone(&publisher);
-            tokio::task::spawn_blocking(move || publisher.republish());
-        })
-    });
+    let kubelet = kubelet_state.map(|state| reload::Kubelet::start(&config, state, &publisher));
     let sampler = {
         let publisher = Arc::clone(&publisher);
         sampler::Sampler::start(sampler_options(&config), move |snapshot| {
             publisher.tick(snapshot)
         })?
     };
+    // Installed without users too, so that a reload can turn basic auth on.
+    let auth = Arc::new(http::auth::AuthSwitch::new(web.auth.clone()));
 
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let auth = web.auth.clone();
-    tokio::spawn(async move {
-        shutdown.await;
-        // Credential checks still waiting are answered at once: stopping waits only for the
-        // running ones.
-        if let Some(auth) = auth {
+    {
+        let auth = Arc::clone(&auth);
+        tokio::spawn(async move {
+            shutdown.await;
+            // Credential checks still waiting are answered at once: stopping waits only for the
+            // running ones.
             auth.close();
-        }
-        let _ = stop_tx.send(true);
-    });
+            let _ = stop_tx.send(true);
+        });
+    }
+    let reloader = reload::Reloader {
+        args: reload.args,
+        watched: reload::Reloader::stamps(&config),
+        config: config.clone(),
+        web: web.file.clone(),
+        publisher: Arc::clone(&publisher),
+        sampler: sampler.live_options(),
+        kubelet,
+        auth: Arc::clone(&auth),
+        tls: web.tls.clone(),
+    };
+    let reloading = tokio::spawn(reloader.watch(reload.hangup, stop_rx.clone()));
     // The sampler stops as soon as the signal comes, while connections drain, so that the whole
     // shutdown takes at most SHUTDOWN_GRACE (the sampler's own bound is shorter).
     let sampler_stopped = {
@@ -118,28 +128,30 @@ pub async fn run(
         })
     };
     let mut app = http::router(publisher, config.interval);
-    if let Some(auth) = web.auth {
-        app = app.layer(axum::middleware::from_fn_with_state(
-            auth,
-            http::auth::require,
-        ));
-    }
+    app = app.layer(axum::middleware::from_fn_with_state(
+        auth,
+        http::auth::require,
+    ));
     // Outermost: a request body is read off the connection before anything answers, a 401 too.
     // It gets as long to arrive as a request head.
     app = app.layer(axum::middleware::from_fn_with_state(
         http::server::HEADER_READ_TIMEOUT,
         http::drain_request_body,
     ));
-    http::server::serve(listener, app, web.tls, stop_rx).await;
+    http::server::serve(listener, app, web.tls, connection_metrics, stop_rx).await;
     sampler_stopped.await??;
-    drop(watcher);
+    // Stops the kubelet refresh task with the reloader that owns it; a reload still running on
+    // its blocking thread is abandoned with the others.
+    reloading.abort();
     Ok(())
 }
 
 /// `--once`: one tick (and with `--kubernetes`, one `List` call), encoded. Returns the exposition
 /// text and whether NVML answered.
 pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
-    warn_unknown_variables();
+    for warning in startup_warnings(None) {
+        tracing::warn!("{warning}");
+    }
     let mut snapshot = sampler::sample_once(&sampler_options(config));
     if config.kubernetes {
         snapshot.kubernetes = Some(kubelet_once(config));
@@ -154,11 +166,18 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     (encoder.encode(&snapshot), snapshot.nvml_up)
 }
 
-/// Logs each `NVML_EXPORTER_*` variable that is not an option (a typo would otherwise go unseen).
-fn warn_unknown_variables() {
-    for warning in config::unknown_variables(std::env::vars_os().map(|(name, _)| name)) {
-        tracing::warn!("{warning}");
+/// What is valid but probably not meant: each `NVML_EXPORTER_*` variable that is no option (a
+/// typo would otherwise go unseen), and a web-config file that enables neither TLS nor auth.
+/// Logged at start and printed by `check-config`.
+pub fn startup_warnings(web: Option<&http::WebSettings>) -> Vec<String> {
+    let mut warnings = config::unknown_variables(std::env::vars_os().map(|(name, _)| name));
+    if let Some(path) = web.and_then(http::WebSettings::enables_nothing) {
+        warnings.push(format!(
+            "{}: the web-config file enables neither TLS nor basic auth: serving plain HTTP to anyone",
+            path.display()
+        ));
     }
+    warnings
 }
 
 /// One `List` call on a runtime of its own (`--once` runs without one).

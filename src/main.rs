@@ -1,7 +1,8 @@
 //! The `nvml-exporter` executable: configuration → logging → [`nvml_exporter::run`]. The only
 //! place that exits: status 2 for a bad flag, variable, config or web-config file; 1 when it
 //! cannot serve. `check-config` stops after validation. SIGTERM and SIGINT stop it within
-//! [`nvml_exporter::SHUTDOWN_GRACE`]; SIGHUP is logged and changes nothing yet.
+//! [`nvml_exporter::SHUTDOWN_GRACE`]; SIGHUP reloads the configuration
+//! ([`nvml_exporter::reload`]), from the same command line and environment.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -14,7 +15,8 @@ use nvml_exporter::http::WebSettings;
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
-    let config = match config::load(std::env::args_os()) {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let config = match config::load(args.iter().cloned()) {
         Ok(config) => config,
         Err(ConfigError::Cli(e)) => {
             // `--help` and `--version` are "errors" that print to stdout and exit 0.
@@ -36,6 +38,9 @@ fn main() -> ExitCode {
         }
     };
     if config.check_config {
+        for warning in nvml_exporter::startup_warnings(Some(&web)) {
+            eprintln!("warning: {warning}");
+        }
         println!("ok");
         return ExitCode::SUCCESS;
     }
@@ -71,8 +76,12 @@ fn main() -> ExitCode {
     };
     let code = runtime.block_on(async {
         // Before listening: a SIGHUP from then on must not end the process.
-        let signals = Signals::register();
-        let listener = match tokio::net::TcpListener::bind(config.listen).await {
+        let mut signals = Signals::register();
+        let reload = nvml_exporter::reload::Triggers {
+            args,
+            hangup: signals.hangup.take(),
+        };
+        let listener = match nvml_exporter::http::server::bind(config.listen) {
             Ok(listener) => listener,
             Err(e) => {
                 tracing::error!(address = %config.listen, error = %e, "cannot listen");
@@ -89,7 +98,7 @@ fn main() -> ExitCode {
             ),
             Err(e) => tracing::warn!(error = %e, "listening on an unknown address"),
         }
-        match nvml_exporter::run(config, web, listener, signals.shutdown()).await {
+        match nvml_exporter::run(config, web, listener, signals.shutdown(), reload).await {
             Ok(()) => {
                 tracing::info!("stopped");
                 ExitCode::SUCCESS
@@ -145,7 +154,8 @@ fn init_tracing(config: &Config) {
 }
 
 /// The signals the exporter answers, each watched from registration on (a signal not watched
-/// keeps its default action, which for all three is to end the process at once).
+/// keeps its default action, which for all three is to end the process at once). SIGHUP is
+/// handed to the configuration reload.
 struct Signals {
     terminate: Option<Signal>,
     interrupt: Option<Signal>,
@@ -170,25 +180,11 @@ impl Signals {
         }
     }
 
-    /// Completes on SIGTERM (Kubernetes, systemd) or SIGINT (Ctrl-C). SIGHUP, which service
-    /// managers send to ask for a reload, is logged and otherwise ignored until reloading the
-    /// configuration is supported.
+    /// Completes on SIGTERM (Kubernetes, systemd) or SIGINT (Ctrl-C).
     async fn shutdown(mut self) {
-        loop {
-            tokio::select! {
-                () = next(&mut self.terminate) => {
-                    tracing::info!("SIGTERM received, shutting down");
-                    return;
-                }
-                () = next(&mut self.interrupt) => {
-                    tracing::info!("SIGINT received, shutting down");
-                    return;
-                }
-                () = next(&mut self.hangup) => tracing::info!(
-                    "SIGHUP received; reloading the configuration is not supported yet, \
-                     carrying on with the current one"
-                ),
-            }
+        tokio::select! {
+            () = next(&mut self.terminate) => tracing::info!("SIGTERM received, shutting down"),
+            () = next(&mut self.interrupt) => tracing::info!("SIGINT received, shutting down"),
         }
     }
 }

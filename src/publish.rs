@@ -5,7 +5,9 @@
 //! assignments change between ticks, [`Publisher::republish`] encodes the last snapshot
 //! again with them, so pod labels follow the kubelet within one refresh. HTTP only reads
 //! [`Publisher::current`]: a scrape never calls NVML and never encodes, and the gzip form is made
-//! by the first request that asks for it ([`Published::gzip`]).
+//! by the first request that asks for it ([`Published::gzip`]). A configuration reload
+//! [reconfigures](Publisher::reconfigure) the encoding and the kubelet state, and the last
+//! snapshot is encoded again with them at once.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, RwLock};
@@ -17,7 +19,7 @@ use tokio::sync::OnceCell;
 use tokio::task::JoinError;
 
 use crate::kubernetes::StateHandle;
-use crate::metrics::Encoder;
+use crate::metrics::{Encoder, MetricsOptions};
 use crate::sample::Snapshot;
 
 /// gzip level of [`Published::gzip`]: the fastest, since the first gzip scrape of a tick waits
@@ -76,7 +78,7 @@ impl Published {
 pub struct Publisher {
     encoder: Encoder,
     /// The kubelet's latest answer, with `--kubernetes`.
-    kubelet: Option<StateHandle>,
+    kubelet: Mutex<Option<StateHandle>>,
     /// The last snapshot from the sampler, kept to encode again when the kubelet's assignments
     /// change. Its lock also orders encodings, so a newer exposition never gets replaced by an
     /// older one.
@@ -97,7 +99,7 @@ impl Publisher {
         };
         Arc::new(Publisher {
             encoder,
-            kubelet,
+            kubelet: Mutex::new(kubelet),
             last: Mutex::new(None),
             current: RwLock::new(Arc::new(placeholder)),
         })
@@ -105,7 +107,7 @@ impl Publisher {
 
     /// Publishes one sampling tick: called by the sampler after every tick.
     pub fn tick(&self, mut snapshot: Snapshot) {
-        snapshot.kubernetes = self.kubelet.as_ref().map(StateHandle::current);
+        snapshot.kubernetes = self.kubelet_state();
         let snapshot = Arc::new(snapshot);
         let mut last = self.lock_last();
         if let Some(seconds) = snapshot.tick_duration_seconds {
@@ -123,8 +125,31 @@ impl Publisher {
             return;
         };
         let mut snapshot = previous.clone();
-        snapshot.kubernetes = self.kubelet.as_ref().map(StateHandle::current);
+        snapshot.kubernetes = self.kubelet_state();
         self.publish(&Arc::new(snapshot));
+    }
+
+    /// Encodes with `opts` and the kubelet state of `kubelet` from the next publish on (a
+    /// configuration reload, which then [records](Self::record_reload) its outcome).
+    pub fn reconfigure(&self, opts: MetricsOptions, kubelet: Option<StateHandle>) {
+        self.encoder.set_options(opts);
+        *self.kubelet.lock().unwrap_or_else(|e| e.into_inner()) = kubelet;
+    }
+
+    /// Records whether a configuration reload succeeded (see [`Encoder::record_reload`]) and
+    /// encodes the last tick again, so that the outcome and any new options are served at once.
+    pub fn record_reload(&self, ok: bool) {
+        self.encoder.record_reload(ok);
+        self.republish();
+    }
+
+    /// The latest kubelet state, with `--kubernetes`.
+    fn kubelet_state(&self) -> Option<crate::sample::KubernetesState> {
+        self.kubelet
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(StateHandle::current)
     }
 
     /// What requests are served now.

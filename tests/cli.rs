@@ -330,6 +330,29 @@ fn config_files_that_are_not_small_regular_files_exit_2_at_once() {
 }
 
 #[test]
+fn check_config_prints_what_is_valid_but_probably_not_meant() {
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, "# tls_server_config and basic_auth_users to come\n").unwrap();
+    let out = exporter_command(
+        &[("NVML_EXPORTER_INTERVALL", "2s")],
+        &["check-config", "--web-config", web.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: environment variable NVML_EXPORTER_INTERVALL is not an option")
+            && err.contains("warning: ")
+            && err.contains("enables neither TLS nor basic auth"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 2, "{err}");
+}
+
+#[test]
 fn an_unknown_nvml_exporter_variable_is_warned_about() {
     let out = run_once(
         &[

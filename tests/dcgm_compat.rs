@@ -171,10 +171,14 @@ fn dcgm_exporter_dashboard_queries_are_served_in_dcgm_mode() {
 
 #[test]
 fn dcgm_exporter_dashboard_queries_are_served_in_both_mode() {
-    let (_e, m) = exporter_with_gpm(&["--dcgm-compat=both"]);
+    // The clocks group on, so that the native clocks are there to compare with.
+    let (_e, m) = exporter_with_gpm(&["--dcgm-compat=both", "--collector.clocks"]);
     assert_dashboard_is_served(&m, "node-a");
-    // Native names are served too, and come first.
+    // Native names are served too, and come first: those of the groups on only, while the DCGM
+    // fields of an opt-in group (clock-events) are served all the same.
     assert_eq!(m.find("nvidia_gpu_up", &[]).len(), 8);
+    assert!(m.find("nvidia_gpu_throttle_seconds_total", &[]).is_empty());
+    assert_eq!(m.find("DCGM_FI_DEV_POWER_VIOLATION", &[]).len(), 8);
     let first_dcgm = m.text.find("# HELP DCGM_").unwrap();
     assert!(m.text.rfind("\nnvidia_gpu_").unwrap() < first_dcgm);
     // Same snapshot, DCGM units: MiB of the native bytes, MHz of the native hertz.

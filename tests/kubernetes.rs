@@ -1,5 +1,6 @@
 //! Pod attribution end to end: the real exporter binary on the simulated H100s, asking a fake
-//! kubelet (a tonic server on a unix socket in a temp dir) whose pod list the test changes.
+//! kubelet (a tonic server on a unix socket in a temp dir) whose pod list the test changes, and
+//! whose Kubernetes options a reloaded configuration file turns on and off.
 
 mod common;
 mod kubelet;
@@ -300,4 +301,69 @@ fn once_asks_the_kubelet_once() {
     assert_eq!(pod_infos(&m), owned(&[("1", "ml", "pod-a", "main")]));
     assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), Some(1.0));
     assert_eq!(kubelet.calls(), 1);
+}
+
+/// Writes `text` to `path` by rename, as Kubernetes volumes and editors do.
+fn write_atomic(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn attribution_and_pod_labels_follow_a_reloaded_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    let config = dir.path().join("config.toml");
+    write_atomic(&config, "kubernetes = false\n");
+    let h100 = scenario("h100x8");
+    let e = Exporter::start(
+        &[("NVML_SIM_SCENARIO", h100.to_str().unwrap())],
+        &[
+            "--interval",
+            INTERVAL,
+            "--config",
+            config.to_str().unwrap(),
+            "--pod-resources-socket",
+            socket.to_str().unwrap(),
+        ],
+    );
+    let m = e.wait_metrics(Duration::from_secs(10), "a tick", |m| ticks(m) > 0.0);
+    assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), None);
+    let uuid0 = info_label(&m, "0", "uuid");
+    kubelet.set_pods(vec![pod(
+        "ml",
+        "pod-a",
+        "train",
+        "nvidia.com/gpu",
+        &[&uuid0],
+    )]);
+    let gpu0_pod = |m: &Exposition| {
+        m.find("nvidia_gpu_up", &[("gpu", "0")])[0]
+            .labels
+            .get("pod")
+            .cloned()
+    };
+
+    // Turned on: the kubelet is asked, and GPU 0's series carry its pod.
+    write_atomic(&config, "kubernetes = true\n");
+    let wait = Duration::from_secs(20);
+    e.wait_metrics(wait, "pod-a on GPU 0", |m| {
+        pod_infos(m) == owned(&[("0", "ml", "pod-a", "train")])
+            && gpu0_pod(m).as_deref() == Some("pod-a")
+    });
+
+    // Labels off: the assignment stays in nvidia_gpu_pod_info, the GPU's series lose the labels.
+    write_atomic(&config, "kubernetes = true\nkubernetes_labels = false\n");
+    let m = e.wait_metrics(wait, "GPU 0's series without pod labels", |m| {
+        gpu0_pod(m).is_none() && !pod_infos(m).is_empty()
+    });
+    assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), Some(1.0));
+
+    // Off again: nothing of the kubelet is served.
+    write_atomic(&config, "kubernetes = false\n");
+    e.wait_metrics(wait, "no kubelet series", |m| {
+        pod_infos(m).is_empty() && m.value("nvml_exporter_kubernetes_up", &[]).is_none()
+    });
 }

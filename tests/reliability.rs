@@ -375,8 +375,8 @@ fn a_restart_seen_as_lost_gpus_renumbers_and_rediscovers() {
 #[test]
 fn an_xid_storm_and_a_failing_function_keep_memory_and_logs_bounded() {
     // faults.toml, t = 12–17 s: 2000 XID 31 a second on GPU 0 (10 000 in all), and
-    // nvmlDeviceGetClockInfo failing on every call of every GPU.
-    let e = start_faults("10", &["--interval", "250ms"]);
+    // nvmlDeviceGetClockInfo failing on every call of every GPU (the clocks group, opt-in).
+    let e = start_faults("10", &["--interval", "250ms", "--collector.clocks"]);
     e.wait_metrics(WAIT, "all four GPUs up", |m| {
         (0..4).all(|g| m.gpu_value("nvidia_gpu_up", g, &[]) == Some(1.0))
     });

@@ -28,7 +28,12 @@ fn the_catalog_lists_every_gpm_family() {
 
 #[test]
 fn busy_is_told_from_saturated_on_the_default_node() {
-    let e = Exporter::start(&[], &["--interval", "250ms"]);
+    // Every group: the pipes and the GPM bandwidth are opt-in.
+    let every_group = common::every_group();
+    let e = Exporter::start(
+        &[],
+        &common::with_every_group(&every_group, &["--interval", "250ms"]),
+    );
     let m = e.wait_metrics(WAIT, "GPM values on all 8 GPUs", |m| {
         (0..8).all(|g| sm(m, g).is_some())
     });

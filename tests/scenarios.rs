@@ -12,14 +12,16 @@ use std::collections::BTreeSet;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// `--once` on `scenario` with every collector group on: these tests check every family.
 fn once(scenario: &str) -> Exposition {
     let path = common::scenario(scenario);
+    let every_group = common::every_group();
     let out = run_once(
         &[
             ("NVML_SIM_SCENARIO", path.to_str().unwrap()),
             ("NVML_SIM_TIME", "60"),
         ],
-        &[],
+        &common::with_every_group(&every_group, &[]),
     );
     assert_eq!(
         out.status.code(),

@@ -1,8 +1,9 @@
 //! The hardened HTTP server and `--web-config`, on the real binary: slowloris clients cannot
 //! delay a scrape and are closed after the header timeout; TLS, mTLS and basic auth work with a
 //! real client (ureq over rustls) and certificates generated for each test; certificates rotate
-//! without a restart; bad web-config files exit 2 naming the file; a flood of wrong passwords is
-//! answered at once and neither delays a scraper from another address nor stalls shutdown.
+//! without a restart, and so do the files a changed web-config names; bad web-config files exit
+//! 2 naming the file; a flood of wrong passwords is answered at once and neither delays a scraper
+//! from another address nor stalls shutdown.
 
 mod common;
 
@@ -259,6 +260,43 @@ fn rotated_certificates_are_served_without_a_restart() {
         https_get(&agent(Some(&first), None), &e, "/healthz").is_err(),
         "the old certificate is no longer served"
     );
+}
+
+#[test]
+fn a_web_config_naming_other_certificate_files_is_served_after_it_changes() {
+    let first = Ca::new("first CA");
+    let dir = tls_dir(&first);
+    let web = web_config(
+        dir.path(),
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
+    );
+    let e = start_with(&web);
+    assert_eq!(
+        https_get(&agent(Some(&first), None), &e, "/healthz"),
+        Ok(200)
+    );
+
+    // New files beside the old ones, and the web-config switched to them (the configuration
+    // reload notices the web-config's change; the old files stay as they were).
+    let second = Ca::new("second CA");
+    let server = second.server();
+    write_atomic(dir.path(), "next.key", &server.key);
+    write_atomic(dir.path(), "next.crt", &server.cert);
+    write_atomic(
+        dir.path(),
+        "web.yml",
+        "tls_server_config:\n  cert_file: next.crt\n  key_file: next.key\n",
+    );
+    let wait = Duration::from_secs(15);
+    poll_until(wait, || {
+        (https_get(&agent(Some(&second), None), &e, "/healthz") == Ok(200)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the new files not served after {wait:?}\n{}", e.logs()));
+    assert!(
+        https_get(&agent(Some(&first), None), &e, "/healthz").is_err(),
+        "the old certificate is no longer served"
+    );
+    assert!(e.logs().contains("TLS settings reloaded"), "{}", e.logs());
 }
 
 // ---------------------------------------------------------------------------------------------

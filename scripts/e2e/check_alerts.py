@@ -38,6 +38,7 @@ EXPECTED = {
     "NvidiaGpuRowRemapFailure": set(),
     "NvmlExporterDown": set(),
     "NvmlExporterStale": set(),
+    "NvmlExporterConfigReloadFailed": set(),
 }
 
 # Fleet recording rules over the eight GPUs: all up, GPUs 1-7 hold memory (allocated), GPU 7 idle.
@@ -65,6 +66,7 @@ EXPECTED_MIG = {
     "NvidiaGpuRowRemapFailure": set(),
     "NvmlExporterDown": set(),
     "NvmlExporterStale": set(),
+    "NvmlExporterConfigReloadFailed": set(),
 }
 EXPECTED_MIG_FLEET = {
     "instance:nvidia_gpu_up:sum": 2,

@@ -23,6 +23,9 @@
 //! On shutdown [`BasicAuth::close`] answers the checks still waiting with 503 at once, so that
 //! stopping waits for the running checks only.
 //!
+//! The middleware asks an [`AuthSwitch`] for the users in force at each request: a reload of the
+//! web-config replaces them as a whole (checks already running finish against the old ones).
+//!
 //! `/healthz` and `/readyz` are exempt: kubelet probes cannot easily send credentials, and those
 //! endpoints reveal only whether the exporter is up and why it is not ready.
 
@@ -217,6 +220,53 @@ impl BasicAuth {
     }
 }
 
+/// The basic auth in force (`None`: every request passes), replaced as a whole when the
+/// web-config is reloaded.
+#[derive(Debug, Default)]
+pub struct AuthSwitch {
+    current: Mutex<Option<Arc<BasicAuth>>>,
+    /// Set by [`close`](Self::close): a replacement arriving afterwards is closed too.
+    closed: std::sync::atomic::AtomicBool,
+}
+
+impl AuthSwitch {
+    /// Starts with `auth`.
+    pub fn new(auth: Option<Arc<BasicAuth>>) -> AuthSwitch {
+        AuthSwitch {
+            current: Mutex::new(auth),
+            closed: Default::default(),
+        }
+    }
+
+    /// The users in force now.
+    pub fn current(&self) -> Option<Arc<BasicAuth>> {
+        self.lock().clone()
+    }
+
+    /// Puts `auth` in force from the next request on.
+    pub fn replace(&self, auth: Option<Arc<BasicAuth>>) {
+        if let Some(auth) = &auth
+            && self.closed.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            auth.close();
+        }
+        *self.lock() = auth;
+    }
+
+    /// [`BasicAuth::close`] on the users in force and on any that replace them later.
+    pub fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(auth) = self.current() {
+            auth.close();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<BasicAuth>>> {
+        // A poisoned lock only means a swap panicked; the value is one Arc.
+        self.current.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 /// Who waits for a bcrypt turn: checks per client address (waiting or running) and checks
 /// waiting in all. Holds only addresses with a check, so at most
 /// `MAX_WAITING_VERIFY + MAX_CONCURRENT_VERIFY` entries.
@@ -324,10 +374,14 @@ fn parse_basic(value: &[u8]) -> Option<(String, String)> {
     Some((user.to_string(), password.to_string()))
 }
 
-/// axum middleware: 401 with a challenge unless the path is exempt or the credentials check out;
-/// 429 or 503 when the check cannot queue (see the module doc). The client's address comes from
-/// the [`ConnectInfo`] extension the server adds; without it all clients count as one.
-pub async fn require(State(auth): State<Arc<BasicAuth>>, req: Request, next: Next) -> Response {
+/// axum middleware: 401 with a challenge unless basic auth is off, the path is exempt or the
+/// credentials check out; 429 or 503 when the check cannot queue (see the module doc). The
+/// client's address comes from the [`ConnectInfo`] extension the server adds; without it all
+/// clients count as one.
+pub async fn require(State(switch): State<Arc<AuthSwitch>>, req: Request, next: Next) -> Response {
+    let Some(auth) = switch.current() else {
+        return next.run(req).await;
+    };
     if EXEMPT_PATHS.contains(&req.uri().path()) {
         return next.run(req).await;
     }
@@ -408,6 +462,21 @@ mod tests {
         assert!(!a.check(b"Bearer abc"));
         assert!(!a.check(b""));
         assert!(a.cache().is_empty());
+    }
+
+    #[test]
+    fn a_switch_serves_the_replacement_and_closes_one_that_comes_after_shutdown() {
+        let switch = AuthSwitch::new(None);
+        assert!(switch.current().is_none());
+        let first = Arc::new(auth());
+        switch.replace(Some(Arc::clone(&first)));
+        assert!(Arc::ptr_eq(&switch.current().unwrap(), &first));
+        switch.close();
+        assert!(first.turns.is_closed());
+        // A reload that lands during shutdown must not reopen the queue.
+        let second = Arc::new(auth());
+        switch.replace(Some(Arc::clone(&second)));
+        assert!(second.turns.is_closed());
     }
 
     #[test]

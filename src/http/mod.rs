@@ -2,7 +2,8 @@
 //!
 //! [`web_config`] reads the `--web-config` file (TLS, client certificates, basic auth, in the
 //! Prometheus exporter-toolkit format), [`tls`] builds and rebuilds the rustls configuration,
-//! [`auth`] checks basic-auth credentials and [`server`] runs the accept loop with its bounds.
+//! [`auth`] checks basic-auth credentials, [`server`] runs the accept loop with its bounds and
+//! [`connections`] keeps every connection within its allowances.
 //!
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
 //! and a recent tick completed), `/` (landing page). Every route reads what the [`Publisher`]
@@ -10,6 +11,7 @@
 //! [`drain_request_body`] reads one that comes anyway before anything answers.
 
 pub mod auth;
+pub mod connections;
 pub mod server;
 pub mod tls;
 pub mod web_config;

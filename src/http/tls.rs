@@ -9,6 +9,8 @@
 //! [`crate::config::read_small_file`].
 //! A rebuild that fails (a half-written file, a key that does not match yet) keeps serving the
 //! previous certificate and logs a warning; it is tried again when the files change again.
+//! A reload of the web-config that names other files or settings [replaces](TlsReloader::replace)
+//! the whole state with one loaded from them.
 
 use std::fmt;
 use std::os::unix::fs::MetadataExt;
@@ -77,9 +79,10 @@ pub enum TlsError {
 /// How often, at most, a handshake looks at the files' modification times.
 pub const RELOAD_CHECK: Duration = Duration::from_secs(1);
 
-/// What tells one version of a file from another, or `None` when it cannot be read.
+/// What tells one version of a file from another (see the module doc); the configuration
+/// reload compares the `--config` and `--web-config` files by it too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub(crate) struct Stamp {
     dev: u64,
     ino: u64,
     len: u64,
@@ -88,6 +91,12 @@ struct Stamp {
 }
 
 impl Stamp {
+    /// The stamp of the file `path` names now, through any symlinks (a Kubernetes volume swaps
+    /// a symlink to a new directory); `None` when it cannot be read.
+    pub(crate) fn of_path(path: &std::path::Path) -> Option<Stamp> {
+        std::fs::metadata(path).ok().map(|m| Stamp::of(&m))
+    }
+
     fn of(m: &std::fs::Metadata) -> Stamp {
         Stamp {
             dev: m.dev(),
@@ -101,11 +110,11 @@ impl Stamp {
 
 /// The current TLS acceptor, rebuilt when the certificate files change.
 pub struct TlsReloader {
-    settings: TlsSettings,
     state: Mutex<State>,
 }
 
 struct State {
+    settings: TlsSettings,
     acceptor: TlsAcceptor,
     stamps: Vec<Option<Stamp>>,
     checked: Instant,
@@ -114,7 +123,7 @@ struct State {
 impl fmt::Debug for TlsReloader {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TlsReloader")
-            .field("settings", &self.settings)
+            .field("settings", &self.lock().settings)
             .finish_non_exhaustive()
     }
 }
@@ -125,8 +134,8 @@ impl TlsReloader {
         let stamps = stamps(&settings);
         let config = server_config(&settings)?;
         Ok(TlsReloader {
-            settings,
             state: Mutex::new(State {
+                settings,
                 acceptor: TlsAcceptor::from(Arc::new(config)),
                 stamps,
                 checked: Instant::now(),
@@ -136,16 +145,16 @@ impl TlsReloader {
 
     /// The acceptor for a new connection, after reloading the files if they changed.
     pub fn acceptor(&self) -> TlsAcceptor {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.lock();
         if state.checked.elapsed() >= RELOAD_CHECK {
             state.checked = Instant::now();
-            let now = stamps(&self.settings);
+            let now = stamps(&state.settings);
             if now != state.stamps {
                 state.stamps = now;
-                match server_config(&self.settings) {
+                match server_config(&state.settings) {
                     Ok(config) => {
                         state.acceptor = TlsAcceptor::from(Arc::new(config));
-                        tracing::info!(cert_file = %self.settings.cert_file.display(), "TLS certificate reloaded");
+                        tracing::info!(cert_file = %state.settings.cert_file.display(), "TLS certificate reloaded");
                     }
                     Err(e) => tracing::warn!(
                         error = %e,
@@ -155,6 +164,23 @@ impl TlsReloader {
             }
         }
         state.acceptor.clone()
+    }
+
+    /// The settings served now.
+    pub fn settings(&self) -> TlsSettings {
+        self.lock().settings.clone()
+    }
+
+    /// Serves what `other` serves (its settings, and certificate as loaded) from the next
+    /// connection on: a reloaded web-config that names other files or settings.
+    pub fn replace(&self, other: TlsReloader) {
+        let new = other.state.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.lock() = new;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A poisoned lock only means a rebuild panicked; each field is replaced whole.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -166,7 +192,7 @@ fn stamps(s: &TlsSettings) -> Vec<Option<Stamp>> {
     ]
     .into_iter()
     .flatten()
-    .map(|p| std::fs::metadata(p).ok().map(|m| Stamp::of(&m)))
+    .map(|p| Stamp::of_path(p))
     .collect()
 }
 

@@ -371,6 +371,8 @@ pub struct WebSettings {
     pub auth: Option<Arc<BasicAuth>>,
     /// The web-config file these came from; `None` without `--web-config`.
     pub path: Option<PathBuf>,
+    /// What the file says (empty without one): a reload compares the new file with it.
+    pub file: WebConfigFile,
 }
 
 impl WebSettings {
@@ -386,6 +388,7 @@ impl WebSettings {
         let parsed = WebConfigFile::read(path)?;
         let tls = parsed
             .tls
+            .clone()
             .map(|settings| TlsReloader::new(settings).map(Arc::new))
             .transpose()
             .map_err(|error| WebConfigError::Tls {
@@ -394,6 +397,7 @@ impl WebSettings {
             })?;
         let auth = parsed
             .basic_auth_users
+            .clone()
             .map(|users| BasicAuth::new(users).map(Arc::new))
             .transpose()
             .map_err(|error| WebConfigError::Auth {
@@ -404,6 +408,7 @@ impl WebSettings {
             tls,
             auth,
             path: Some(path.to_owned()),
+            file: parsed,
         })
     }
 

@@ -41,6 +41,22 @@ impl StateHandle {
         StateHandle(Arc::new(Mutex::new(initial_state(config))))
     }
 
+    /// Follows a configuration reload that changes whether the pod list is fetched: its error
+    /// reasons appear from 0, or disappear with the list. The rest of the state carries on.
+    pub fn reconfigure(&self, config: &Config) {
+        let mut state = self.lock();
+        if config.fetch_pods() {
+            for reason in pods::REASONS {
+                state.errors.entry(*reason).or_insert(0);
+            }
+        } else {
+            state
+                .errors
+                .retain(|reason, _| !pods::REASONS.contains(reason));
+            state.pods = Arc::from([]);
+        }
+    }
+
     /// A copy of the latest state (cheap: the assignment list is shared).
     pub fn current(&self) -> KubernetesState {
         self.lock().clone()

@@ -13,7 +13,9 @@ use crate::sample::{
     NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
 };
 
+use super::groups::Group;
 use super::samples::Samples;
+use crate::http::connections::CloseReason;
 use crate::processes::ProcessField;
 use MetricKind::{Counter, Gauge};
 
@@ -177,6 +179,8 @@ const NVLINK_BANDWIDTH_TOTAL: Dcgm = dcgm(
 pub struct MetricDef {
     /// Full metric name, unit suffix included.
     pub name: &'static str,
+    /// The collector group it belongs to: off, it is neither sampled nor served.
+    pub group: Group,
     /// `# HELP` text.
     pub help: &'static str,
     /// Prometheus type.
@@ -233,6 +237,25 @@ pub const PROCESS_LABELS: &[&str] = &["pid", "process_name"];
 pub const SAMPLE_DURATION_SECONDS: &str = "nvml_exporter_sample_duration_seconds";
 /// Name of the scrape counter (incremented by the HTTP layer, kept by the encoder's registry).
 pub const SCRAPES_TOTAL: &str = "nvml_exporter_scrapes_total";
+/// Name of the open-connections gauge (updated by the HTTP server, kept by the encoder's
+/// registry).
+pub const HTTP_CONNECTIONS: &str = "nvml_exporter_http_connections";
+/// Name of the closed-connections counter (updated by the HTTP server, kept by the encoder's
+/// registry).
+pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "nvml_exporter_http_connections_closed_total";
+/// Name of the gauge saying whether the last configuration reload succeeded (kept by the
+/// encoder's registry).
+pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "nvml_exporter_config_last_reload_successful";
+/// Name of the gauge holding when the configuration last loaded successfully (kept by the
+/// encoder's registry).
+pub const CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: &str =
+    "nvml_exporter_config_last_reload_success_timestamp_seconds";
+/// Name of the gauge of series served per collector group (kept by the encoder's registry).
+pub const SERIES: &str = "nvml_exporter_series";
+/// Name of the counter of series `--max-series` dropped (kept by the encoder's registry).
+pub const SERIES_DROPPED_TOTAL: &str = "nvml_exporter_series_dropped_total";
+/// Name of the gauge of the last exposition's size (kept by the encoder's registry).
+pub const EXPOSITION_BYTES: &str = "nvml_exporter_exposition_bytes";
 
 /// The crate version, `nvml_exporter_build_info{version}`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -243,9 +266,10 @@ pub const RUSTC: &str = env!("NVML_EXPORTER_RUSTC");
 
 /// Shorthand for the common case: a gauge/counter per device with no extra labels.
 macro_rules! device {
-    ($name:literal, $kind:ident, $unit:literal, $help:literal, [$($dcgm:expr),*], $read:expr) => {
+    ($group:ident, $name:literal, $kind:ident, $unit:literal, $help:literal, [$($dcgm:expr),*], $read:expr) => {
         MetricDef {
             name: $name,
+            group: Group::$group,
             help: $help,
             kind: MetricKind::$kind,
             unit: $unit,
@@ -262,6 +286,7 @@ pub static CATALOG: &[MetricDef] = &[
     // --- Device identity and health -------------------------------------------------------
     MetricDef {
         name: "nvidia_gpu_info",
+        group: Group::Core,
         help: "Static identity of the GPU; always 1.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -300,6 +325,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_up",
+        group: Group::Core,
         help: "1 when the last tick read the GPU, 0 when it is lost or unreachable (its other series are then absent).",
         kind: MetricKind::Gauge,
         unit: "",
@@ -310,6 +336,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_pod_info",
+        group: Group::Core,
         help: "The kubelet assigned the GPU to this container; always 1 (with --kubernetes).",
         kind: MetricKind::Gauge,
         unit: "",
@@ -320,6 +347,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     // --- Utilization ----------------------------------------------------------------------
     device!(
+        Utilization,
         "nvidia_gpu_utilization_ratio",
         Gauge,
         "ratio",
@@ -333,6 +361,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.utilization)
     ),
     device!(
+        Utilization,
         "nvidia_gpu_memory_utilization_ratio",
         Gauge,
         "ratio",
@@ -346,6 +375,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.memory_utilization)
     ),
     device!(
+        Media,
         "nvidia_gpu_encoder_utilization_ratio",
         Gauge,
         "ratio",
@@ -359,6 +389,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.encoder_utilization)
     ),
     device!(
+        Media,
         "nvidia_gpu_decoder_utilization_ratio",
         Gauge,
         "ratio",
@@ -375,6 +406,7 @@ pub static CATALOG: &[MetricDef] = &[
     // Averages over the last sampling interval from two GPM samples; absent on the first tick
     // after a (re)start and on GPUs without GPM (`nvidia_gpu_gpm_supported 0`).
     device!(
+        Saturation,
         "nvidia_gpu_gpm_supported",
         Gauge,
         "",
@@ -383,6 +415,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt_flag(d.gpm_supported)
     ),
     device!(
+        Saturation,
         "nvidia_gpu_graphics_engine_active_ratio",
         Gauge,
         "ratio",
@@ -396,6 +429,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(gpm(d).and_then(|g| g.graphics_engine_active))
     ),
     device!(
+        Saturation,
         "nvidia_gpu_sm_active_ratio",
         Gauge,
         "ratio",
@@ -409,6 +443,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_active))
     ),
     device!(
+        Saturation,
         "nvidia_gpu_sm_occupancy_ratio",
         Gauge,
         "ratio",
@@ -422,6 +457,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_occupancy))
     ),
     device!(
+        Saturation,
         "nvidia_gpu_tensor_active_ratio",
         Gauge,
         "ratio",
@@ -435,6 +471,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(gpm(d).and_then(|g| g.tensor_active))
     ),
     device!(
+        Saturation,
         "nvidia_gpu_dram_active_ratio",
         Gauge,
         "ratio",
@@ -449,6 +486,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     MetricDef {
         name: "nvidia_gpu_pipe_active_ratio",
+        group: Group::Pipes,
         help: "Share of the last sampling interval during which each SM pipe was active (GPM): non-tensor FP64, FP32, FP16 and integer math, and the DFMA, HMMA and IMMA tensor pipes.",
         kind: MetricKind::Gauge,
         unit: "ratio",
@@ -484,6 +522,7 @@ pub static CATALOG: &[MetricDef] = &[
         }),
     },
     device!(
+        Bandwidth,
         "nvidia_gpu_pcie_gpm_transmit_bytes_per_second",
         Gauge,
         "bytes_per_second",
@@ -497,6 +536,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_transmit_bytes_per_second))
     ),
     device!(
+        Bandwidth,
         "nvidia_gpu_pcie_gpm_receive_bytes_per_second",
         Gauge,
         "bytes_per_second",
@@ -510,6 +550,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_receive_bytes_per_second))
     ),
     device!(
+        Bandwidth,
         "nvidia_gpu_nvlink_gpm_transmit_bytes_per_second",
         Gauge,
         "bytes_per_second",
@@ -523,6 +564,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(gpm(d).and_then(|g| g.nvlink_transmit_bytes_per_second))
     ),
     device!(
+        Bandwidth,
         "nvidia_gpu_nvlink_gpm_receive_bytes_per_second",
         Gauge,
         "bytes_per_second",
@@ -537,6 +579,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     MetricDef {
         name: "nvidia_gpu_media_engine_active_ratio",
+        group: Group::Media,
         help: "Share of the last sampling interval during which each video decoder (NVDEC), JPEG decoder (NVJPG) and optical-flow engine (NVOFA) was busy (GPM).",
         kind: MetricKind::Gauge,
         unit: "ratio",
@@ -551,6 +594,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     // --- Memory ---------------------------------------------------------------------------
     device!(
+        Memory,
         "nvidia_gpu_memory_total_bytes",
         Gauge,
         "bytes",
@@ -564,6 +608,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.memory.map(|m| m.total_bytes))
     ),
     device!(
+        Memory,
         "nvidia_gpu_memory_used_bytes",
         Gauge,
         "bytes",
@@ -577,6 +622,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.memory.map(|m| m.used_bytes))
     ),
     device!(
+        Memory,
         "nvidia_gpu_memory_free_bytes",
         Gauge,
         "bytes",
@@ -590,6 +636,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.memory.map(|m| m.free_bytes))
     ),
     device!(
+        Memory,
         "nvidia_gpu_memory_reserved_bytes",
         Gauge,
         "bytes",
@@ -603,6 +650,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.memory.map(|m| m.reserved_bytes))
     ),
     device!(
+        Bar1,
         "nvidia_gpu_bar1_memory_total_bytes",
         Gauge,
         "bytes",
@@ -611,6 +659,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.bar1_memory.map(|m| m.total_bytes))
     ),
     device!(
+        Bar1,
         "nvidia_gpu_bar1_memory_used_bytes",
         Gauge,
         "bytes",
@@ -620,6 +669,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     // --- Power ----------------------------------------------------------------------------
     device!(
+        Power,
         "nvidia_gpu_power_watts",
         Gauge,
         "watts",
@@ -633,6 +683,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.power_watts)
     ),
     device!(
+        Power,
         "nvidia_gpu_power_limit_watts",
         Gauge,
         "watts",
@@ -646,6 +697,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.power_limit_watts)
     ),
     device!(
+        Power,
         "nvidia_gpu_energy_joules_total",
         Counter,
         "joules",
@@ -660,6 +712,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     // --- Thermals -------------------------------------------------------------------------
     device!(
+        Thermal,
         "nvidia_gpu_temperature_celsius",
         Gauge,
         "celsius",
@@ -673,6 +726,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.temperature_celsius)
     ),
     device!(
+        Thermal,
         "nvidia_gpu_memory_temperature_celsius",
         Gauge,
         "celsius",
@@ -685,8 +739,18 @@ pub static CATALOG: &[MetricDef] = &[
         )],
         |_, d, out| out.opt(d.memory_temperature_celsius)
     ),
+    device!(
+        Thermal,
+        "nvidia_gpu_thermal_slowdown_active",
+        Gauge,
+        "",
+        "1 while a thermal slowdown holds the clocks down (the clock-event reason sw_thermal_slowdown or hw_thermal_slowdown is active), 0 otherwise.",
+        [],
+        |_, d, out| out.opt_flag(thermal_slowdown(d))
+    ),
     MetricDef {
         name: "nvidia_gpu_temperature_threshold_celsius",
+        group: Group::ThermalThresholds,
         help: "Temperature at which the GPU slows down or shuts down, and the maximum operating temperatures.",
         kind: MetricKind::Gauge,
         unit: "celsius",
@@ -703,6 +767,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_fan_speed_ratio",
+        group: Group::Thermal,
         help: "Fan speed as a share of its maximum.",
         kind: MetricKind::Gauge,
         unit: "ratio",
@@ -720,6 +785,7 @@ pub static CATALOG: &[MetricDef] = &[
     // --- Clocks and performance -----------------------------------------------------------
     MetricDef {
         name: "nvidia_gpu_clock_hertz",
+        group: Group::Clocks,
         help: "Current clock frequency by clock domain.",
         kind: MetricKind::Gauge,
         unit: "hertz",
@@ -749,6 +815,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_max_clock_hertz",
+        group: Group::Clocks,
         help: "Maximum clock frequency by clock domain.",
         kind: MetricKind::Gauge,
         unit: "hertz",
@@ -762,6 +829,7 @@ pub static CATALOG: &[MetricDef] = &[
         }),
     },
     device!(
+        Clocks,
         "nvidia_gpu_performance_state",
         Gauge,
         "",
@@ -776,6 +844,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     MetricDef {
         name: "nvidia_gpu_clock_event_active",
+        group: Group::ClockEvents,
         help: "1 while the clock-event (throttle) reason holds clocks down, 0 otherwise.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -792,6 +861,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_throttle_seconds_total",
+        group: Group::ClockEvents,
         help: "Time clocks were held down, by violation policy.",
         kind: MetricKind::Counter,
         unit: "seconds",
@@ -851,6 +921,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     // --- PCIe -----------------------------------------------------------------------------
     device!(
+        Pcie,
         "nvidia_gpu_pcie_transmit_bytes_per_second",
         Gauge,
         "bytes_per_second",
@@ -859,6 +930,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.pcie.transmit_bytes_per_second)
     ),
     device!(
+        Pcie,
         "nvidia_gpu_pcie_receive_bytes_per_second",
         Gauge,
         "bytes_per_second",
@@ -867,6 +939,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.pcie.receive_bytes_per_second)
     ),
     device!(
+        Pcie,
         "nvidia_gpu_pcie_replay_errors_total",
         Counter,
         "",
@@ -881,6 +954,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     MetricDef {
         name: "nvidia_gpu_pcie_link_generation",
+        group: Group::PcieLink,
         help: "PCIe link generation, current and maximum supported.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -894,6 +968,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_pcie_link_width",
+        group: Group::PcieLink,
         help: "PCIe link width in lanes, current and maximum supported.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -908,6 +983,7 @@ pub static CATALOG: &[MetricDef] = &[
     // --- Memory errors --------------------------------------------------------------------
     MetricDef {
         name: "nvidia_gpu_ecc_errors_total",
+        group: Group::Ecc,
         help: "ECC errors since the driver was loaded (volatile counters).",
         kind: MetricKind::Counter,
         unit: "",
@@ -938,6 +1014,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_ecc_lifetime_errors",
+        group: Group::EccLifetime,
         help: "ECC errors over the GPU's lifetime (aggregate counters, kept in the InfoROM).",
         kind: MetricKind::Gauge,
         unit: "",
@@ -968,6 +1045,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_remapped_rows",
+        group: Group::RowRemap,
         help: "Memory rows remapped after ECC errors (Ampere and newer).",
         kind: MetricKind::Gauge,
         unit: "",
@@ -997,6 +1075,7 @@ pub static CATALOG: &[MetricDef] = &[
         }),
     },
     device!(
+        RowRemap,
         "nvidia_gpu_row_remap_pending",
         Gauge,
         "",
@@ -1010,6 +1089,7 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt_flag(d.remapped_rows.map(|r| r.pending))
     ),
     device!(
+        RowRemap,
         "nvidia_gpu_row_remap_failed",
         Gauge,
         "",
@@ -1024,6 +1104,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     MetricDef {
         name: "nvidia_gpu_retired_pages",
+        group: Group::RowRemap,
         help: "Memory pages retired after ECC errors (before Ampere).",
         kind: MetricKind::Gauge,
         unit: "",
@@ -1055,6 +1136,7 @@ pub static CATALOG: &[MetricDef] = &[
     // --- XID events -----------------------------------------------------------------------
     MetricDef {
         name: "nvidia_gpu_xid_errors_total",
+        group: Group::Xid,
         help: "XID error events seen by this exporter, by XID code.",
         kind: MetricKind::Counter,
         unit: "",
@@ -1075,6 +1157,7 @@ pub static CATALOG: &[MetricDef] = &[
         }),
     },
     device!(
+        Xid,
         "nvidia_gpu_last_xid_timestamp_seconds",
         Gauge,
         "seconds",
@@ -1083,57 +1166,48 @@ pub static CATALOG: &[MetricDef] = &[
         |_, d, out| out.opt(d.last_xid_timestamp_seconds)
     ),
     // --- NVLink ---------------------------------------------------------------------------
+    // Per GPU, summed over its links (the nvlink group); per link after them (nvlink-links).
+    device!(
+        Nvlink,
+        "nvidia_gpu_nvlink_links_up",
+        Gauge,
+        "",
+        "Number of the GPU's NVLink links that are active (absent on a GPU without NVLink).",
+        [],
+        |_, d, out| out.opt(
+            (!d.nvlinks.is_empty())
+                .then(|| { sorted_links(d).iter().filter(|l| l.up).count() as f64 })
+        )
+    ),
     MetricDef {
-        name: "nvidia_gpu_nvlink_up",
-        help: "1 when the NVLink link is active.",
-        kind: MetricKind::Gauge,
-        unit: "",
-        labels: &["link"],
-        closed_labels: &[],
-        dcgm: &[],
-        source: Source::Device(|_, d, out| {
-            for l in sorted_links(d) {
-                let mut link = itoa::Buffer::new();
-                out.labelled(&[link.format(l.link)], f64::from(u8::from(l.up)));
-            }
-        }),
-    },
-    MetricDef {
-        name: "nvidia_gpu_nvlink_transmit_bytes_total",
-        help: "Data bytes transmitted over the NVLink link.",
+        name: "nvidia_gpu_nvlink_links_transmit_bytes_total",
+        group: Group::Nvlink,
+        help: "Data bytes transmitted over all the GPU's NVLink links.",
         kind: MetricKind::Counter,
         unit: "bytes",
-        labels: &["link"],
+        labels: &[],
         closed_labels: &[],
         dcgm: &[NVLINK_BANDWIDTH_TOTAL],
-        source: Source::Device(|_, d, out| {
-            for l in sorted_links(d) {
-                let mut link = itoa::Buffer::new();
-                out.labelled_opt(&[link.format(l.link)], l.transmit_bytes.map(|b| b as f64));
-            }
-        }),
+        source: Source::Device(|_, d, out| out.opt(link_sum(d, |l| l.transmit_bytes))),
     },
     MetricDef {
-        name: "nvidia_gpu_nvlink_receive_bytes_total",
-        help: "Data bytes received over the NVLink link.",
+        name: "nvidia_gpu_nvlink_links_receive_bytes_total",
+        group: Group::Nvlink,
+        help: "Data bytes received over all the GPU's NVLink links.",
         kind: MetricKind::Counter,
         unit: "bytes",
-        labels: &["link"],
+        labels: &[],
         closed_labels: &[],
         dcgm: &[NVLINK_BANDWIDTH_TOTAL],
-        source: Source::Device(|_, d, out| {
-            for l in sorted_links(d) {
-                let mut link = itoa::Buffer::new();
-                out.labelled_opt(&[link.format(l.link)], l.receive_bytes.map(|b| b as f64));
-            }
-        }),
+        source: Source::Device(|_, d, out| out.opt(link_sum(d, |l| l.receive_bytes))),
     },
     MetricDef {
-        name: "nvidia_gpu_nvlink_errors_total",
-        help: "NVLink errors by link and error type.",
+        name: "nvidia_gpu_nvlink_links_errors_total",
+        group: Group::Nvlink,
+        help: "NVLink errors by error type, summed over the GPU's links.",
         kind: MetricKind::Counter,
         unit: "",
-        labels: &["link", "error_type"],
+        labels: &["error_type"],
         closed_labels: &[("error_type", || {
             values_of(NvLinkErrorType::ALL, NvLinkErrorType::label)
         })],
@@ -1168,6 +1242,72 @@ pub static CATALOG: &[MetricDef] = &[
             ),
         ],
         source: Source::Device(|_, d, out| {
+            for t in NvLinkErrorType::ALL {
+                let sum = link_sum(d, |l| l.errors.iter().find(|(k, _)| k == t).map(|(_, n)| n));
+                out.labelled_opt(&[NvLinkErrorType::label(*t)], sum);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_nvlink_up",
+        group: Group::NvlinkLinks,
+        help: "1 when the NVLink link is active.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["link"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for l in sorted_links(d) {
+                let mut link = itoa::Buffer::new();
+                out.labelled(&[link.format(l.link)], f64::from(u8::from(l.up)));
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_nvlink_transmit_bytes_total",
+        group: Group::NvlinkLinks,
+        help: "Data bytes transmitted over the NVLink link.",
+        kind: MetricKind::Counter,
+        unit: "bytes",
+        labels: &["link"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for l in sorted_links(d) {
+                let mut link = itoa::Buffer::new();
+                out.labelled_opt(&[link.format(l.link)], l.transmit_bytes.map(|b| b as f64));
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_nvlink_receive_bytes_total",
+        group: Group::NvlinkLinks,
+        help: "Data bytes received over the NVLink link.",
+        kind: MetricKind::Counter,
+        unit: "bytes",
+        labels: &["link"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for l in sorted_links(d) {
+                let mut link = itoa::Buffer::new();
+                out.labelled_opt(&[link.format(l.link)], l.receive_bytes.map(|b| b as f64));
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_nvlink_errors_total",
+        group: Group::NvlinkLinks,
+        help: "NVLink errors by link and error type.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["link", "error_type"],
+        closed_labels: &[("error_type", || {
+            values_of(NvLinkErrorType::ALL, NvLinkErrorType::label)
+        })],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
                 let mut link = itoa::Buffer::new();
                 let link = link.format(l.link);
@@ -1179,6 +1319,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     // --- MIG ------------------------------------------------------------------------------
     device!(
+        Mig,
         "nvidia_gpu_mig_mode",
         Gauge,
         "",
@@ -1188,6 +1329,7 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     MetricDef {
         name: "nvidia_gpu_mig_instance_info",
+        group: Group::Mig,
         help: "One MIG device (compute instance) of a GPU instance; always 1. mig_uuid is what nvidia-smi -L and CUDA_VISIBLE_DEVICES name it by. On a GPU in MIG mode the memory and GPM saturation families have, next to the GPU's own series, one series per GPU instance with the labels gpu_instance and mig_profile: aggregations over such a GPU must pick either the GPU's series (gpu_instance=\"\") or the instances' (gpu_instance!=\"\"), never both.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -1212,6 +1354,7 @@ pub static CATALOG: &[MetricDef] = &[
     // --- Processes (--processes) ----------------------------------------------------------
     MetricDef {
         name: "nvidia_gpu_process_memory_used_bytes",
+        group: Group::Processes,
         help: "Device memory held by the process (with --processes; at most --max-processes-per-gpu series per GPU, the largest by memory). namespace, pod and container when its container is known.",
         kind: MetricKind::Gauge,
         unit: "bytes",
@@ -1222,6 +1365,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_process_sm_utilization_ratio",
+        group: Group::Processes,
         help: "Share of the last sampling interval the process had a kernel running on the SMs; 0 when the driver has no sample of it in that interval (with --processes; same series limit).",
         kind: MetricKind::Gauge,
         unit: "ratio",
@@ -1232,6 +1376,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_pod_memory_used_bytes",
+        group: Group::Processes,
         help: "Device memory held by the container's processes on the GPU, summed over all of them (with --processes and --kubernetes).",
         kind: MetricKind::Gauge,
         unit: "bytes",
@@ -1242,6 +1387,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_pod_sm_utilization_ratio",
+        group: Group::Processes,
         help: "Sum of the SM utilization of the container's processes on the GPU (with --processes and --kubernetes).",
         kind: MetricKind::Gauge,
         unit: "ratio",
@@ -1253,6 +1399,7 @@ pub static CATALOG: &[MetricDef] = &[
     // --- Exporter self-metrics ------------------------------------------------------------
     MetricDef {
         name: "nvml_exporter_build_info",
+        group: Group::Core,
         help: "Build of the running exporter; always 1.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -1263,6 +1410,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvml_exporter_nvml_up",
+        group: Group::Core,
         help: "1 when NVML is initialised and answering.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -1273,6 +1421,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvml_exporter_gpus",
+        group: Group::Core,
         help: "GPUs discovered, lost ones included.",
         kind: MetricKind::Gauge,
         unit: "",
@@ -1283,6 +1432,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: SAMPLE_DURATION_SECONDS,
+        group: Group::Core,
         help: "Wall time of one sampling tick over all GPUs.",
         kind: MetricKind::Histogram,
         unit: "seconds",
@@ -1293,6 +1443,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvml_exporter_last_sample_timestamp_seconds",
+        group: Group::Core,
         help: "End of the last complete sampling tick, seconds since the Unix epoch (staleness: time() - this).",
         kind: MetricKind::Gauge,
         unit: "seconds",
@@ -1303,6 +1454,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvml_exporter_nvml_errors_total",
+        group: Group::Core,
         help: "NVML calls that failed with anything but NOT_SUPPORTED, by function and error.",
         kind: MetricKind::Counter,
         unit: "",
@@ -1317,6 +1469,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvml_exporter_kubernetes_up",
+        group: Group::Core,
         help: "1 when the last call to the kubelet pod-resources API succeeded (with --kubernetes).",
         kind: MetricKind::Gauge,
         unit: "",
@@ -1331,6 +1484,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvml_exporter_kubernetes_errors_total",
+        group: Group::Core,
         help: "Failed calls to the kubelet, by reason (with --kubernetes): its pod-resources API, and its pod list (pods_* reasons, with --processes).",
         kind: MetricKind::Counter,
         unit: "",
@@ -1346,11 +1500,89 @@ pub static CATALOG: &[MetricDef] = &[
         }),
     },
     MetricDef {
+        name: SERIES,
+        group: Group::Core,
+        help: "Series of the GPU families served by collector group, in this exposition (the exporter's own families not counted; dcgm-exporter's names neither, and with --dcgm-compat=dcgm it is absent).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["group"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: SERIES_DROPPED_TOTAL,
+        group: Group::Core,
+        help: "Series left out because the exposition was over --max-series, by collector group (from the first group dropped on).",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["group"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: EXPOSITION_BYTES,
+        group: Group::Core,
+        help: "Size of the previous exposition of /metrics, uncompressed (from the second on).",
+        kind: MetricKind::Gauge,
+        unit: "bytes",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
         name: SCRAPES_TOTAL,
+        group: Group::Core,
         help: "Requests to /metrics by HTTP status code (counted up to the previous sampling tick).",
         kind: MetricKind::Counter,
         unit: "",
         labels: &["code"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: HTTP_CONNECTIONS,
+        group: Group::Core,
+        help: "HTTP connections open (as of the previous sampling tick).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: HTTP_CONNECTIONS_CLOSED_TOTAL,
+        group: Group::Core,
+        help: "HTTP connections closed, by reason (counted up to the previous sampling tick): the client finished, a timeout (idle, head, TLS handshake, or a response not read), reclaimed to make room for a new connection, the per-connection request limit, refused over the cap, or an error.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["reason"],
+        closed_labels: &[("reason", || values_of(CloseReason::ALL, CloseReason::label))],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: CONFIG_LAST_RELOAD_SUCCESSFUL,
+        group: Group::Core,
+        help: "1 when the last configuration reload (SIGHUP, or a change of the --config or --web-config file) succeeded, 0 while the previous configuration stays in force because the new one was refused.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
+        group: Group::Core,
+        help: "When the configuration last loaded successfully (at start or by a reload), seconds since the Unix epoch.",
+        kind: MetricKind::Gauge,
+        unit: "seconds",
+        labels: &[],
         closed_labels: &[],
         dcgm: &[],
         source: Source::Registry,
@@ -1381,6 +1613,32 @@ fn sorted<K: Ord + Copy, V: Copy>(pairs: &[(K, V)]) -> impl Iterator<Item = (K, 
 /// The device's GPM averages, when the last tick closed a GPM window.
 fn gpm(d: &DeviceSample) -> Option<&GpmMetrics> {
     d.gpm.as_ref()
+}
+
+/// Whether a thermal slowdown holds the clocks down, when the clock-event reasons were read.
+fn thermal_slowdown(d: &DeviceSample) -> Option<bool> {
+    (!d.clock_events.is_empty()).then(|| {
+        d.clock_events.iter().any(|(r, active)| {
+            *active
+                && matches!(
+                    r,
+                    ClockEventReason::SwThermalSlowdown | ClockEventReason::HwThermalSlowdown
+                )
+        })
+    })
+}
+
+/// The sum of one counter over the device's links (duplicates dropped), `None` when no link has
+/// a reading of it.
+fn link_sum(
+    d: &DeviceSample,
+    read: impl Fn(&crate::sample::NvLinkSample) -> Option<u64>,
+) -> Option<f64> {
+    sorted_links(d)
+        .into_iter()
+        .filter_map(read)
+        .fold(None, |sum, n| Some(sum.unwrap_or(0) + n))
+        .map(|n| n as f64)
 }
 
 /// The device's NVLink links by link number, duplicates dropped (see [`sorted`]).

@@ -23,6 +23,7 @@
 use crate::sample::{ContainerRef, DeviceSample, Snapshot};
 
 use super::catalog::{CATALOG, Combine, Dcgm, MetricDef, Source};
+use super::groups::Groups;
 use super::resolve::DeviceView;
 use super::samples::Samples;
 use super::text;
@@ -33,6 +34,12 @@ pub const MIG_LABELS_AT: usize = 5;
 /// The served DCGM fields, in exposition order, each with the catalog row it is read from.
 pub fn served() -> impl Iterator<Item = (&'static MetricDef, &'static Dcgm)> {
     all().filter(|(_, d)| !matches!(d.combine, Combine::NotServed(_)))
+}
+
+/// The groups of the served DCGM fields: what `--dcgm-compat` samples, so that it serves
+/// dcgm-exporter's fields whatever the default groups.
+pub fn groups() -> Groups {
+    served().fold(Groups::none(), |s, (def, _)| s.with(def.group))
 }
 
 /// Every DCGM entry of the catalog with its row, in catalog order.

@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MIG_LABELS, MetricDef, POD_LABELS, Source};
+use super::groups::{DROP_ORDER, GROUPS, Group};
 
 /// The full `docs/metrics.md`.
 pub fn render_markdown() -> String {
@@ -17,6 +18,8 @@ pub fn render_markdown() -> String {
          A reading the GPU does not support is absent, never 0. While a GPU is lost \
          (`nvidia_gpu_up 0`) only `nvidia_gpu_info` and `nvidia_gpu_up` remain for it.\n\n",
     );
+
+    groups_section(&mut md);
 
     md.push_str("## Device metrics\n\n");
     let _ = writeln!(
@@ -76,7 +79,8 @@ pub fn render_markdown() -> String {
     );
     md.push_str(
         "\n`nvml_exporter_scrapes_total` is counted as responses are sent but encoded with the next \
-         sampling tick, so it lags by up to one interval.\n\n\
+         sampling tick, so it lags by up to one interval; so are `nvml_exporter_http_connections` \
+         and `nvml_exporter_http_connections_closed_total`.\n\n\
          The standard `process_*` metrics (CPU seconds, resident and virtual memory, open and \
          maximum file descriptors, threads, start time) follow on Linux.\n",
     );
@@ -84,19 +88,88 @@ pub fn render_markdown() -> String {
 }
 
 fn table<'a>(md: &mut String, defs: impl Iterator<Item = &'a MetricDef>) {
-    md.push_str("| name | type | unit | labels | description | dcgm-exporter equivalent |\n");
-    md.push_str("|---|---|---|---|---|---|\n");
+    md.push_str(
+        "| name | type | unit | group | labels | description | dcgm-exporter equivalent |\n",
+    );
+    md.push_str("|---|---|---|---|---|---|---|\n");
     for d in defs {
         let _ = writeln!(
             md,
-            "| `{}` | {} | {} | {} | {} | {} |",
+            "| `{}` | {} | {} | {} | {} | {} | {} |",
             d.name,
             d.kind.as_str(),
             d.unit,
+            group_cell(d.group),
             labels_cell(d),
             cell(d.help),
             dcgm_cell(d.dcgm),
         );
+    }
+}
+
+/// The collector groups: name, default, what they hold and their families.
+fn groups_section(md: &mut String) {
+    md.push_str(
+        "## Collector groups\n\n\
+         Every family belongs to one collector group. `--collector.NAME` turns a group on, \
+         `--no-collector.NAME` off, `--collector.disable-defaults` starts from none (also \
+         `collector.NAME = true` in the `--config` file and `NVML_EXPORTER_COLLECTOR_NAME=true` in \
+         the environment, with `-` as `_`). A group that is off is not sampled: its NVML calls are \
+         not made. `core` is always on. With `--dcgm-compat` every group that one of \
+         dcgm-exporter's fields comes from is sampled unless turned off by name, so that the \
+         fields of docs/migrating-from-dcgm-exporter.md are served (with `--dcgm-compat=both` the \
+         native families served stay those of the groups on): ",
+    );
+    let dcgm: Vec<String> = super::dcgm::groups()
+        .iter()
+        .filter(|g| *g != Group::Core)
+        .map(|g| format!("`{g}`"))
+        .collect();
+    md.push_str(&dcgm.join(", "));
+    md.push_str(".\n\n| group | default | what | families |\n|---|---|---|---|\n");
+    for g in GROUPS {
+        let families: Vec<String> = CATALOG
+            .iter()
+            .filter(|d| d.group == g.group)
+            .map(|d| format!("`{}`", d.name))
+            .collect();
+        let _ = writeln!(
+            md,
+            "| `{}` | {} | {} | {} |",
+            g.name,
+            if g.group == Group::Core {
+                "always"
+            } else if g.default {
+                "on"
+            } else {
+                "off"
+            },
+            cell(g.help),
+            families.join(", ")
+        );
+    }
+    md.push_str(
+        "\n`--max-series N` bounds the series of the GPU families (the exporter's own and \
+         dcgm-exporter's names not counted): above it, whole groups are left out in this order \
+         until the rest fits, the most detailed first: ",
+    );
+    let order: Vec<String> = DROP_ORDER.iter().map(|g| format!("`{g}`")).collect();
+    md.push_str(&order.join(", "));
+    md.push_str(
+        ". `core` (identity, `nvidia_gpu_up`, pod assignment) is never left out. The first \
+         exposition that leaves a group out logs one warning (and one line when all are served \
+         again); `nvml_exporter_series{group}` says what each group serves, \
+         `nvml_exporter_series_dropped_total{group}` counts what was left out.\n\n",
+    );
+}
+
+/// The group of a family and whether it is on by default.
+fn group_cell(group: Group) -> String {
+    let info = group.info();
+    match (group, info.default) {
+        (Group::Core, _) => format!("`{}` (always)", info.name),
+        (_, true) => format!("`{}` (on)", info.name),
+        (_, false) => format!("`{}` (off)", info.name),
     }
 }
 
@@ -183,7 +256,7 @@ mod tests {
     fn every_family_is_documented_once() {
         let md = render_markdown();
         for d in CATALOG {
-            let row = format!("| `{}` |", d.name);
+            let row = format!("\n| `{}` | {} |", d.name, d.kind.as_str());
             assert_eq!(md.matches(&row).count(), 1, "{}", d.name);
         }
     }

@@ -19,19 +19,31 @@ pub mod dcgm;
 pub mod docs;
 #[cfg(target_os = "linux")]
 mod exporter_process;
+pub mod groups;
 pub(crate) mod resolve;
 pub mod samples;
 mod text;
 mod write;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
-use prometheus::{Histogram, HistogramOpts, IntCounterVec, Opts, Registry};
+use prometheus::{
+    Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 use crate::config::DcgmCompat;
+use crate::nvml::events::unix_now;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
-use catalog::{SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL};
+use catalog::{
+    CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL, EXPOSITION_BYTES,
+    HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
+    SERIES, SERIES_DROPPED_TOTAL,
+};
+
+use crate::http::connections::CloseReason;
+use groups::{DROP_ORDER, GROUPS, Groups};
 
 pub use catalog::{REVISION, RUSTC, VERSION};
 
@@ -57,30 +69,54 @@ pub struct MetricsOptions {
     pub dcgm_compat: DcgmCompat,
     /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
     pub hostname: String,
+    /// The collector groups whose native families are served (`--collector.NAME`); a family of
+    /// another group is left out. The DCGM fields are served from whatever was sampled.
+    pub groups: Groups,
+    /// At most this many series of the GPU families (`--max-series`): above it whole groups are
+    /// left out in [`groups::DROP_ORDER`]; `None`: no limit.
+    pub max_series: Option<usize>,
 }
 
 impl Default for MetricsOptions {
-    /// No pod labels; the default process series limit.
+    /// No pod labels; the default process series limit; every group (the configuration's
+    /// defaults are narrower: `Config::groups`).
     fn default() -> Self {
         MetricsOptions {
             pod_labels: false,
             max_processes_per_gpu: DEFAULT_MAX_PROCESSES_PER_GPU,
             dcgm_compat: DcgmCompat::Off,
             hostname: String::new(),
+            groups: Groups::all(),
+            max_series: None,
         }
     }
 }
 
 /// Turns snapshots into expositions; keeps the state that outlives one snapshot: the tick-duration
-/// histogram and the scrape counter (in a `prometheus` registry) and the open files the
-/// `process_*` metrics are read from.
+/// histogram, the scrape counter and the configuration reload gauges (in a `prometheus` registry)
+/// and the open files the `process_*` metrics are read from. Its options can be
+/// [replaced](Encoder::set_options) by a configuration reload; the counters carry on.
 #[derive(Debug)]
 pub struct Encoder {
-    opts: MetricsOptions,
+    opts: RwLock<Arc<MetricsOptions>>,
     registry: Registry,
     sample_duration: Histogram,
     /// `/metrics` responses by status code.
     scrapes: IntCounterVec,
+    /// The HTTP server's connections, open and closed.
+    connections: ConnectionMetrics,
+    /// Whether the last configuration reload succeeded (1 from the start: the first load did).
+    reload_successful: Gauge,
+    /// When the configuration last loaded successfully, Unix seconds.
+    reload_success_time: Gauge,
+    /// Series of the GPU families served per group in the last exposition.
+    series: IntGaugeVec,
+    /// Series `--max-series` left out, per group.
+    series_dropped: IntCounterVec,
+    /// Size of the previous exposition; registered once there is one.
+    exposition_bytes: IntGauge,
+    /// The last exposition left groups out (so that starting and stopping are logged once).
+    dropping: std::sync::atomic::AtomicBool,
     /// Length of the last exposition: the next one's buffer starts that large, since the text
     /// changes little from tick to tick.
     last_len: AtomicUsize,
@@ -103,33 +139,87 @@ impl Encoder {
         // The common case shows at 0 from the start, so rate() has a first point before the
         // first scrape is counted.
         scrapes.with_label_values(&["200"]);
+        let series = IntGaugeVec::new(Opts::new(SERIES, help_of(SERIES)), &["group"])
+            .expect("static gauge options are valid");
+        let series_dropped = IntCounterVec::new(
+            Opts::new(SERIES_DROPPED_TOTAL, help_of(SERIES_DROPPED_TOTAL)),
+            &["group"],
+        )
+        .expect("static counter options are valid");
+        let exposition_bytes = IntGauge::new(EXPOSITION_BYTES, help_of(EXPOSITION_BYTES))
+            .expect("static gauge options are valid");
+        let connections = ConnectionMetrics::new();
+        let gauge = |name: &str| {
+            let gauge = Gauge::new(name, help_of(name)).expect("static gauge options are valid");
+            registry
+                .register(Box::new(gauge.clone()))
+                .expect("fresh registry");
+            gauge
+        };
+        let reload_successful = gauge(CONFIG_LAST_RELOAD_SUCCESSFUL);
+        let reload_success_time = gauge(CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS);
+        // The encoder is made right after the configuration loaded.
+        reload_successful.set(1.0);
+        reload_success_time.set(unix_now());
         // Registration only fails on a duplicate name, and this registry is fresh.
-        registry
-            .register(Box::new(sample_duration.clone()))
-            .expect("fresh registry");
-        registry
-            .register(Box::new(scrapes.clone()))
-            .expect("fresh registry");
+        for collector in [
+            Box::new(sample_duration.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(scrapes.clone()),
+            Box::new(connections.open.clone()),
+            Box::new(connections.closed_by_reason.clone()),
+            Box::new(series.clone()),
+            Box::new(series_dropped.clone()),
+        ] {
+            registry.register(collector).expect("fresh registry");
+        }
         Encoder {
-            opts,
+            opts: RwLock::new(Arc::new(opts)),
             registry,
             sample_duration,
             scrapes,
+            connections,
+            reload_successful,
+            reload_success_time,
+            series,
+            series_dropped,
+            exposition_bytes,
+            dropping: std::sync::atomic::AtomicBool::new(false),
             last_len: AtomicUsize::new(0),
             #[cfg(target_os = "linux")]
             process: exporter_process::ProcessMetrics::new(),
         }
     }
 
-    /// The options this encoder was built with.
-    pub fn options(&self) -> &MetricsOptions {
-        &self.opts
+    /// The options encodings use now.
+    pub fn options(&self) -> Arc<MetricsOptions> {
+        // A poisoned lock only means a writer panicked mid-swap of an Arc; the value is whole.
+        self.opts.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Encodes with `opts` from the next encoding on (a configuration reload).
+    pub fn set_options(&self, opts: MetricsOptions) {
+        *self.opts.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(opts);
+    }
+
+    /// Records a configuration reload: `nvml_exporter_config_last_reload_successful`, and on
+    /// success `nvml_exporter_config_last_reload_success_timestamp_seconds` (now). Served from the
+    /// next encoding on.
+    pub fn record_reload(&self, ok: bool) {
+        self.reload_successful.set(if ok { 1.0 } else { 0.0 });
+        if ok {
+            self.reload_success_time.set(unix_now());
+        }
     }
 
     /// Counts one `/metrics` response with this HTTP status code; the count appears in
     /// `nvml_exporter_scrapes_total` from the next encoding on (a scrape never encodes).
     pub fn count_scrape(&self, code: u16) {
         self.scrapes.with_label_values(&[code.to_string()]).inc();
+    }
+
+    /// The HTTP server's connection counters, served from the next encoding on.
+    pub fn connection_metrics(&self) -> ConnectionMetrics {
+        self.connections.clone()
     }
 
     /// Counts one sampling tick of `seconds` in `nvml_exporter_sample_duration_seconds`: once per
@@ -142,18 +232,148 @@ impl Encoder {
 
     /// The text exposition of `snap`, in serving order.
     pub fn encode(&self, snap: &Snapshot) -> Vec<u8> {
-        let devices = resolve::resolve(snap, &self.opts);
+        let opts = self.options();
+        let devices = resolve::resolve(snap, &opts);
         let last_len = self.last_len.load(Ordering::Relaxed);
         let mut out = Vec::with_capacity(last_len + last_len / 8);
-        let per_device = self.opts.dcgm_compat != DcgmCompat::Dcgm;
-        write::families(&mut out, snap, &devices, self.registry.gather(), per_device);
+        let per_device = opts.dcgm_compat != DcgmCompat::Dcgm;
+        write::families(
+            &mut out,
+            snap,
+            &devices,
+            |out, spans| {
+                self.guard(&opts, out, spans);
+                self.registry.gather()
+            },
+            per_device,
+            opts.groups,
+        );
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
-        if self.opts.dcgm_compat != DcgmCompat::Off {
-            dcgm::write(&mut out, snap, &devices, &self.opts.hostname);
+        if opts.dcgm_compat != DcgmCompat::Off {
+            dcgm::write(&mut out, snap, &devices, &opts.hostname);
         }
         self.last_len.store(out.len(), Ordering::Relaxed);
+        self.exposition_bytes
+            .set(i64::try_from(out.len()).unwrap_or(i64::MAX));
+        if last_len == 0 {
+            // From the second exposition on: the first has no previous one to measure. A second
+            // registration (an empty first exposition) is refused, which changes nothing.
+            let _ = self
+                .registry
+                .register(Box::new(self.exposition_bytes.clone()));
+        }
         out
+    }
+
+    /// Counts the series of the GPU families in `spans` per group and, above `--max-series`,
+    /// removes whole groups from `out` in [`DROP_ORDER`] until the rest fits (`Group::Core`
+    /// stays whatever its size); sets `nvml_exporter_series` and counts what was dropped.
+    fn guard(&self, opts: &MetricsOptions, out: &mut Vec<u8>, spans: &[write::FamilySpan]) {
+        let mut per_group = [0usize; GROUPS.len()];
+        for s in spans {
+            per_group[s.group as usize] += s.series;
+        }
+        let mut dropped = Vec::new();
+        if let Some(max) = opts.max_series {
+            let mut total: usize = per_group.iter().sum();
+            for g in DROP_ORDER {
+                if total <= max {
+                    break;
+                }
+                if per_group[*g as usize] > 0 {
+                    total -= per_group[*g as usize];
+                    dropped.push(*g);
+                }
+            }
+        }
+        if !dropped.is_empty() {
+            let mut kept = Vec::with_capacity(out.len());
+            let mut at = 0;
+            for s in spans.iter().filter(|s| dropped.contains(&s.group)) {
+                kept.extend_from_slice(&out[at..s.bytes.start]);
+                at = s.bytes.end;
+            }
+            kept.extend_from_slice(&out[at..]);
+            *out = kept;
+            for g in &dropped {
+                self.series_dropped
+                    .with_label_values(&[g.name()])
+                    .inc_by(per_group[*g as usize] as u64);
+            }
+        }
+        self.series.reset();
+        // Under dcgm-exporter's names only no native GPU series is served to count.
+        let native = opts.dcgm_compat != DcgmCompat::Dcgm;
+        for g in opts.groups.iter().filter(|_| native) {
+            let served = if dropped.contains(&g) {
+                0
+            } else {
+                per_group[g as usize]
+            };
+            self.series
+                .with_label_values(&[g.name()])
+                .set(i64::try_from(served).unwrap_or(i64::MAX));
+        }
+        let was_dropping = self.dropping.swap(!dropped.is_empty(), Ordering::Relaxed);
+        if !dropped.is_empty() && !was_dropping {
+            let names: Vec<&str> = dropped.iter().map(|g| g.name()).collect();
+            tracing::warn!(
+                max_series = opts.max_series,
+                series = per_group.iter().sum::<usize>(),
+                dropped = %names.join(","),
+                "over --max-series: leaving collector groups out, the most detailed first"
+            );
+        } else if dropped.is_empty() && was_dropping {
+            tracing::info!("under --max-series again: every collector group served");
+        }
+    }
+}
+
+/// `nvml_exporter_http_connections` and `nvml_exporter_http_connections_closed_total`: updated
+/// by the HTTP server, served by the encoder that registered them.
+#[derive(Debug, Clone)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Connections closed, by [`CloseReason`].
+    pub closed_by_reason: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// Counters at zero, every reason present (so that `rate()` has a first point), not yet
+    /// registered anywhere.
+    pub fn new() -> ConnectionMetrics {
+        let open = IntGauge::new(HTTP_CONNECTIONS, help_of(HTTP_CONNECTIONS))
+            .expect("static gauge options are valid");
+        let closed_by_reason = IntCounterVec::new(
+            Opts::new(
+                HTTP_CONNECTIONS_CLOSED_TOTAL,
+                help_of(HTTP_CONNECTIONS_CLOSED_TOTAL),
+            ),
+            &["reason"],
+        )
+        .expect("static counter options are valid");
+        for reason in CloseReason::ALL {
+            closed_by_reason.with_label_values(&[reason.label()]);
+        }
+        ConnectionMetrics {
+            open,
+            closed_by_reason,
+        }
+    }
+
+    /// Counts one connection closed for `reason`.
+    pub fn closed(&self, reason: CloseReason) {
+        self.closed_by_reason
+            .with_label_values(&[reason.label()])
+            .inc();
+    }
+}
+
+impl Default for ConnectionMetrics {
+    fn default() -> Self {
+        ConnectionMetrics::new()
     }
 }
 

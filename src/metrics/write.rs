@@ -16,30 +16,53 @@ use super::catalog::{
     CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
     Source,
 };
+use super::groups::{Group, Groups};
 use super::resolve::{DeviceView, container_labels};
 use super::samples::Samples;
 use super::text;
 use crate::processes::ProcessField;
 
+/// Where one GPU family went in the exposition: its bytes and number of series.
+#[derive(Debug, Clone)]
+pub(super) struct FamilySpan {
+    /// The family's collector group.
+    pub group: Group,
+    /// Its bytes in the exposition, `# HELP` and `# TYPE` included.
+    pub bytes: std::ops::Range<usize>,
+    /// Its series.
+    pub series: usize,
+}
+
 /// Appends every native family of `snap` to `out` in catalog order. `devices` are its resolved
-/// views; `registry` holds the families the encoder's registry keeps (written where the catalog
-/// places them, any others after); `per_device` is false when the GPUs are served under
-/// dcgm-exporter's names only.
+/// views; `per_device` is false when the GPUs are served under dcgm-exporter's names only; a
+/// family whose group is not in `groups` is left out. Once the GPU families are written,
+/// `registry` gets them (it may drop some from `out`) and returns the families the encoder's
+/// registry keeps (written where the catalog places them, any others after).
 pub(super) fn families(
     out: &mut Vec<u8>,
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
-    mut registry: Vec<MetricFamily>,
+    registry: impl FnOnce(&mut Vec<u8>, &[FamilySpan]) -> Vec<MetricFamily>,
     per_device: bool,
+    groups: Groups,
 ) {
     let mut samples = Samples::default();
+    let mut spans = Vec::new();
+    let mut registry = Some(registry);
+    let mut gathered = Vec::new();
     for def in CATALOG {
-        if !per_device && def.source.is_per_device() {
+        if (!per_device && def.source.is_per_device()) || !groups.contains(def.group) {
             continue;
         }
+        // The exporter's own families follow the GPUs': the GPU series are all known here.
+        if !def.source.is_per_device()
+            && let Some(registry) = registry.take()
+        {
+            gathered = registry(out, &spans);
+        }
         if let Source::Registry = def.source {
-            if let Some(at) = registry.iter().position(|f| f.name() == def.name) {
-                append_registry_family(out, &registry.remove(at));
+            if let Some(at) = gathered.iter().position(|f| f.name() == def.name) {
+                append_registry_family(out, &gathered.remove(at));
             }
             continue;
         }
@@ -61,9 +84,19 @@ pub(super) fn families(
         }
         if out.len() == series_start {
             out.truncate(family_start);
+        } else if def.source.is_per_device() {
+            spans.push(FamilySpan {
+                group: def.group,
+                bytes: family_start..out.len(),
+                // One line a series.
+                series: out[series_start..].iter().filter(|b| **b == b'\n').count(),
+            });
         }
     }
-    for family in &registry {
+    if let Some(registry) = registry.take() {
+        gathered = registry(out, &spans);
+    }
+    for family in &gathered {
         append_registry_family(out, family);
     }
 }

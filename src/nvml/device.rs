@@ -27,6 +27,7 @@ use super::mig::MigReader;
 use super::processes::ProcessReader;
 use super::raw;
 use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
+use crate::metrics::groups::{Group, Groups};
 use crate::sample::{
     Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts, MemoryInfo,
     NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,
@@ -73,6 +74,8 @@ pub struct DeviceReader {
     processes: Option<ProcessReader>,
     /// Reads the GPU instances while MIG mode is on.
     mig: MigReader,
+    /// The collector groups: a call no group on needs is not made.
+    groups: Groups,
 }
 
 impl DeviceReader {
@@ -89,7 +92,20 @@ impl DeviceReader {
             gpm: GpmState::new(),
             processes: None,
             mig: MigReader::new(),
+            groups: Groups::all(),
         }
+    }
+
+    /// Makes only the calls that the families of `groups` need (every call by default).
+    pub fn with_groups(mut self, groups: Groups) -> Self {
+        self.set_groups(groups);
+        self
+    }
+
+    /// Makes only the calls that the families of `groups` need from the next read on.
+    pub fn set_groups(&mut self, groups: Groups) {
+        self.groups = groups;
+        self.gpm.set_groups(groups);
     }
 
     /// Also reads the device's processes every tick, looking them up in the host's procfs at
@@ -97,6 +113,20 @@ impl DeviceReader {
     pub fn with_processes(mut self, host_proc: impl Into<std::path::PathBuf>) -> Self {
         self.processes = Some(ProcessReader::new(host_proc));
         self
+    }
+
+    /// Reads the device's processes from the next read on, looking them up below `host_proc`;
+    /// `None`: no longer reads them. A reader already using that procfs is kept, with its cache.
+    pub fn set_processes(&mut self, host_proc: Option<&std::path::Path>) {
+        match host_proc {
+            None => self.processes = None,
+            Some(root)
+                if self
+                    .processes
+                    .as_ref()
+                    .is_some_and(|p| p.host_proc() == root) => {}
+            Some(root) => self.processes = Some(ProcessReader::new(root)),
+        }
     }
 
     /// The device's NVML index.
@@ -123,7 +153,9 @@ impl DeviceReader {
             gpm,
             processes,
             mig,
+            groups,
         } = self;
+        let groups = *groups;
         let index = *index;
         gpm.begin_tick(tick_number);
         let mut ledger = CallLedger::new(index, errors, unsupported);
@@ -156,8 +188,16 @@ impl DeviceReader {
             }
             // GPM first: its sample then falls at the same point of every tick, so the windows
             // stay close to one interval whatever the other calls cost.
-            (sample.gpm_supported, sample.gpm) = read_gpm(&mut ledger, nvml, &device, gpm);
-            read_metrics(&mut ledger, &device, nvlink_count, &mut sample);
+            if groups.any(GPM_GROUPS) {
+                (sample.gpm_supported, sample.gpm) = read_gpm(&mut ledger, nvml, &device, gpm);
+            }
+            read_metrics(&mut ledger, &device, nvlink_count, &mut sample, groups);
+            // Processes in MIG instances are attributed to them, so they need the instances too.
+            if groups.contains(Group::Mig) || processes.is_some() {
+                sample.mig_mode = ledger
+                    .call("nvmlDeviceGetMigMode", 0, || device.mig_mode())
+                    .map(|m| m.current == 1);
+            }
             // Enumerated every tick (a reconfiguration shows at once); MIG off drops the
             // instances' GPM windows so a later layout starts clean.
             let mig_mode = sample.mig_mode == Some(true);
@@ -204,16 +244,65 @@ impl DeviceReader {
     }
 }
 
+/// The groups whose families come from GPM.
+const GPM_GROUPS: &[Group] = &[
+    Group::Saturation,
+    Group::Pipes,
+    Group::Media,
+    Group::Bandwidth,
+];
+
 fn read_metrics(
     t: &mut CallLedger,
     d: &Device,
     nvlink_count: &mut Option<u32>,
     s: &mut DeviceSample,
+    groups: Groups,
 ) {
+    if groups.contains(Group::Utilization) {
+        read_utilization(t, d, s);
+    }
+    if groups.contains(Group::Media) {
+        read_media(t, d, s);
+    }
+    if groups.contains(Group::Memory) {
+        s.memory = t
+            .call("nvmlDeviceGetMemoryInfo_v2", 0, || d.memory_info())
+            .map(|m| MemoryInfo {
+                total_bytes: m.total as f64,
+                used_bytes: m.used as f64,
+                free_bytes: m.free as f64,
+                reserved_bytes: m.reserved as f64,
+            });
+    }
+    if groups.contains(Group::Bar1) {
+        s.bar1_memory = t
+            .call("nvmlDeviceGetBAR1MemoryInfo", 0, || d.bar1_memory_info())
+            .map(|m| Bar1MemoryInfo {
+                total_bytes: m.total as f64,
+                used_bytes: m.used as f64,
+            });
+    }
+    if groups.contains(Group::Power) {
+        read_power(t, d, s);
+    }
+    read_thermal(t, d, s, groups);
+    read_clocks(t, d, s, groups);
+    read_pcie(t, d, s, groups);
+    read_memory_errors(t, d, s, groups);
+    if groups.any(&[Group::Nvlink, Group::NvlinkLinks]) {
+        s.nvlinks = read_nvlinks(t, d, nvlink_count);
+    }
+}
+
+fn read_utilization(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     if let Some(u) = t.call("nvmlDeviceGetUtilizationRates", 0, || d.utilization_rates()) {
         s.utilization = Some(percent_to_ratio(u.gpu));
         s.memory_utilization = Some(percent_to_ratio(u.memory));
     }
+}
+
+fn read_media(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     s.encoder_utilization = t
         .call("nvmlDeviceGetEncoderUtilization", 0, || {
             d.encoder_utilization()
@@ -224,22 +313,9 @@ fn read_metrics(
             d.decoder_utilization()
         })
         .map(|u| percent_to_ratio(u.utilization));
+}
 
-    s.memory = t
-        .call("nvmlDeviceGetMemoryInfo_v2", 0, || d.memory_info())
-        .map(|m| MemoryInfo {
-            total_bytes: m.total as f64,
-            used_bytes: m.used as f64,
-            free_bytes: m.free as f64,
-            reserved_bytes: m.reserved as f64,
-        });
-    s.bar1_memory = t
-        .call("nvmlDeviceGetBAR1MemoryInfo", 0, || d.bar1_memory_info())
-        .map(|m| Bar1MemoryInfo {
-            total_bytes: m.total as f64,
-            used_bytes: m.used as f64,
-        });
-
+fn read_power(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     s.power_watts = t
         .call("nvmlDeviceGetPowerUsage", 0, || d.power_usage())
         .map(mw_to_w);
@@ -253,18 +329,15 @@ fn read_metrics(
             d.total_energy_consumption()
         })
         .map(mj_to_j);
-
-    read_thermal(t, d, s);
-    read_clocks(t, d, s);
-    read_pcie(t, d, s);
-    read_memory_errors(t, d, s);
-    s.nvlinks = read_nvlinks(t, d, nvlink_count);
-    s.mig_mode = t
-        .call("nvmlDeviceGetMigMode", 0, || d.mig_mode())
-        .map(|m| m.current == 1);
 }
 
-fn read_thermal(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
+fn read_thermal(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
+    if groups.contains(Group::ThermalThresholds) {
+        read_thresholds(t, d, s);
+    }
+    if !groups.contains(Group::Thermal) {
+        return;
+    }
     s.temperature_celsius = t
         .call("nvmlDeviceGetTemperature", 0, || {
             d.temperature(TemperatureSensor::Gpu)
@@ -278,6 +351,17 @@ fn read_thermal(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
             .field("nvmlDeviceGetFieldValues", NVML_FI_DEV_MEMORY_TEMP, r)
             .map(raw::FieldValue::as_f64);
     }
+    let fans = t
+        .call("nvmlDeviceGetNumFans", 0, || d.num_fans())
+        .unwrap_or(0);
+    for fan in 0..fans {
+        if let Some(pct) = t.call("nvmlDeviceGetFanSpeed_v2", fan, || d.fan_speed(fan)) {
+            s.fan_speeds.push((fan, percent_to_ratio(pct)));
+        }
+    }
+}
+
+fn read_thresholds(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     for (i, (ours, theirs)) in [
         (TemperatureThreshold::Slowdown, NvmlThreshold::Slowdown),
         (TemperatureThreshold::Shutdown, NvmlThreshold::Shutdown),
@@ -293,17 +377,29 @@ fn read_thermal(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
             s.temperature_thresholds.push((ours, f64::from(c)));
         }
     }
-    let fans = t
-        .call("nvmlDeviceGetNumFans", 0, || d.num_fans())
-        .unwrap_or(0);
-    for fan in 0..fans {
-        if let Some(pct) = t.call("nvmlDeviceGetFanSpeed_v2", fan, || d.fan_speed(fan)) {
-            s.fan_speeds.push((fan, percent_to_ratio(pct)));
+}
+
+fn read_clocks(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
+    if groups.contains(Group::Clocks) {
+        read_frequencies(t, d, s);
+    }
+    // The thermal group's slowdown flag is read from the clock-event reasons too.
+    if groups.any(&[Group::ClockEvents, Group::Thermal]) {
+        read_clock_events(t, d, s);
+    }
+    if groups.contains(Group::ClockEvents) {
+        for (i, reason) in ThrottleReason::ALL.iter().enumerate() {
+            if let Some(v) = t.call("nvmlDeviceGetViolationStatus", i as u32, || {
+                d.violation_status(perf_policy(*reason))
+            }) {
+                s.throttle_seconds
+                    .push((*reason, ns_to_s(v.violation_time)));
+            }
         }
     }
 }
 
-fn read_clocks(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
+fn read_frequencies(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     for (i, (ours, theirs)) in [
         (ClockDomain::Graphics, Clock::Graphics),
         (ClockDomain::Sm, Clock::SM),
@@ -328,7 +424,9 @@ fn read_clocks(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
         .map(|p| p.as_c())
         // NVML_PSTATE_UNKNOWN (32) is not a state: omit it rather than export a sentinel.
         .filter(|p| *p <= 15);
+}
 
+fn read_clock_events(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     // The new name first; a library older than CUDA 12.2 only exports the ThrottleReasons name,
     // whose bits are the same.
     let has_new_name = d
@@ -347,15 +445,6 @@ fn read_clocks(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     };
     if let Some(mask) = mask {
         s.clock_events = decode_clock_events(mask);
-    }
-
-    for (i, reason) in ThrottleReason::ALL.iter().enumerate() {
-        if let Some(v) = t.call("nvmlDeviceGetViolationStatus", i as u32, || {
-            d.violation_status(perf_policy(*reason))
-        }) {
-            s.throttle_seconds
-                .push((*reason, ns_to_s(v.violation_time)));
-        }
     }
 }
 
@@ -381,8 +470,14 @@ fn perf_policy(reason: ThrottleReason) -> PerformancePolicy {
     }
 }
 
-fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
+fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
     let p = &mut s.pcie;
+    if !groups.contains(Group::Pcie) {
+        if groups.contains(Group::PcieLink) {
+            read_pcie_link(t, d, s);
+        }
+        return;
+    }
     p.transmit_bytes_per_second = t
         .call("nvmlDeviceGetPcieThroughput", 0, || {
             d.pcie_throughput(PcieUtilCounter::Send)
@@ -398,6 +493,13 @@ fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
             d.pcie_replay_counter()
         })
         .map(u64::from);
+    if groups.contains(Group::PcieLink) {
+        read_pcie_link(t, d, s);
+    }
+}
+
+fn read_pcie_link(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
+    let p = &mut s.pcie;
     p.link_generation_current = t.call("nvmlDeviceGetCurrPcieLinkGeneration", 0, || {
         d.current_pcie_link_gen()
     });
@@ -412,7 +514,7 @@ fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
     });
 }
 
-fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
+fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
     let ecc = |t: &mut CallLedger, base: u32, counter: EccCounter| {
         let corrected = t.call("nvmlDeviceGetTotalEccErrors", base, || {
             d.total_ecc_errors(MemoryError::Corrected, counter)
@@ -425,8 +527,15 @@ fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
             uncorrected,
         })
     };
-    s.ecc_volatile = ecc(t, 0, EccCounter::Volatile);
-    s.ecc_aggregate = ecc(t, 2, EccCounter::Aggregate);
+    if groups.contains(Group::Ecc) {
+        s.ecc_volatile = ecc(t, 0, EccCounter::Volatile);
+    }
+    if groups.contains(Group::EccLifetime) {
+        s.ecc_aggregate = ecc(t, 2, EccCounter::Aggregate);
+    }
+    if !groups.contains(Group::RowRemap) {
+        return;
+    }
 
     s.remapped_rows = t
         .call("nvmlDeviceGetRemappedRows", 0, || raw::remapped_rows(d))

@@ -26,6 +26,7 @@ use nvml_wrapper::{Device, Nvml};
 use super::ledger::CallLedger;
 use super::raw::{GpmRequest, GpmSample};
 use super::units::{mib_to_bytes_f64, percent_to_ratio_f64};
+use crate::metrics::groups::{Group, Groups};
 use crate::sample::{GpmMetrics, GpmPipe, MediaEngine};
 
 /// Where one GPM metric goes in [`GpmMetrics`].
@@ -56,6 +57,23 @@ pub enum Target {
 }
 
 impl Target {
+    /// The collector group of the family the metric is served in.
+    fn group(self) -> Group {
+        match self {
+            Target::GraphicsEngine
+            | Target::SmActive
+            | Target::SmOccupancy
+            | Target::Tensor
+            | Target::Dram => Group::Saturation,
+            Target::Pipe(_) => Group::Pipes,
+            Target::PcieTransmit
+            | Target::PcieReceive
+            | Target::NvLinkTransmit
+            | Target::NvLinkReceive => Group::Bandwidth,
+            Target::Media(_) => Group::Media,
+        }
+    }
+
     /// Percent metrics become ratios; the transfer rates are MiB/s and become bytes/s.
     fn convert(self, raw: f64) -> f64 {
         match self {
@@ -189,6 +207,8 @@ struct Buffers {
     requested: Vec<(GpmMetricId, Target)>,
     /// Their answers, in that order.
     results: Vec<Result<f64, NvmlError>>,
+    /// The collector groups whose metrics are asked for; `None`: all of them.
+    groups: Option<Groups>,
 }
 
 impl Buffers {
@@ -206,14 +226,13 @@ impl Buffers {
             request,
             requested,
             results,
+            groups,
         } = self;
         requested.clear();
-        requested.extend(
-            METRICS
-                .iter()
-                .copied()
-                .filter(|(id, _)| !t.is_unsupported(METRICS_GET, arg_base | id.as_c())),
-        );
+        requested.extend(METRICS.iter().copied().filter(|(id, target)| {
+            groups.is_none_or(|g| g.contains(target.group()))
+                && !t.is_unsupported(METRICS_GET, arg_base | id.as_c())
+        }));
         let request = request.get_or_insert_with(GpmRequest::default);
         let ids = requested.iter().map(|(id, _)| id.as_c());
         t.batch(METRICS_GET, arg_base, || {
@@ -262,6 +281,11 @@ impl GpmState {
     /// (destroyed, MIG off) starts over if it comes back.
     pub(super) fn retain_instances(&mut self, alive: &[InstanceKey]) {
         self.instances.retain(|k, _| alive.contains(k));
+    }
+
+    /// Asks only for the metrics of `groups`' families.
+    pub(super) fn set_groups(&mut self, groups: Groups) {
+        self.buffers.groups = Some(groups);
     }
 
     /// Whether the device supports GPM, as far as this session knows.

@@ -61,6 +61,11 @@ impl ProcessReader {
         }
     }
 
+    /// The procfs processes are looked up in.
+    pub fn host_proc(&self) -> &std::path::Path {
+        self.procfs.root()
+    }
+
     /// The device's processes now, by pid. Empty when neither process list could be read.
     /// `mig` is `Some` (the MIG device handles of this tick) when the GPU is in MIG mode.
     pub(super) fn read(

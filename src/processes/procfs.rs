@@ -35,6 +35,11 @@ impl ProcTable {
         }
     }
 
+    /// The procfs this table reads.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// What procfs says about `pid`; `None` when the process is not visible (exited, another
     /// pid namespace, no procfs mounted at the root). Reads `comm` and `cgroup` only for a
     /// process not seen before.

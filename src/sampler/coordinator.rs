@@ -18,7 +18,7 @@ use crossbeam_channel::{Receiver, RecvTimeoutError};
 use nvml_wrapper::Nvml;
 
 use super::session::Session;
-use super::{SamplerOptions, down_snapshot};
+use super::{LiveOptions, down_snapshot};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorCounter, LogLimiter, NvmlUnavailable};
 use crate::nvml::events::XidLog;
@@ -65,7 +65,8 @@ enum SessionEnd {
 
 /// The sampler's own thread.
 pub(super) struct Coordinator<P> {
-    opts: SamplerOptions,
+    /// Read again at every tick: a configuration reload may change them.
+    opts: LiveOptions,
     publish: P,
     /// Disconnects when the sampler is stopped; nothing is ever sent on it.
     stop: Receiver<()>,
@@ -78,7 +79,7 @@ pub(super) struct Coordinator<P> {
 
 impl<P: Fn(Snapshot)> Coordinator<P> {
     /// A coordinator that publishes with `publish` until `stop` disconnects.
-    pub(super) fn new(opts: SamplerOptions, publish: P, stop: Receiver<()>) -> Self {
+    pub(super) fn new(opts: LiveOptions, publish: P, stop: Receiver<()>) -> Self {
         Coordinator {
             opts,
             publish,
@@ -93,10 +94,11 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
     pub(super) fn run(mut self) {
         let mut backoff = Backoff::new();
         loop {
-            let reason = match discovery::init(&self.opts.nvml_lib) {
+            let lib = self.opts.get().nvml_lib.clone();
+            let reason = match discovery::init(&lib) {
                 Ok(nvml) => {
                     backoff = Backoff::new();
-                    tracing::info!(lib = %self.opts.nvml_lib.display(), "NVML initialised");
+                    tracing::info!(lib = %lib.display(), "NVML initialised");
                     match self.run_session(Arc::new(nvml)) {
                         SessionEnd::Shutdown => return,
                         SessionEnd::Reinit(reason) => reason,
@@ -121,7 +123,8 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
 
     /// One NVML session: discovery, then ticks until shutdown or until NVML stops answering.
     fn run_session(&mut self, nvml: Arc<Nvml>) -> SessionEnd {
-        let mut session = match Session::start(nvml, &self.opts, &self.errors, Some(&self.xids)) {
+        let opts = self.opts.get();
+        let mut session = match Session::start(nvml, &opts, &self.errors, Some(&self.xids)) {
             Ok(s) => s,
             Err(reason) => return SessionEnd::Reinit(reason),
         };
@@ -140,11 +143,13 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
         let mut xids_pruned = false;
         let mut start = Instant::now();
         loop {
-            let deadline = start + self.opts.device_timeout;
+            let opts = self.opts.get();
+            session.configure(&opts);
+            let deadline = start + opts.device_timeout;
             if session.tick(start, deadline, &self.stop).is_err() {
                 return SessionEnd::Shutdown;
             }
-            let grace = self.opts.stale_grace;
+            let grace = opts.stale_grace;
             let mut snapshot = session.snapshot(start, grace, &self.errors, Some(&self.xids));
             // Once every device is identified, drop XID counts of devices that went away.
             if !xids_pruned && snapshot.devices.iter().all(|d| !d.uuid.is_empty()) {
@@ -165,7 +170,7 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
             }
             (self.publish)(snapshot);
             // The next tick starts an interval after this one did, or now if this one overran.
-            let next = (start + self.opts.interval).max(Instant::now());
+            let next = (start + opts.interval).max(Instant::now());
             let changed = session.device_set_changed();
             if changed {
                 let message = "a device index no longer exists; rediscovering the devices";

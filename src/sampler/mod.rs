@@ -27,7 +27,7 @@ mod threads;
 
 use std::io;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::Sender;
@@ -38,6 +38,8 @@ use crate::sample::Snapshot;
 use coordinator::Coordinator;
 use session::Session;
 use threads::ThreadGroup;
+
+use crate::metrics::groups::Groups;
 
 /// How long `Sampler::shutdown` waits for the coordinator (which itself waits a bounded time
 /// for its readers).
@@ -58,10 +60,12 @@ pub struct SamplerOptions {
     /// Read each device's processes, looking them up in this procfs (the host's `/proc`):
     /// `--processes` and `--host-proc`. `None`: processes are not read.
     pub processes: Option<PathBuf>,
+    /// The collector groups: the NVML calls only other groups need are not made.
+    pub groups: Groups,
 }
 
 impl Default for SamplerOptions {
-    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace.
+    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace, every group.
     fn default() -> Self {
         SamplerOptions {
             nvml_lib: PathBuf::from("libnvidia-ml.so.1"),
@@ -69,6 +73,7 @@ impl Default for SamplerOptions {
             device_timeout: Duration::from_secs(1),
             stale_grace: Duration::from_secs(5),
             processes: None,
+            groups: Groups::all(),
         }
     }
 }
@@ -76,12 +81,37 @@ impl Default for SamplerOptions {
 /// The sampler was stopped while it waited.
 struct Stopped;
 
+/// A running sampler's options, read by its coordinator at every tick and replaced by a
+/// configuration reload ([`Sampler::live_options`]).
+#[derive(Debug, Clone)]
+pub struct LiveOptions(Arc<Mutex<Arc<SamplerOptions>>>);
+
+impl LiveOptions {
+    fn new(opts: SamplerOptions) -> LiveOptions {
+        LiveOptions(Arc::new(Mutex::new(Arc::new(opts))))
+    }
+
+    /// The options in force.
+    pub fn get(&self) -> Arc<SamplerOptions> {
+        // A poisoned lock only means a swap panicked; the value is one Arc.
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Samples with `opts` from the next tick on. What a session set up at its start (the
+    /// library, the readers' stall limit) follows at the next initialisation; the schedule and
+    /// whether processes are read follow at once.
+    pub fn set(&self, opts: SamplerOptions) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(opts);
+    }
+}
+
 /// The running sampler: a coordinator thread and, while NVML is up, the device readers and
 /// the XID thread. Stops on [`Sampler::shutdown`] or when dropped.
 pub struct Sampler {
     /// Dropped to stop the coordinator: nothing is ever sent on it.
     stop: Option<Sender<()>>,
     threads: Option<ThreadGroup>,
+    options: LiveOptions,
 }
 
 impl Sampler {
@@ -93,13 +123,21 @@ impl Sampler {
         publish: impl Fn(Snapshot) + Send + 'static,
     ) -> io::Result<Sampler> {
         let (stop, stopped) = crossbeam_channel::bounded(0);
-        let coordinator = Coordinator::new(opts, publish, stopped);
+        let options = LiveOptions::new(opts);
+        let coordinator = Coordinator::new(options.clone(), publish, stopped);
         let mut threads = ThreadGroup::new();
         threads.spawn("nvml-sampler".into(), move || coordinator.run())?;
         Ok(Sampler {
             stop: Some(stop),
             threads: Some(threads),
+            options,
         })
+    }
+
+    /// The options it samples with, to be replaced by a configuration reload (they outlive
+    /// [`shutdown`](Self::shutdown), which takes the sampler).
+    pub fn live_options(&self) -> LiveOptions {
+        self.options.clone()
     }
 
     /// Signals every thread and joins those that return within a short bound; a reader stuck

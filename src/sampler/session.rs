@@ -13,6 +13,7 @@
 //! devices): only then does `last_tick_timestamp_seconds` advance, so `/readyz` turns 503 when
 //! every device hangs or fails every call.
 
+use std::path::PathBuf;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,7 @@ use nvml_wrapper::Nvml;
 use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
+use crate::metrics::groups::{Group, Groups};
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
@@ -47,6 +49,14 @@ pub(super) struct Session {
     ticks: u64,
     /// End of the last complete tick (Unix seconds), if any in this session.
     last_complete: Option<f64>,
+    /// Where devices look their processes up, when they read them (see [`Session::configure`]).
+    processes: Option<PathBuf>,
+    /// The collector groups whose calls devices make (see [`Session::configure`]).
+    groups: Groups,
+    /// What the XID thread needs, to start it when the `xid` group is turned on.
+    nvml: Arc<Nvml>,
+    errors: Arc<ErrorCounter>,
+    xid_log: Option<Arc<XidLog>>,
 }
 
 impl Session {
@@ -67,36 +77,59 @@ impl Session {
         })?;
         let slots = (0..count)
             .map(|index| {
-                let mut device = DeviceReader::new(Arc::clone(&nvml), index, Arc::clone(errors));
-                if let Some(root) = opts.processes.as_deref() {
-                    device = device.with_processes(root);
-                }
-                Slot::new(device)
+                Slot::new(DeviceReader::new(
+                    Arc::clone(&nvml),
+                    index,
+                    Arc::clone(errors),
+                ))
             })
             .collect();
-        let mut threads = ThreadGroup::new();
-        let xid_stop = xids.and_then(|log| {
-            let (stop_tx, stop_rx) = mpsc::channel();
-            let (nvml, log, errors) = (Arc::clone(&nvml), Arc::clone(log), Arc::clone(errors));
-            match threads.spawn("nvml-xid".into(), move || {
-                watch_xids(&nvml, &log, &errors, &stop_rx)
-            }) {
-                Ok(()) => Some(stop_tx),
-                Err(e) => {
-                    tracing::error!("cannot start the XID event thread: {e}");
-                    None
-                }
-            }
-        });
-        Ok(Session {
+        let mut session = Session {
             system,
             slots,
             readers: Readers::new(opts.device_timeout),
-            threads,
-            xid_stop,
+            threads: ThreadGroup::new(),
+            xid_stop: None,
             ticks: 0,
             last_complete: None,
-        })
+            processes: None,
+            groups: Groups::none(),
+            nvml,
+            errors: Arc::clone(errors),
+            xid_log: xids.cloned(),
+        };
+        session.configure(opts);
+        Ok(session)
+    }
+
+    /// Takes the options that may change between ticks (a configuration reload): each device
+    /// follows them from its next read (see [`Session::tick`]). An option that changes what a
+    /// device reads belongs here, not only in [`Session::start`].
+    pub(super) fn configure(&mut self, opts: &SamplerOptions) {
+        self.groups = opts.groups;
+        self.processes = opts
+            .processes
+            .clone()
+            .filter(|_| opts.groups.contains(Group::Processes));
+        // Without the xid group no event set is registered; with it, one thread watches.
+        if !opts.groups.contains(Group::Xid) {
+            self.xid_stop = None;
+        } else if self.xid_stop.is_none()
+            && let Some(log) = &self.xid_log
+        {
+            let (stop_tx, stop_rx) = mpsc::channel();
+            let (nvml, log, errors) = (
+                Arc::clone(&self.nvml),
+                Arc::clone(log),
+                Arc::clone(&self.errors),
+            );
+            match self.threads.spawn("nvml-xid".into(), move || {
+                watch_xids(&nvml, &log, &errors, &stop_rx)
+            }) {
+                Ok(()) => self.xid_stop = Some(stop_tx),
+                Err(e) => tracing::error!("cannot start the XID event thread: {e}"),
+            }
+        }
     }
 
     /// System-wide versions, read at the start of the session.
@@ -125,7 +158,9 @@ impl Session {
         let mut missing = 0;
         for slot in &mut self.slots {
             slot.fresh = false;
-            if let Some(device) = slot.device.take() {
+            if let Some(mut device) = slot.device.take() {
+                device.set_groups(self.groups);
+                device.set_processes(self.processes.as_deref());
                 self.readers.queue(tick, device, &mut self.threads);
                 missing += 1;
             }

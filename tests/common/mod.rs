@@ -63,6 +63,22 @@ pub fn scenario(name: &str) -> PathBuf {
     path
 }
 
+/// `--collector.NAME` for every collector group: the exporter serving every family.
+pub fn every_group() -> Vec<String> {
+    nvml_exporter::metrics::groups::Group::switchable()
+        .map(|g| format!("--collector.{}", g.name))
+        .collect()
+}
+
+/// `args` after the flags of [`every_group`].
+pub fn with_every_group<'a>(flags: &'a [String], args: &[&'a str]) -> Vec<&'a str> {
+    flags
+        .iter()
+        .map(String::as_str)
+        .chain(args.iter().copied())
+        .collect()
+}
+
 /// A command for the exporter with a clean `NVML_EXPORTER_*` / `NVML_SIM_*` environment.
 pub fn exporter_command(env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut cmd = Command::new(exporter_bin());
@@ -449,13 +465,15 @@ fn parse_labels(s: &str) -> BTreeMap<String, String> {
 }
 
 /// Names of series whose value depends on the run, not on the scenario: the exporter's own
-/// process and timing, and its build.
+/// process and timing (the configuration's load time included), and its build.
 pub const VOLATILE_PREFIXES: &[&str] = &[
     "process_",
     "nvml_exporter_sample_duration_seconds",
     "nvml_exporter_last_sample_timestamp_seconds",
     "nvml_exporter_build_info",
     "nvml_exporter_scrapes_total",
+    "nvml_exporter_http_connections",
+    "nvml_exporter_config_last_reload_success_timestamp_seconds",
 ];
 
 /// The exposition without the lines of [`VOLATILE_PREFIXES`] series (HELP/TYPE lines kept).

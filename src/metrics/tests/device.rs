@@ -265,3 +265,104 @@ fn nvlinks_in_any_order_give_one_series_per_link_in_link_order() {
         ]
     );
 }
+
+#[test]
+fn nvlink_per_gpu_families_sum_over_the_links() {
+    let link =
+        |link: u32, up: bool, tx: Option<u64>, errors: Vec<(NvLinkErrorType, u64)>| NvLinkSample {
+            link,
+            up,
+            transmit_bytes: tx,
+            receive_bytes: None,
+            errors: errors.into_iter().collect(),
+        };
+    let mut d = bare_device(0);
+    d.nvlinks = vec![
+        link(0, true, Some(100), vec![(NvLinkErrorType::Replay, 2)]),
+        link(1, false, None, vec![(NvLinkErrorType::Replay, 3)]),
+        link(2, true, Some(20), vec![(NvLinkErrorType::CrcFlit, 1)]),
+        // A duplicate of link 0: the first one read is kept, as per link.
+        link(0, true, Some(1000), vec![]),
+    ];
+    let text = encode(&snapshot(vec![d]));
+    let per_gpu: Vec<&str> = series(&text)
+        .into_iter()
+        .filter(|l| l.starts_with("nvidia_gpu_nvlink_links_"))
+        .collect();
+    assert_eq!(
+        per_gpu,
+        [
+            r#"nvidia_gpu_nvlink_links_up{gpu="0",uuid="GPU-0"} 2"#,
+            r#"nvidia_gpu_nvlink_links_transmit_bytes_total{gpu="0",uuid="GPU-0"} 120"#,
+            r#"nvidia_gpu_nvlink_links_errors_total{gpu="0",uuid="GPU-0",error_type="crc_flit"} 1"#,
+            r#"nvidia_gpu_nvlink_links_errors_total{gpu="0",uuid="GPU-0",error_type="replay"} 5"#,
+        ],
+        "no receive counter on any link: no receive series; error types no link has are absent"
+    );
+    // A GPU without NVLink has none of them.
+    let text = encode(&snapshot(vec![bare_device(0)]));
+    assert!(!text.contains("nvidia_gpu_nvlink_links_"), "{text}");
+}
+
+#[test]
+fn thermal_slowdown_is_either_thermal_clock_event() {
+    let flag = |events: Vec<(ClockEventReason, bool)>| {
+        let mut d = bare_device(0);
+        d.clock_events = events;
+        let text = encode(&snapshot(vec![d]));
+        series(&text)
+            .into_iter()
+            .find(|l| l.starts_with("nvidia_gpu_thermal_slowdown_active{"))
+            .map(|l| l.rsplit(' ').next().unwrap().to_string())
+    };
+    assert_eq!(flag(vec![]), None, "clock events not read: absent");
+    assert_eq!(
+        flag(vec![
+            (ClockEventReason::SwPowerCap, true),
+            (ClockEventReason::SwThermalSlowdown, false),
+            (ClockEventReason::HwThermalSlowdown, false),
+        ])
+        .as_deref(),
+        Some("0")
+    );
+    for reason in [
+        ClockEventReason::SwThermalSlowdown,
+        ClockEventReason::HwThermalSlowdown,
+    ] {
+        assert_eq!(
+            flag(vec![(ClockEventReason::GpuIdle, false), (reason, true)]).as_deref(),
+            Some("1"),
+            "{reason:?}"
+        );
+    }
+}
+
+#[test]
+fn only_the_families_of_the_groups_on_are_served() {
+    use crate::metrics::groups::{Group, Groups};
+    let snap = snapshot(vec![full_mig_device(0)]);
+    for groups in [
+        Groups::defaults(),
+        Groups::none(),
+        Groups::none().with(Group::NvlinkLinks),
+        Groups::all().without(Group::Memory),
+    ] {
+        let text = encode_with(
+            MetricsOptions {
+                groups,
+                ..MetricsOptions::default()
+            },
+            &snap,
+        );
+        let expected: Vec<&str> = CATALOG
+            .iter()
+            .filter(|d| d.source.is_per_device() && groups.contains(d.group))
+            .map(|d| d.name)
+            .collect();
+        assert_eq!(families_of_gpu(&text, 0), expected, "{groups:?}");
+        assert!(
+            text.contains("nvml_exporter_gpus "),
+            "core is always served"
+        );
+    }
+}

@@ -374,13 +374,15 @@ fn shared_gpu_snapshot() -> Snapshot {
     snap
 }
 
-/// The text without the process collector's families, whose values move between two reads.
+/// The text without the process collector's families and the time the encoder was made, whose
+/// values move between two reads.
 fn without_process(text: &str) -> String {
     text.lines()
         .filter(|l| {
             !(l.starts_with("process_")
                 || l.starts_with("# HELP process_")
-                || l.starts_with("# TYPE process_"))
+                || l.starts_with("# TYPE process_")
+                || l.starts_with(super::catalog::CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS))
         })
         .map(|l| format!("{l}\n"))
         .collect()

@@ -1,4 +1,4 @@
-//! The exporter's own series: NVML state, build, tick durations, scrapes.
+//! The exporter's own series: NVML state, build, tick durations, scrapes, connections.
 
 use super::*;
 
@@ -98,4 +98,120 @@ fn scrapes_appear_in_the_next_encoding() {
         value(&after, r#"nvml_exporter_scrapes_total{code="405"}"#),
         Some(1.0)
     );
+}
+
+#[test]
+fn connections_open_and_closed_by_reason_appear_in_the_next_encoding() {
+    use crate::http::connections::CloseReason;
+    let enc = Encoder::new(MetricsOptions::default());
+    let snap = snapshot(vec![]);
+    let before = String::from_utf8(enc.encode(&snap)).unwrap();
+    assert_eq!(value(&before, "nvml_exporter_http_connections"), Some(0.0));
+    for reason in CloseReason::ALL {
+        let series = format!(
+            r#"nvml_exporter_http_connections_closed_total{{reason="{}"}}"#,
+            reason.label()
+        );
+        assert_eq!(value(&before, &series), Some(0.0), "{series}");
+    }
+    let connections = enc.connection_metrics();
+    connections.open.inc();
+    connections.open.inc();
+    connections.closed(CloseReason::WriteTimeout);
+    let after = String::from_utf8(enc.encode(&snap)).unwrap();
+    assert_eq!(value(&after, "nvml_exporter_http_connections"), Some(2.0));
+    assert_eq!(
+        value(
+            &after,
+            r#"nvml_exporter_http_connections_closed_total{reason="write_timeout"}"#
+        ),
+        Some(1.0)
+    );
+}
+
+#[test]
+fn max_series_leaves_out_the_most_detailed_groups_first_and_counts_them() {
+    use crate::metrics::groups::Groups;
+    // Two GPUs with 18 links each: per link is the bulk.
+    let snap = snapshot(vec![full_device(0), full_device(1)]);
+    let all = Encoder::new(MetricsOptions::default());
+    let full = String::from_utf8(all.encode(&snap)).unwrap();
+    let served = |text: &str, group: &str| -> f64 {
+        let prefix = format!("nvml_exporter_series{{group=\"{group}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.parse().unwrap())
+            .unwrap_or_else(|| panic!("no {prefix} in\n{text}"))
+    };
+    let gpu_series = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("nvidia_gpu_"))
+            .count()
+    };
+    let total = gpu_series(&full);
+    assert_eq!(
+        Groups::all()
+            .iter()
+            .map(|g| served(&full, g.name()))
+            .sum::<f64>(),
+        total as f64,
+        "every GPU series is counted in one group"
+    );
+    let links = served(&full, "nvlink-links") as usize;
+    let processes = served(&full, "processes") as usize;
+    assert!(links > 0);
+
+    // Room for all but the per-link series (and the processes, dropped before them).
+    let max = total - links;
+    let enc = Encoder::new(MetricsOptions {
+        max_series: Some(max),
+        ..MetricsOptions::default()
+    });
+    for round in 1..=2 {
+        let text = String::from_utf8(enc.encode(&snap)).unwrap();
+        assert!(gpu_series(&text) <= max);
+        assert!(!text.contains("nvidia_gpu_nvlink_up{"), "per link left out");
+        assert!(text.contains("nvidia_gpu_nvlink_links_up{"), "per GPU kept");
+        assert!(text.contains("nvidia_gpu_info{") && text.contains("nvidia_gpu_up{"));
+        assert_eq!(served(&text, "nvlink-links"), 0.0);
+        assert!(
+            text.contains(&format!(
+                "nvml_exporter_series_dropped_total{{group=\"nvlink-links\"}} {}",
+                links * round
+            )),
+            "{text}"
+        );
+        if processes > 0 {
+            assert!(!text.contains("nvidia_gpu_process_"));
+        }
+        assert!(!text.contains("series_dropped_total{group=\"memory\"}"));
+    }
+    // A limit below the identity series leaves every other group out, never identity, up and
+    // the pod assignment (the core group).
+    let enc = Encoder::new(MetricsOptions {
+        max_series: Some(1),
+        ..MetricsOptions::default()
+    });
+    let text = String::from_utf8(enc.encode(&snap)).unwrap();
+    let gpu_families: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("nvidia_gpu_"))
+        .map(|l| l.split(['{', ' ']).next().unwrap())
+        .collect();
+    assert_eq!(
+        gpu_families.into_iter().collect::<Vec<_>>(),
+        ["nvidia_gpu_info", "nvidia_gpu_pod_info", "nvidia_gpu_up"],
+        "only the core group's"
+    );
+}
+
+#[test]
+fn exposition_bytes_is_the_previous_exposition_size() {
+    let enc = Encoder::new(MetricsOptions::default());
+    let snap = snapshot(vec![full_device(0)]);
+    let first = enc.encode(&snap);
+    assert!(!String::from_utf8_lossy(&first).contains("nvml_exporter_exposition_bytes"));
+    let second = String::from_utf8(enc.encode(&snap)).unwrap();
+    let line = format!("nvml_exporter_exposition_bytes {}", first.len());
+    assert!(second.contains(&line), "{line} missing");
 }

@@ -1,0 +1,291 @@
+//! Reloading the configuration on the real binary: a change of the `--config` or `--web-config`
+//! file applies by itself (users added and removed, options changed, a flag still beating the
+//! file), also when a Kubernetes volume swaps a symlink; SIGHUP reloads, options that need a
+//! restart say so; and a broken file keeps the previous configuration serving, with the reload
+//! metric at 0 and one log line naming the file and line.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::{Exporter, Exposition, eventually, http_get, scenario};
+
+/// Long enough for a few file checks (every 2 s) and the tick after them.
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Writes `text` to `dir/name` by rename, as editors and Kubernetes volumes do.
+fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+    )
+}
+
+/// `/metrics` as `user` (whose password is the user name): the status and the exposition (empty
+/// unless the status is 200).
+fn scrape(e: &Exporter, user: &str) -> (u16, Exposition) {
+    let r = http_get(&e.url("/metrics"), &[("Authorization", &basic(user, user))]);
+    let text = if r.status == 200 {
+        r.text()
+    } else {
+        String::new()
+    };
+    (r.status, Exposition::parse(&text))
+}
+
+/// A web-config with these users, each with their name as password (cost 4 keeps it fast).
+fn users(names: &[&str]) -> String {
+    let mut yaml = String::from("basic_auth_users:\n");
+    for name in names {
+        yaml += &format!("  {name}: '{}'\n", bcrypt::hash(name, 4).unwrap());
+    }
+    yaml
+}
+
+const RELOAD_OK: &str = "nvml_exporter_config_last_reload_successful";
+const RELOAD_TIME: &str = "nvml_exporter_config_last_reload_success_timestamp_seconds";
+const PROCESS_MEMORY: &str = "nvidia_gpu_process_memory_used_bytes";
+
+/// Process series per GPU index.
+fn processes_per_gpu(m: &Exposition) -> Vec<usize> {
+    let mut per_gpu = vec![0; 4];
+    for s in m.find(PROCESS_MEMORY, &[]) {
+        per_gpu[s.labels["gpu"].parse::<usize>().unwrap()] += 1;
+    }
+    per_gpu
+}
+
+#[test]
+fn changed_files_apply_by_themselves_and_a_broken_one_keeps_the_last_good_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = tempfile::tempdir().unwrap();
+    let web = write_atomic(dir.path(), "web.yml", &users(&["alice"]));
+    let config_text = |extra: &str| {
+        format!(
+            "web_config = '{}'\nhost_proc = '{}'\n{extra}",
+            web.display(),
+            proc_root.path().display()
+        )
+    };
+    let config = write_atomic(dir.path(), "config.toml", &config_text(""));
+    let shared = scenario("shared");
+    let mut e = Exporter::start(
+        &[("NVML_SIM_SCENARIO", shared.to_str().unwrap())],
+        // The flag must keep beating whatever the file says after a reload.
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--max-processes-per-gpu",
+            "1",
+        ],
+    );
+    let (status, m) = eventually(WAIT, "alice scraping a sampled exposition", || {
+        let (status, m) = scrape(&e, "alice");
+        (status == 200 && m.value("nvml_exporter_gpus", &[]).is_some_and(|n| n > 0.0))
+            .then_some((status, m))
+    });
+    assert_eq!(status, 200);
+    assert_eq!(m.value(RELOAD_OK, &[]), Some(1.0));
+    assert!(m.find(PROCESS_MEMORY, &[]).is_empty());
+    assert!(m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
+    assert_eq!(scrape(&e, "bob").0, 401);
+    let started = m.value(RELOAD_TIME, &[]).unwrap();
+
+    // Both files change: bob replaces alice; processes and dcgm-exporter's names are turned on,
+    // and the file asks for more process series than the flag allows.
+    write_atomic(dir.path(), "web.yml", &users(&["bob"]));
+    write_atomic(
+        dir.path(),
+        "config.toml",
+        &config_text("processes = true\ndcgm_compat = 'both'\nmax_processes_per_gpu = 5\n"),
+    );
+    let m = eventually(WAIT, "bob scraping processes and DCGM names", || {
+        let (status, m) = scrape(&e, "bob");
+        (status == 200
+            && !m.find(PROCESS_MEMORY, &[]).is_empty()
+            && !m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty())
+        .then_some(m)
+    });
+    assert_eq!(scrape(&e, "alice").0, 401, "a removed user still scrapes");
+    assert_eq!(m.value(RELOAD_OK, &[]), Some(1.0));
+    assert!(m.value(RELOAD_TIME, &[]).unwrap() >= started);
+    let per_gpu = processes_per_gpu(&m);
+    assert!(
+        per_gpu.iter().all(|n| *n <= 1),
+        "--max-processes-per-gpu 1 on the command line beats the file's 5: {per_gpu:?}"
+    );
+    assert!(e.logs().contains("configuration reloaded"), "{}", e.logs());
+
+    // A broken configuration file: the last good configuration keeps serving.
+    write_atomic(
+        dir.path(),
+        "config.toml",
+        &config_text("processes = 'yes please'\n"),
+    );
+    let m = eventually(WAIT, "the reload metric at 0", || {
+        let (status, m) = scrape(&e, "bob");
+        (status == 200 && m.value(RELOAD_OK, &[]) == Some(0.0)).then_some(m)
+    });
+    assert!(!m.find(PROCESS_MEMORY, &[]).is_empty(), "processes stopped");
+    assert!(!m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
+    let failures = |logs: &str| -> Vec<String> {
+        logs.lines()
+            .filter(|l| l.contains("configuration reload failed"))
+            .map(str::to_owned)
+            .collect()
+    };
+    let logs = eventually(WAIT, "the failure's log line", || {
+        let logs = e.logs();
+        (!failures(&logs).is_empty()).then_some(logs)
+    });
+    let failed = failures(&logs);
+    assert_eq!(failed.len(), 1, "{logs}");
+    let config_shown = config.display().to_string();
+    assert!(
+        failed[0].contains(&config_shown) && failed[0].contains("line 3"),
+        "the log line names the file and line: {}",
+        failed[0]
+    );
+
+    // A broken web-config (a hash that is no bcrypt hash) fails the same way, naming its file.
+    write_atomic(
+        dir.path(),
+        "config.toml",
+        &config_text("processes = true\n"),
+    );
+    write_atomic(dir.path(), "web.yml", "basic_auth_users:\n  carol: plain\n");
+    eventually(WAIT, "a failure naming the web-config", || {
+        failures(&e.logs())
+            .iter()
+            .any(|l| l.contains(&web.display().to_string()) && l.contains("carol"))
+            .then_some(())
+    });
+    let (status, m) = scrape(&e, "bob");
+    assert_eq!(status, 200, "the last good users stay in force");
+    assert_eq!(m.value(RELOAD_OK, &[]), Some(0.0));
+    assert_eq!(scrape(&e, "carol").0, 401);
+
+    // Fixed: 1 again, and dcgm-exporter's names are gone as the file now says.
+    write_atomic(dir.path(), "web.yml", &users(&["bob", "carol"]));
+    eventually(WAIT, "carol scraping after the fix", || {
+        let (status, m) = scrape(&e, "carol");
+        (status == 200
+            && m.value(RELOAD_OK, &[]) == Some(1.0)
+            && m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty())
+        .then_some(())
+    });
+    assert!(e.alive());
+}
+
+#[test]
+fn sighup_reloads_and_options_that_need_a_restart_say_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_atomic(dir.path(), "config.toml", "interval = '1s'\n");
+    let mut e = Exporter::start(&[], &["--config", config.to_str().unwrap()]);
+    let first = eventually(WAIT, "a sampled exposition", || {
+        let m = e.metrics();
+        m.value("nvml_exporter_gpus", &[])
+            .is_some_and(|n| n > 0.0)
+            .then(|| m.value(RELOAD_TIME, &[]).unwrap())
+    });
+
+    // Unchanged file: SIGHUP still reloads, and the success time moves on.
+    e.signal(libc::SIGHUP);
+    eventually(WAIT, "a later reload success time", || {
+        let m = e.metrics();
+        (m.value(RELOAD_OK, &[]) == Some(1.0) && m.value(RELOAD_TIME, &[]).unwrap() > first)
+            .then_some(())
+    });
+    let logs = e.logs();
+    assert!(logs.contains("SIGHUP received"), "{logs}");
+    assert!(logs.contains("nothing changed"), "{logs}");
+
+    // The interval and the log format need a restart: logged, not applied, and the reload still
+    // succeeds.
+    write_atomic(
+        dir.path(),
+        "config.toml",
+        "interval = '2s'\nlog_format = 'json'\n",
+    );
+    e.signal(libc::SIGHUP);
+    let logs = eventually(WAIT, "the restart warnings", || {
+        let logs = e.logs();
+        (logs.contains("interval changed") && logs.contains("log_format changed")).then_some(logs)
+    });
+    assert!(logs.contains("needs a restart"), "{logs}");
+    let last = logs.lines().last().unwrap_or_default();
+    assert!(!last.starts_with('{'), "the log format changed: {last}");
+    assert_eq!(e.metrics().value(RELOAD_OK, &[]), Some(1.0));
+    assert!(e.alive());
+}
+
+/// A Kubernetes ConfigMap volume: `config.toml -> ..data/config.toml`, `..data -> ..<version>`;
+/// an update writes a new version directory and swaps `..data`, leaving `config.toml` alone.
+fn configmap_version(dir: &Path, version: &str, text: &str) {
+    let versioned = dir.join(version);
+    std::fs::create_dir(&versioned).unwrap();
+    std::fs::write(versioned.join("config.toml"), text).unwrap();
+    let tmp = dir.join("..data_tmp");
+    std::os::unix::fs::symlink(version, &tmp).unwrap();
+    std::fs::rename(&tmp, dir.join("..data")).unwrap();
+    let link = dir.join("config.toml");
+    if link.symlink_metadata().is_err() {
+        std::os::unix::fs::symlink("..data/config.toml", &link).unwrap();
+    }
+}
+
+#[test]
+fn a_configmap_update_by_symlink_swap_applies_by_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    configmap_version(dir.path(), "..v1", "dcgm_compat = 'off'\n");
+    let config = dir.path().join("config.toml");
+    let e = Exporter::start(&[], &["--config", config.to_str().unwrap()]);
+    eventually(WAIT, "a sampled exposition", || {
+        let m = e.metrics();
+        m.value("nvml_exporter_gpus", &[])
+            .is_some_and(|n| n > 0.0)
+            .then_some(())
+    });
+    assert!(e.metrics().find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
+
+    configmap_version(dir.path(), "..v2", "dcgm_compat = 'both'\n");
+    e.wait_metrics(WAIT, "dcgm-exporter's names after the swap", |m| {
+        !m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty()
+    });
+}
+
+#[test]
+fn collector_groups_change_with_the_file_and_their_calls_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_atomic(dir.path(), "config.toml", "collector.clocks = false\n");
+    let e = Exporter::start(&[], &["--config", config.to_str().unwrap()]);
+    e.wait_metrics(WAIT, "a sampled exposition without clocks", |m| {
+        m.value("nvml_exporter_gpus", &[]).is_some_and(|n| n > 0.0)
+            && m.find("nvidia_gpu_clock_hertz", &[]).is_empty()
+            && !m.find("nvidia_gpu_memory_used_bytes", &[]).is_empty()
+    });
+
+    // Turned on, the clocks are read (not only served) from the next tick; memory goes.
+    write_atomic(
+        dir.path(),
+        "config.toml",
+        "collector.clocks = true\ncollector.memory = false\n",
+    );
+    e.wait_metrics(WAIT, "clock readings, and no memory series", |m| {
+        m.find("nvidia_gpu_clock_hertz", &[])
+            .iter()
+            .any(|s| s.value > 0.0)
+            && m.find("nvidia_gpu_memory_used_bytes", &[]).is_empty()
+            && m.value(RELOAD_OK, &[]) == Some(1.0)
+    });
+}
