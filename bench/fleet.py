@@ -9,8 +9,8 @@ configuration runs on its own: EXPORTERS exporters of 64 simulated H100s each
 (bench/scenarios/h100x64.toml, each on its own port, `--interval` 15 s) and one Prometheus
 (/usr/bin/prometheus, a plain process on a temporary directory) scraping them every 15 s with the
 shipped rules (deploy/prometheus/alerts.yaml) evaluated every 15 s. Default configurations:
-1,024 GPUs with the default flags, 1,024 GPUs with --all-args (every collector group on), and
-10,240 GPUs with the default flags.
+1,024 GPUs with the default flags, 1,024 GPUs with every collector group on (--all-args: by
+default every --collector.NAME of the exporter's --help), and 10,240 GPUs with the default flags.
 
 1. Ingestion: after --warmup rounds of 15 s, over --window rounds: active head series, Prometheus's
    resident memory (the highest seen), samples appended per second, the scraped bodies
@@ -509,9 +509,9 @@ def main():
     parser.add_argument("--config", action="append", metavar="NAME=EXPORTERS[:ARGS]",
                         help="a fleet of EXPORTERS exporters of 64 GPUs with extra ARGS; {all} in ARGS is"
                              f" --all-args (default: {' '.join(DEFAULT_CONFIGS)})")
-    parser.add_argument("--all-args", default="",
-                        help="the exporter arguments that turn every collector group on (default: none,"
-                             " for builds whose default output is every group)")
+    parser.add_argument("--all-args", default=None,
+                        help="the exporter arguments that turn every collector group on (default: every"
+                             " --collector.NAME its --help lists; none for a build without groups)")
     parser.add_argument("--dashboards", nargs="+", default=[str(p) for p in DASHBOARDS])
     parser.add_argument("--warmup", type=int, default=4, help="rounds of 15 s before measuring")
     parser.add_argument("--window", type=int, default=4, help="rounds of 15 s measured")
@@ -525,6 +525,10 @@ def main():
     args = parser.parse_args()
     if not shutil.which("prometheus") or not shutil.which("promtool"):
         sys.exit("fleet: needs prometheus and promtool (Debian package prometheus)")
+    if args.all_args is None:
+        usage = subprocess.run([args.exporter, "--help"], capture_output=True, text=True).stdout
+        args.all_args = " ".join(sorted(set(re.findall(r"--collector\.[a-z][a-z0-9-]*", usage))
+                                        - {"--collector.disable-defaults"}))
     configs = []
     for c in args.config or DEFAULT_CONFIGS:
         m = re.fullmatch(r"([\w.-]+)=(\d+)(?::(.*))?", c)

@@ -11,7 +11,7 @@ source scripts/lib.sh
 target=$(cargo_target_dir)
 cargo build --release -p nvml-exporter -p nvml-sim
 
-# `bench/run.sh --fleet [OPTIONS]`: the fleet benchmark alone (bench/fleet.py, about 25 minutes;
+# `bench/run.sh --fleet [OPTIONS]`: the fleet benchmark alone (bench/fleet.py, about 15 minutes;
 # needs prometheus and promtool), written to bench/results/fleet-<date>.json and .md.
 if [[ ${1:-} == --fleet ]]; then
   shift
