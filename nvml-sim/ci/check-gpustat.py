@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Fidelity check: real NVML clients (gpustat and pynvml) against libnvml_sim.so.
+"""Fidelity check: real NVML clients (gpustat, pynvml and nvitop) against libnvml_sim.so.
 
 For every scenario in nvml-sim/scenarios/, this makes a temporary directory holding a
 `libnvidia-ml.so.1` symlink to the simulator, runs `gpustat --json` and a pynvml snippet with
 LD_LIBRARY_PATH and NVML_SIM_SCENARIO pointing there, and checks that every scenario GPU is listed
-with the scenario's name, UUID, total memory and processes.
+with the scenario's name, UUID, total memory and processes. `nvitop --once` must print no error
+line or traceback (nvitop catches a failed NVML call, prints it and goes on, exiting 0), list every
+scenario GPU by PCI bus id, and under each GPU in MIG mode one row per MIG device alive then.
 
 gpustat resolves each process through psutil and silently drops PIDs that do not exist on this
 host, which the scenarios' PIDs do not; so gpustat's process lists are only checked to be a subset
@@ -14,12 +16,13 @@ of the scenario's, and the full lists are checked through pynvml
 The clock is pinned (NVML_SIM_TIME) to the first whole second >= 60 at which no injected fault
 is active, so fault scenarios are checked in a healthy moment.
 
-Usage: check-gpustat.py PATH/TO/libnvml_sim.so     (needs: pip install gpustat nvidia-ml-py)
+Usage: check-gpustat.py PATH/TO/libnvml_sim.so     (needs: pip install gpustat nvidia-ml-py nvitop)
 Exit status: 0 when everything matches, 1 on any mismatch (each one printed), 2 on usage errors.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -119,11 +122,57 @@ def expected_gpus(scenario, presets, t):
     return gpus
 
 
-def run(cmd, env):
+def run_text(cmd, env):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stderr.strip()}")
-    return json.loads(r.stdout)
+    return r.stdout, r.stderr
+
+
+def run(cmd, env):
+    return json.loads(run_text(cmd, env)[0])
+
+
+def bus_id(text):
+    """A PCI bus id in NVML's long form ("00000000:1B:00.0"), from any spelling a scenario uses."""
+    parts = text.split(":")
+    domain = int(parts[0], 16) if len(parts) == 3 else 0
+    dev, fn = parts[-1].split(".")
+    return f"{domain:08X}:{int(parts[-2], 16):02X}:{int(dev, 16):02X}.{int(fn, 16):X}"
+
+
+def mig_devices(gpu, t):
+    """MIG devices (compute instances) alive at t, or None when the GPU is not in MIG mode."""
+    mig = gpu.get("mig", {})
+    if not mig.get("enabled"):
+        return None
+    return sum(len(gi.get("compute", [{}])) for gi in mig.get("instance", []) if alive(gi, t))
+
+
+# What nvitop prints when an NVML call or its own code fails (it goes on and exits 0).
+NVITOP_FAILURE = re.compile(r"Traceback|Error|ERROR|FunctionNotFound|Exception")
+# A GPU row of nvitop's device table: "│   0  H100 80GB HBM3   On │ 00000000:18:00.0 Off │".
+NVITOP_GPU = re.compile(r"^│\s+(\d+)\s.*│ ([0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]) ")
+# A MIG device row: "│ 0:1      2g.20gb @ GI/CI: 3/0 │".
+NVITOP_MIG = re.compile(r"^│ (\d+):(\d+)\s+\S+ @ GI/CI:")
+
+
+def check_nvitop(out, err, scenario, t):
+    """Errors in `nvitop --once` output: failure lines, GPUs missing by bus id, MIG rows."""
+    errors = [f"nvitop printed: {line.strip()}"
+              for line in (out + err).splitlines() if NVITOP_FAILURE.search(line)]
+    gpus = scenario["gpu"]
+    rows = [m.groups() for m in map(NVITOP_GPU.match, out.splitlines()) if m]
+    want = [bus_id(g["pci_bus_id"]) for g in gpus]
+    if [bus for _, bus in rows] != want:
+        errors.append(f"nvitop lists GPUs {rows}, scenario has bus ids {want}")
+    migs = [m.groups() for m in map(NVITOP_MIG.match, out.splitlines()) if m]
+    for i, g in enumerate(gpus):
+        count = mig_devices(g, t)
+        got = sum(1 for gpu, _ in migs if int(gpu) == i)
+        if (count or 0) != got:
+            errors.append(f"nvitop shows {got} MIG devices under GPU {i}, scenario has {count or 0}")
+    return errors
 
 
 def check_scenario(path, lib, presets):
@@ -143,6 +192,7 @@ def check_scenario(path, lib, presets):
         try:
             gpustat = run([sys.executable, "-m", "gpustat", "--json"], env)
             pynvml = run([sys.executable, "-c", PYNVML_SNIPPET], env)
+            nvitop = run_text([sys.executable, "-m", "nvitop", "--once"], env)
         except (RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
             return [f"{path.name}: {e}"]
 
@@ -166,9 +216,10 @@ def check_scenario(path, lib, presets):
         for key in ("index", "name", "uuid", "memory_total", "processes"):
             if g[key] != w[key]:
                 errors.append(f"pynvml GPU {w['index']}: {key} is {g[key]!r}, scenario says {w[key]!r}")
+    errors += check_nvitop(*nvitop, scenario, t)
     if errors:
         return [f"{path.name} (t={t}): {e}" for e in errors]
-    print(f"ok   {path.name}: {len(want)} GPUs, "
+    print(f"ok   {path.name}: gpustat, pynvml and nvitop agree on {len(want)} GPUs, "
           f"{sum(len(w['processes']) for w in want)} processes (t={t}, driver {pynvml['driver']})")
     return []
 
