@@ -7,6 +7,8 @@ LD_LIBRARY_PATH and NVML_SIM_SCENARIO pointing there, and checks that every scen
 with the scenario's name, UUID, total memory and processes. `nvitop --once` must print no error
 line or traceback (nvitop catches a failed NVML call, prints it and goes on, exiting 0), list every
 scenario GPU by PCI bus id, and under each GPU in MIG mode one row per MIG device alive then.
+nvitop's TUI then runs in a detached tmux session until it has redrawn twice: it must show every
+GPU, print nothing to stderr and quit cleanly on `q`.
 
 gpustat resolves each process through psutil and silently drops PIDs that do not exist on this
 host, which the scenarios' PIDs do not; so gpustat's process lists are only checked to be a subset
@@ -16,16 +18,19 @@ of the scenario's, and the full lists are checked through pynvml
 The clock is pinned (NVML_SIM_TIME) to the first whole second >= 60 at which no injected fault
 is active, so fault scenarios are checked in a healthy moment.
 
-Usage: check-gpustat.py PATH/TO/libnvml_sim.so     (needs: pip install gpustat nvidia-ml-py nvitop)
+Usage: check-gpustat.py PATH/TO/libnvml_sim.so     (needs: pip install gpustat nvidia-ml-py nvitop;
+       tmux)
 Exit status: 0 when everything matches, 1 on any mismatch (each one printed), 2 on usage errors.
 """
 
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from pathlib import Path
 
@@ -175,6 +180,67 @@ def check_nvitop(out, err, scenario, t):
     return errors
 
 
+def poll(what, f, seconds=20):
+    """Calls f until it returns something true, for at most `seconds`; raises naming `what`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = f()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+# A GPU's first row in nvitop's TUI, in its full and its compact (many GPUs) layout:
+# "│   0  H100 80GB HBM3   On │ 00000000:18:00.0 …" or "│   0 N/A  34C  P0   72W / 700W │ …".
+NVITOP_TUI_GPU = re.compile(r"^│\s+(\d+)\s+\S")
+
+
+def tui_gpus(screen):
+    """Indices of the GPUs nvitop's device panel shows (the lines above the process panel)."""
+    panel = screen.split("Processes:")[0]
+    return {int(m.group(1)) for m in map(NVITOP_TUI_GPU.match, panel.splitlines()) if m}
+
+
+def check_nvitop_tui(env, count):
+    """Errors of nvitop's TUI in a detached tmux session: it must draw `count` GPUs, redraw (its
+    header clock changes twice), print nothing to stderr and exit 0 on `q`."""
+    tmux = ["tmux", "-L", f"nvml-sim-check-{os.getpid()}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        err, rc = Path(tmp) / "stderr", Path(tmp) / "rc"
+        cmd = f"{shlex.quote(sys.executable)} -m nvitop 2>{err}; echo $? >{rc}"
+        env = {"TERM": "xterm-256color", **env}
+        subprocess.run([*tmux, "new-session", "-d", "-x", "200", "-y", "60", cmd],
+                       env=env, check=True, timeout=30)
+        try:
+            def pane():
+                return subprocess.run([*tmux, "capture-pane", "-p"], env=env, capture_output=True,
+                                      text=True, timeout=30).stdout
+            headers = set()
+
+            def redrawn():
+                text = pane()
+                if tui_gpus(text) == set(range(count)):
+                    headers.add(text.splitlines()[0] if text else "")
+                return len(headers) >= 3
+            try:
+                poll("nvitop's TUI to show every GPU and redraw", redrawn)
+            except RuntimeError as e:
+                return [f"nvitop TUI: {e}; screen:\n{pane()}"]
+            subprocess.run([*tmux, "send-keys", "q"], env=env, check=True, timeout=30)
+            poll("nvitop's TUI to quit", rc.exists)
+            # The shell writes the status after the redirect opens the file: wait for its line.
+            status = poll("nvitop's exit status", lambda: rc.read_text().strip())
+        finally:
+            subprocess.run([*tmux, "kill-server"], env=env, capture_output=True, timeout=30)
+        printed = err.read_text().strip()
+        errors = [f"nvitop TUI printed to stderr:\n{printed}"] if printed else []
+        if status != "0":
+            errors.append(f"nvitop TUI exited {status}")
+        return errors
+
+
 def check_scenario(path, lib, presets):
     scenario = tomllib.loads(path.read_text())
     t = quiet_time(scenario)
@@ -193,6 +259,7 @@ def check_scenario(path, lib, presets):
             gpustat = run([sys.executable, "-m", "gpustat", "--json"], env)
             pynvml = run([sys.executable, "-c", PYNVML_SNIPPET], env)
             nvitop = run_text([sys.executable, "-m", "nvitop", "--once"], env)
+            errors += check_nvitop_tui(env, len(scenario["gpu"]))
         except (RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
             return [f"{path.name}: {e}"]
 
