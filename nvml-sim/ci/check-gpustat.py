@@ -8,7 +8,8 @@ with the scenario's name, UUID, total memory and processes. `nvitop --once` must
 line or traceback (nvitop catches a failed NVML call, prints it and goes on, exiting 0), list every
 scenario GPU by PCI bus id, and under each GPU in MIG mode one row per MIG device alive then.
 nvitop's TUI then runs in a detached tmux session until it has redrawn twice: it must show every
-GPU, print nothing to stderr and quit cleanly on `q`.
+GPU, print nothing to stderr and quit cleanly on `q`. nvitop-exporter serves /metrics with every
+scenario GPU (by UUID, with its total memory) and every live MIG device, and logs no error.
 
 gpustat resolves each process through psutil and silently drops PIDs that do not exist on this
 host, which the scenarios' PIDs do not; so gpustat's process lists are only checked to be a subset
@@ -18,8 +19,8 @@ of the scenario's, and the full lists are checked through pynvml
 The clock is pinned (NVML_SIM_TIME) to the first whole second >= 60 at which no injected fault
 is active, so fault scenarios are checked in a healthy moment.
 
-Usage: check-gpustat.py PATH/TO/libnvml_sim.so     (needs: pip install gpustat nvidia-ml-py nvitop;
-       tmux)
+Usage: check-gpustat.py PATH/TO/libnvml_sim.so
+       (needs: pip install gpustat nvidia-ml-py nvitop nvitop-exporter; tmux)
 Exit status: 0 when everything matches, 1 on any mismatch (each one printed), 2 on usage errors.
 """
 
@@ -27,11 +28,13 @@ import json
 import os
 import re
 import shlex
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -241,6 +244,62 @@ def check_nvitop_tui(env, count):
         return errors
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# gpu_memory_total_MiB{devicename="…",hostname="…",index="0:1",uuid="MIG-…"} 20096.0
+EXPORTER_MEMORY = re.compile(r'^gpu_memory_total_MiB\{.*index="([\d:]+)".*uuid="([^"]+)".*\} (\S+)$')
+
+
+def check_nvitop_exporter(env, want, scenario, t):
+    """Errors of nvitop-exporter: its /metrics must list every GPU (UUID, total memory) and every
+    live MIG device, and its log must hold no error line."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "nvitop_exporter", "--bind-address",
+                             "127.0.0.1", "--port", str(port), "--interval", "0.5"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    expected = {str(w["index"]): (w["uuid"], w["memory_total"] // MIB) for w in want}
+    migs = sum(mig_devices(g, t) or 0 for g in scenario["gpu"])
+    rows = {}
+
+    def scraped():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return proc.poll() is not None  # stop polling once it died
+        rows.clear()
+        for m in map(EXPORTER_MEMORY.match, text.splitlines()):
+            if m:
+                rows[m.group(1)] = (m.group(2), float(m.group(3)))
+        return len(rows) >= len(expected) + migs
+    try:
+        try:
+            poll("nvitop-exporter to serve every device", scraped, seconds=30)
+            timed_out = ""
+        except RuntimeError as e:
+            timed_out = str(e)
+    finally:
+        proc.terminate()
+        _, log = proc.communicate(timeout=30)
+    errors = [f"nvitop-exporter logged: {line}" for line in log.splitlines()
+              if NVITOP_FAILURE.search(line)]
+    if timed_out or proc.returncode not in (0, -15):
+        errors.append(f"nvitop-exporter: {timed_out or f'exited {proc.returncode}'}")
+    for index, (uuid, total) in expected.items():
+        if index not in rows:
+            errors.append(f"nvitop-exporter does not list GPU {index}")
+        elif rows[index] != (uuid, float(total)):
+            errors.append(f"nvitop-exporter GPU {index}: {rows[index]}, scenario says {(uuid, total)}")
+    got_migs = sum(1 for index in rows if ":" in index)
+    if got_migs != migs:
+        errors.append(f"nvitop-exporter lists {got_migs} MIG devices, scenario has {migs}")
+    return errors
+
+
 def check_scenario(path, lib, presets):
     scenario = tomllib.loads(path.read_text())
     t = quiet_time(scenario)
@@ -260,6 +319,7 @@ def check_scenario(path, lib, presets):
             pynvml = run([sys.executable, "-c", PYNVML_SNIPPET], env)
             nvitop = run_text([sys.executable, "-m", "nvitop", "--once"], env)
             errors += check_nvitop_tui(env, len(scenario["gpu"]))
+            errors += check_nvitop_exporter(env, want, scenario, t)
         except (RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
             return [f"{path.name}: {e}"]
 
@@ -286,7 +346,7 @@ def check_scenario(path, lib, presets):
     errors += check_nvitop(*nvitop, scenario, t)
     if errors:
         return [f"{path.name} (t={t}): {e}" for e in errors]
-    print(f"ok   {path.name}: gpustat, pynvml and nvitop agree on {len(want)} GPUs, "
+    print(f"ok   {path.name}: gpustat, pynvml, nvitop and nvitop-exporter agree on {len(want)} GPUs, "
           f"{sum(len(w['processes']) for w in want)} processes (t={t}, driver {pynvml['driver']})")
     return []
 
