@@ -94,7 +94,7 @@ lint_dcgm_scenarios() {
   return $ok
 }
 step "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
-step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
+step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ours" python3 nvml-sim/ci/check-gpustat.py "$sim" "$bin"
 step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh

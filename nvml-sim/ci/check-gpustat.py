@@ -10,6 +10,8 @@ scenario GPU by PCI bus id, and under each GPU in MIG mode one row per MIG devic
 nvitop's TUI then runs in a detached tmux session until it has redrawn twice: it must show every
 GPU, print nothing to stderr and quit cleanly on `q`. nvitop-exporter serves /metrics with every
 scenario GPU (by UUID, with its total memory) and every live MIG device, and logs no error.
+Given the exporter's binary too, nvml-exporter runs on the same scenario and pinned instant, and
+its memory, power, temperature and utilization of every GPU must equal nvitop-exporter's.
 
 gpustat resolves each process through psutil and silently drops PIDs that do not exist on this
 host, which the scenarios' PIDs do not; so gpustat's process lists are only checked to be a subset
@@ -19,8 +21,8 @@ of the scenario's, and the full lists are checked through pynvml
 The clock is pinned (NVML_SIM_TIME) to the first whole second >= 60 at which no injected fault
 is active, so fault scenarios are checked in a healthy moment.
 
-Usage: check-gpustat.py PATH/TO/libnvml_sim.so
-       (needs: pip install gpustat nvidia-ml-py nvitop nvitop-exporter; tmux)
+Usage: check-gpustat.py PATH/TO/libnvml_sim.so [PATH/TO/nvml-exporter]
+(needs: pip install gpustat nvidia-ml-py nvitop nvitop-exporter; tmux)
 Exit status: 0 when everything matches, 1 on any mismatch (each one printed), 2 on usage errors.
 """
 
@@ -250,31 +252,45 @@ def free_port():
         return s.getsockname()[1]
 
 
-# gpu_memory_total_MiB{devicename="…",hostname="…",index="0:1",uuid="MIG-…"} 20096.0
-EXPORTER_MEMORY = re.compile(r'^gpu_memory_total_MiB\{.*index="([\d:]+)".*uuid="([^"]+)".*\} (\S+)$')
+# A sample of the Prometheus text format: name, labels, value.
+SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text):
+    """(name, labels, value) of every sample in an exposition."""
+    out = []
+    for m in map(SAMPLE.match, text.splitlines()):
+        if m:
+            out.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return samples(r.read().decode())
 
 
 def check_nvitop_exporter(env, want, scenario, t):
-    """Errors of nvitop-exporter: its /metrics must list every GPU (UUID, total memory) and every
-    live MIG device, and its log must hold no error line."""
+    """Errors of nvitop-exporter and its last scrape: its /metrics must list every GPU (UUID,
+    total memory) and every live MIG device, and its log must hold no error line."""
     port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "nvitop_exporter", "--bind-address",
                              "127.0.0.1", "--port", str(port), "--interval", "0.5"],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     expected = {str(w["index"]): (w["uuid"], w["memory_total"] // MIB) for w in want}
     migs = sum(mig_devices(g, t) or 0 for g in scenario["gpu"])
-    rows = {}
+    rows, last = {}, []
 
     def scraped():
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                text = r.read().decode()
+            last[:] = scrape(port)
         except OSError:
             return proc.poll() is not None  # stop polling once it died
         rows.clear()
-        for m in map(EXPORTER_MEMORY.match, text.splitlines()):
-            if m:
-                rows[m.group(1)] = (m.group(2), float(m.group(3)))
+        for name, labels, value in last:
+            if name == "gpu_memory_total_MiB":
+                rows[labels["index"]] = (labels["uuid"], value)
         return len(rows) >= len(expected) + migs
     try:
         try:
@@ -297,10 +313,64 @@ def check_nvitop_exporter(env, want, scenario, t):
     got_migs = sum(1 for index in rows if ":" in index)
     if got_migs != migs:
         errors.append(f"nvitop-exporter lists {got_migs} MIG devices, scenario has {migs}")
+    return errors, last
+
+
+# nvml-exporter's family, nvitop-exporter's, and the factor from theirs to ours.
+SAME_VALUES = [
+    ("nvidia_gpu_memory_total_bytes", "gpu_memory_total_MiB", MIB),
+    ("nvidia_gpu_memory_used_bytes", "gpu_memory_used_MiB", MIB),
+    ("nvidia_gpu_power_watts", "gpu_power_usage_W", 1),
+    ("nvidia_gpu_temperature_celsius", "gpu_temperature_C", 1),
+    ("nvidia_gpu_utilization_ratio", "gpu_utilization_Percentage", 0.01),
+]
+
+
+def check_against_exporter(exporter, lib, env, want, theirs):
+    """Errors where nvml-exporter, on the same scenario and pinned instant, serves another value
+    than nvitop-exporter for a GPU (N/A on both sides agrees: absent for us, NaN for nvitop)."""
+    port = free_port()
+    proc = subprocess.Popen([str(exporter), "--nvml-lib", str(lib), "--listen",
+                             f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    ours = []
+
+    def scraped():
+        try:
+            ours[:] = scrape(port)
+        except OSError:
+            return proc.poll() is not None
+        return sum(n == "nvidia_gpu_memory_total_bytes" for n, _, _ in ours) >= len(want)
+    try:
+        try:
+            poll("nvml-exporter to serve every GPU", scraped, seconds=30)
+        except RuntimeError as e:
+            return [f"nvml-exporter: {e}"]
+    finally:
+        proc.terminate()
+        _, log = proc.communicate(timeout=30)
+    if proc.returncode not in (0, -15):
+        return [f"nvml-exporter exited {proc.returncode}:\n{log.strip()}"]
+    # The GPU's own series (a GPU in MIG mode also has one per GPU instance, gpu_instance="N").
+    mine = {(n, lb.get("uuid")): v for n, lb, v in ours if not lb.get("gpu_instance")}
+    other = {(n, lb.get("uuid")): v for n, lb, v in theirs}
+    errors, compared = [], 0
+    for w in want:
+        for our_name, their_name, factor in SAME_VALUES:
+            a = mine.get((our_name, w["uuid"]))
+            b = other.get((their_name, w["uuid"]), float("nan")) * factor
+            if a is None and b != b:
+                continue
+            compared += 1
+            if a is None or b != b or abs(a - b) > 1e-6 * max(1.0, abs(a)):
+                errors.append(f"GPU {w['index']}: {our_name} is {a}, nvitop-exporter's "
+                              f"{their_name} says {b}")
+    if compared < len(want):
+        errors.append(f"only {compared} values compared with nvitop-exporter")
     return errors
 
 
-def check_scenario(path, lib, presets):
+def check_scenario(path, lib, presets, exporter):
     scenario = tomllib.loads(path.read_text())
     t = quiet_time(scenario)
     want = expected_gpus(scenario, presets, t)
@@ -319,7 +389,10 @@ def check_scenario(path, lib, presets):
             pynvml = run([sys.executable, "-c", PYNVML_SNIPPET], env)
             nvitop = run_text([sys.executable, "-m", "nvitop", "--once"], env)
             errors += check_nvitop_tui(env, len(scenario["gpu"]))
-            errors += check_nvitop_exporter(env, want, scenario, t)
+            exporter_errors, theirs = check_nvitop_exporter(env, want, scenario, t)
+            errors += exporter_errors
+            if exporter:
+                errors += check_against_exporter(exporter, lib, env, want, theirs)
         except (RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
             return [f"{path.name}: {e}"]
 
@@ -346,24 +419,28 @@ def check_scenario(path, lib, presets):
     errors += check_nvitop(*nvitop, scenario, t)
     if errors:
         return [f"{path.name} (t={t}): {e}" for e in errors]
-    print(f"ok   {path.name}: gpustat, pynvml, nvitop and nvitop-exporter agree on {len(want)} GPUs, "
+    clients = "gpustat, pynvml, nvitop, nvitop-exporter" + (" and nvml-exporter" if exporter else "")
+    print(f"ok   {path.name}: {clients} agree on {len(want)} GPUs, "
           f"{sum(len(w['processes']) for w in want)} processes (t={t}, driver {pynvml['driver']})")
     return []
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+    if len(sys.argv) not in (2, 3):
+        print(next(line for line in __doc__.splitlines() if line.startswith("Usage:")),
+              file=sys.stderr)
         return 2
     lib = Path(sys.argv[1]).resolve()
-    if not lib.is_file():
-        print(f"check-gpustat: no such library: {lib}", file=sys.stderr)
-        return 2
+    exporter = Path(sys.argv[2]).resolve() if len(sys.argv) == 3 else None
+    for path in (lib, exporter):
+        if path and not path.is_file():
+            print(f"check-gpustat: no such file: {path}", file=sys.stderr)
+            return 2
     presets = tomllib.loads(PRESETS.read_text())
     scenarios = sorted(SCENARIOS.glob("*.toml"))
     errors = []
     for path in scenarios:
-        errors += check_scenario(path, lib, presets)
+        errors += check_scenario(path, lib, presets, exporter)
     for e in errors:
         print(f"FAIL {e}", file=sys.stderr)
     if errors:
