@@ -218,6 +218,15 @@ pub struct Config {
           default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
     pub kubelet_insecure_tls: bool,
 
+    /// Fetch the kubelet's pod list (/pods) even without --processes, so that the GPUs of a pod
+    /// that has ended (Succeeded, Failed, or gone from the list) are released at the next
+    /// refresh rather than when the kubelet forgets their devices; needs the RBAC of
+    /// deploy/kubernetes/processes
+    #[arg(long, env = "NVML_EXPORTER_KUBELET_PODS", value_name = "BOOL",
+          default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    pub kubelet_pods: bool,
+
     /// Serve per-process GPU memory and SM utilization, and per-pod sums of them (needs the
     /// host's pids: hostPID in Kubernetes)
     #[arg(long, env = "NVML_EXPORTER_PROCESSES", value_name = "BOOL", default_value_t = false,
@@ -301,10 +310,11 @@ impl Config {
         }
     }
 
-    /// Whether the kubelet's pod list (`/pods`) is fetched: naming the pod of a GPU process
-    /// (`--processes`, with the processes group on) needs it, nothing else does.
+    /// Whether the kubelet's pod list (`/pods`) is fetched: with `--kubelet-pods`, and where
+    /// naming the pod of a GPU process (`--processes`, with the processes group on) needs it.
+    /// Whenever it is, the GPUs of ended pods are released.
     pub fn fetch_pods(&self) -> bool {
-        self.processes && self.groups().contains(Group::Processes)
+        self.kubelet_pods || (self.processes && self.groups().contains(Group::Processes))
     }
 
     /// The collector groups whose native families are served: the defaults (none with
@@ -1627,6 +1637,10 @@ mod tests {
             "the pod list is only fetched for --processes"
         );
         assert!(load_args(&["--processes"]).unwrap().fetch_pods());
+        assert!(!k.kubelet_pods);
+        let p = load_args(&["--kubelet-pods"]).unwrap();
+        assert!(p.kubelet_pods && p.fetch_pods());
+        assert!(!load_args(&["--kubelet-pods=false"]).unwrap().fetch_pods());
         assert_eq!(k.kubelet_url, DEFAULT_KUBELET_URL);
         assert_eq!(
             k.kubelet_token_file,

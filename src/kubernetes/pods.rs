@@ -14,6 +14,7 @@
 //! is counted under in `nvml_exporter_kubernetes_errors_total`, and a message that says what to
 //! fix.
 
+use std::collections::BTreeSet;
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -100,7 +101,7 @@ impl PodsClient {
     }
 
     /// Fetches and parses the pod list, giving up after the timeout (connecting included).
-    pub async fn fetch(&mut self) -> Result<Vec<PodIdentity>, PodsError> {
+    pub async fn fetch(&mut self) -> Result<KubeletPods, PodsError> {
         let result = match tokio::time::timeout(self.timeout, self.call()).await {
             Ok(result) => result,
             Err(_elapsed) => Err(PodsError::new(
@@ -120,7 +121,7 @@ impl PodsClient {
         result
     }
 
-    async fn call(&mut self) -> Result<Vec<PodIdentity>, PodsError> {
+    async fn call(&mut self) -> Result<KubeletPods, PodsError> {
         // Read before connecting: a missing token is a configuration error, not a kubelet one.
         let token = read_token(&self.token_file)?;
         let http = match &self.http {
@@ -376,7 +377,7 @@ fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
 // Only the fields used; serde skips the rest of each (large) pod object.
 
 #[derive(Deserialize)]
-struct PodList {
+struct V1PodList {
     kind: Option<String>,
     items: Option<Vec<Pod>>,
 }
@@ -397,6 +398,7 @@ struct Metadata {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PodStatus {
+    phase: Option<String>,
     container_statuses: Option<Vec<ContainerStatus>>,
     init_container_statuses: Option<Vec<ContainerStatus>>,
     ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
@@ -415,25 +417,42 @@ struct ContainerState {
     running: Option<serde::de::IgnoredAny>,
 }
 
-/// The pods of a v1 `PodList` that still have a running container (in any phase: a pod being
-/// deleted still runs its processes), sorted by UID. Each lists every container status with a
-/// runtime ID (init and ephemeral containers too), sorted by ID, the ID without its scheme.
-pub fn parse_pod_list(json: &[u8]) -> Result<Vec<PodIdentity>, serde_json::Error> {
-    let list: PodList = serde_json::from_slice(json)?;
+/// What one `/pods` answer says, as kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeletPods {
+    /// The pods that still have a running container (in any phase: a pod being deleted still
+    /// runs its processes), sorted by UID: how a process's cgroup is named.
+    pub running: Vec<PodIdentity>,
+    /// (namespace, name) of every pod that has not ended: its phase is neither `Succeeded` nor
+    /// `Failed`. A pod the pod-resources API lists but this set lacks has let go of its devices.
+    pub live: BTreeSet<(String, String)>,
+}
+
+/// The pods of a v1 `PodList`: those with a running container, each listing every container
+/// status with a runtime ID (init and ephemeral containers too), sorted by ID, the ID without its
+/// scheme; and the names of those that have not ended.
+pub fn parse_pod_list(json: &[u8]) -> Result<KubeletPods, serde_json::Error> {
+    let list: V1PodList = serde_json::from_slice(json)?;
     if let Some(kind) = list.kind.as_deref().filter(|k| *k != "PodList") {
         return Err(serde::de::Error::custom(format!(
             "kind is {kind:?}, not \"PodList\""
         )));
     }
-    let mut pods: Vec<PodIdentity> = list
-        .items
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(identity)
-        .collect();
-    pods.sort();
-    pods.dedup();
-    Ok(pods)
+    let mut answer = KubeletPods::default();
+    for pod in list.items.unwrap_or_default() {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if !matches!(phase, Some("Succeeded" | "Failed")) {
+            let m = &pod.metadata;
+            answer.live.insert((
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            ));
+        }
+        answer.running.extend(identity(pod));
+    }
+    answer.running.sort();
+    answer.running.dedup();
+    Ok(answer)
 }
 
 fn identity(pod: Pod) -> Option<PodIdentity> {
@@ -580,7 +599,7 @@ mod tests {
     }
 
     #[test]
-    fn only_pods_with_a_running_container_and_only_containers_with_an_id() {
+    fn running_pods_with_containers_that_have_an_id_and_the_names_of_pods_not_ended() {
         let list = serde_json::json!({
             "kind": "PodList", "apiVersion": "v1", "metadata": {},
             "items": [
@@ -601,7 +620,14 @@ mod tests {
                   "status": { "phase": "Pending" } },
             ]
         });
-        let pods = parse_pod_list(list.to_string().as_bytes()).unwrap();
+        let answer = parse_pod_list(list.to_string().as_bytes()).unwrap();
+        let live: Vec<_> = answer.live.iter().map(|(_, name)| name.as_str()).collect();
+        assert_eq!(
+            live,
+            ["b", "pending"],
+            "Succeeded and Failed pods have ended"
+        );
+        let pods = answer.running;
         let c = |id: &str, name: &str| ContainerIdentity {
             id: id.into(),
             name: name.into(),
@@ -632,7 +658,7 @@ mod tests {
         assert!(e.to_string().contains("Status"), "{e}");
         assert_eq!(
             parse_pod_list(br#"{"kind":"PodList","items":null}"#).unwrap(),
-            []
+            KubeletPods::default()
         );
     }
 }
