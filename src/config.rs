@@ -251,6 +251,18 @@ pub struct Config {
     )]
     pub host_proc: PathBuf,
 
+    /// A directory of HPC job mapping files in dcgm-exporter's format, re-read every tick: one
+    /// file per GPU index (or GPU.INSTANCE, e.g. 2.1, for a MIG GPU instance) holding the IDs
+    /// of the jobs on it, one a line, written by the scheduler's prolog and removed by its
+    /// epilog (nvidia_gpu_job_info)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_HPC_JOB_MAPPING_DIR",
+        value_name = "DIR",
+        help_heading = "HPC jobs"
+    )]
+    pub hpc_job_mapping_dir: Option<PathBuf>,
+
     /// The collector groups: `--collector.NAME`, `--no-collector.NAME`,
     /// `--collector.disable-defaults`; in the file a table `collector` (`collector.nvlink-links =
     /// true`).
@@ -1704,6 +1716,19 @@ mod tests {
         assert!(load_args(&["--once"]).unwrap().once);
         assert!(!load_args(&["--once=false"]).unwrap().once);
         assert_eq!(load_args(&["--demo"]).unwrap().nvml(), NvmlSource::Demo);
+    }
+
+    #[test]
+    fn hpc_job_mapping_dir_defaults_and_overrides() {
+        assert_eq!(load_args(&[]).unwrap().hpc_job_mapping_dir, None);
+        let c = load_args(&["--hpc-job-mapping-dir", "/run/job-map"]).unwrap();
+        assert_eq!(c.hpc_job_mapping_dir, Some(PathBuf::from("/run/job-map")));
+        let f = file("hpc_job_mapping_dir = \"/var/run/dcgm-job-map\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(
+            c.hpc_job_mapping_dir,
+            Some(PathBuf::from("/var/run/dcgm-job-map"))
+        );
     }
 
     #[test]

@@ -32,6 +32,31 @@ pub struct Snapshot {
     /// What the kubelet said last (`--kubernetes`); `None` when attribution is off. Not read from
     /// NVML: attached to the snapshot when it is published.
     pub kubernetes: Option<KubernetesState>,
+    /// The HPC job mapping files (`--hpc-job-mapping-dir`), read when the snapshot is
+    /// published; `None` when off.
+    pub jobs: Option<JobsState>,
+}
+
+/// The HPC jobs on each GPU, as the mapping directory said at the last read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobsState {
+    /// One entry per (GPU or GPU instance, job ID) of every well-formed file naming a GPU of
+    /// this snapshot, sorted and without duplicates.
+    pub jobs: Arc<[JobAssignment]>,
+    /// Mapping files (or reads of the directory) left out since start, by reason; every
+    /// reason is present (from 0).
+    pub errors: BTreeMap<JobsError, u64>,
+}
+
+/// One job on one GPU or MIG GPU instance.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobAssignment {
+    /// The GPU's NVML index (the `gpu` label).
+    pub gpu: u32,
+    /// The GPU instance (`gpu_instance` label) for a file named `<gpu>.<gpu_instance>`.
+    pub gpu_instance: Option<u32>,
+    /// The job ID, as the file wrote it.
+    pub job: String,
 }
 
 /// The kubelet side of pod attribution, as of the last `List` call.
@@ -599,6 +624,17 @@ label_enum!(
         PodsAuth => "pods_auth",
         PodsHttp => "pods_http",
         PodsParse => "pods_parse",
+    }
+);
+
+label_enum!(
+    /// `reason` label of `nvml_exporter_jobs_errors_total`: why the mapping directory, or one
+    /// of its files, was not used.
+    JobsError {
+        Directory => "directory",
+        Unreadable => "unreadable",
+        Malformed => "malformed",
+        UnknownGpu => "unknown_gpu",
     }
 );
 

@@ -79,6 +79,7 @@ pub(super) fn families(
             Source::PodAssignments => pod_assignments(out, def, devices),
             Source::Processes(field) => processes(out, def, field, devices),
             Source::PodProcesses(field) => pod_processes(out, def, field, devices),
+            Source::Jobs => jobs(out, def, devices),
             Source::Exporter(read) => exporter_series(out, def, read, snap, &mut samples),
             Source::Registry => {}
         }
@@ -163,6 +164,26 @@ fn pod_assignments(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>
                 .zip([instance.gpu_instance.as_str(), instance.profile]);
             for c in &instance.containers {
                 let labels = mig.clone().chain(pod_pairs(Some(c)));
+                text::line(out, def.name, &d.identity, labels, 1.0);
+            }
+        }
+    }
+}
+
+/// One series per HPC job of each GPU, then of each MIG GPU instance.
+fn jobs(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
+    for d in devices {
+        for job in &d.jobs {
+            let labels = def.labels.iter().copied().zip([*job]);
+            text::line(out, def.name, &d.identity, labels, 1.0);
+        }
+        for instance in &d.instances {
+            let mig = MIG_LABELS
+                .iter()
+                .copied()
+                .zip([instance.gpu_instance.as_str(), instance.profile]);
+            for job in &instance.jobs {
+                let labels = def.labels.iter().copied().zip([*job]).chain(mig.clone());
                 text::line(out, def.name, &d.identity, labels, 1.0);
             }
         }
