@@ -329,6 +329,14 @@ impl Config {
         self.kubelet_pods || (self.processes && self.groups().contains(Group::Processes))
     }
 
+    /// The HPC job mapping directory read: `--hpc-job-mapping-dir`, while the `jobs` group is on
+    /// (a group that is off is not read).
+    pub fn job_mapping_dir(&self) -> Option<&std::path::Path> {
+        self.hpc_job_mapping_dir
+            .as_deref()
+            .filter(|_| self.groups().contains(Group::Jobs))
+    }
+
     /// The collector groups whose native families are served: the defaults (none with
     /// `--collector.disable-defaults`), then each group switched by name.
     pub fn groups(&self) -> Groups {
@@ -1728,6 +1736,16 @@ mod tests {
         assert_eq!(
             c.hpc_job_mapping_dir,
             Some(PathBuf::from("/var/run/dcgm-job-map"))
+        );
+        assert_eq!(
+            c.job_mapping_dir(),
+            Some(Path::new("/var/run/dcgm-job-map"))
+        );
+        let off = load_args(&["--hpc-job-mapping-dir", "/j", "--no-collector.jobs"]).unwrap();
+        assert_eq!(
+            off.job_mapping_dir(),
+            None,
+            "a group that is off is not read"
         );
     }
 

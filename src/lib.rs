@@ -83,7 +83,7 @@ pub async fn run(
     let encoder = metrics::Encoder::new(metrics_options(&config));
     let connection_metrics = encoder.connection_metrics();
     let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
-    publisher.set_job_mapping_dir(config.hpc_job_mapping_dir.as_deref());
+    publisher.set_job_mapping_dir(config.job_mapping_dir());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
     // next tick.
     let kubelet = kubelet_state.map(|state| reload::Kubelet::start(&config, state, &publisher));
@@ -158,8 +158,8 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     if config.kubernetes {
         snapshot.kubernetes = Some(kubelet_once(config));
     }
-    if let Some(dir) = &config.hpc_job_mapping_dir {
-        snapshot.jobs = Some(jobs::JobReader::new(dir.clone()).read(&snapshot.devices));
+    if let Some(dir) = config.job_mapping_dir() {
+        snapshot.jobs = Some(jobs::JobReader::new(dir.to_owned()).read(&snapshot.devices));
     }
     if let Some(reason) = &snapshot.nvml_error {
         tracing::error!(reason = %reason, "NVML is not available");

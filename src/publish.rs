@@ -259,6 +259,39 @@ mod tests {
     }
 
     #[test]
+    fn the_job_mapping_directory_is_read_at_each_tick_and_follows_a_reload() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(a.path().join("0"), "17\n").unwrap();
+        std::fs::write(b.path().join("0"), "18\n").unwrap();
+        let job = |p: &Publisher| -> Vec<String> {
+            let snapshot = &p.current().snapshot;
+            snapshot
+                .jobs
+                .iter()
+                .flat_map(|j| j.jobs.iter().map(|j| j.job.clone()))
+                .collect()
+        };
+        let p = publisher(None);
+        p.tick(snapshot());
+        assert!(p.current().snapshot.jobs.is_none());
+        p.set_job_mapping_dir(Some(a.path()));
+        p.tick(snapshot());
+        assert_eq!(job(&p), ["17"]);
+        assert!(text(&p).contains(r#"hpc_job="17""#));
+        std::fs::write(a.path().join("0"), "19\n").unwrap();
+        p.republish();
+        assert_eq!(job(&p), ["17"], "read at a tick, not at a republish");
+        p.tick(snapshot());
+        assert_eq!(job(&p), ["19"]);
+        p.set_job_mapping_dir(Some(b.path()));
+        p.tick(snapshot());
+        assert_eq!(job(&p), ["18"]);
+        p.set_job_mapping_dir(None);
+        p.tick(snapshot());
+        assert!(p.current().snapshot.jobs.is_none());
+    }
+
+    #[test]
     fn a_kubelet_change_is_served_at_once_without_counting_a_tick() {
         let kubelet = StateHandle::from(KubernetesState::new());
         let p = publisher(Some(kubelet.clone()));

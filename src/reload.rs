@@ -266,8 +266,7 @@ impl Reloader {
             crate::metrics_options(&new),
             self.kubelet.as_ref().map(|k| k.state.clone()),
         );
-        self.publisher
-            .set_job_mapping_dir(new.hpc_job_mapping_dir.as_deref());
+        self.publisher.set_job_mapping_dir(new.job_mapping_dir());
         if let (Some(served), Some(tls)) = (&self.tls, tls) {
             served.replace(tls);
             tracing::info!("TLS settings reloaded");
