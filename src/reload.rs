@@ -329,6 +329,7 @@ fn kubelet_settings(c: &Config) -> impl PartialEq + '_ {
         (c.kubernetes_refresh(), c.kubernetes_timeout),
         (&c.kubelet_url, &c.kubelet_token_file, &c.kubelet_ca_file),
         (c.kubelet_insecure_tls, c.fetch_pods()),
+        (&c.kubernetes_pod_labels, &c.kubernetes_pod_annotations),
     )
 }
 

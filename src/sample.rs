@@ -74,6 +74,20 @@ pub struct KubernetesState {
     /// cgroup (pod UID, container ID) is named. Empty unless per-process attribution asks the
     /// kubelet for it (`--processes` with `--kubernetes`); kept while the kubelet is unreachable.
     pub pods: Arc<[PodIdentity]>,
+    /// What `nvidia_gpu_pod_info` adds for a pod, by (namespace, name), from the kubelet's pod
+    /// list: its controller and the labels and annotations copied. Only pods with something to
+    /// add; empty unless the pod list is fetched; kept while the kubelet is unreachable.
+    pub pod_meta: Arc<BTreeMap<(String, String), PodMeta>>,
+}
+
+/// What the pod list says of a pod besides its containers, served on `nvidia_gpu_pod_info`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    /// The kind and name of its controller (the owner reference marked `controller`), a
+    /// ReplicaSet named by its Deployment where the `pod-template-hash` label shows it.
+    pub controller: Option<(String, String)>,
+    /// (Prometheus label name, value) of each label and annotation copied, in option order.
+    pub labels: Vec<(String, String)>,
 }
 
 impl KubernetesState {
@@ -84,6 +98,7 @@ impl KubernetesState {
             errors: KubeletError::ALL.iter().map(|r| (*r, 0)).collect(),
             assignments: Arc::from([]),
             pods: Arc::from([]),
+            pod_meta: Arc::default(),
         }
     }
 }

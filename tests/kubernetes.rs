@@ -493,3 +493,97 @@ fn attribution_and_pod_labels_follow_a_reloaded_configuration() {
         pod_infos(m).is_empty() && m.value("nvml_exporter_kubernetes_up", &[]).is_none()
     });
 }
+
+#[test]
+fn pod_info_names_the_controller_and_the_copied_labels_from_the_pod_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    // legacy-infer becomes a Deployment's pod queued by Kueue, with a team annotation.
+    let mut list: serde_json::Value =
+        serde_json::from_str(include_str!("kubelet/pods.json")).unwrap();
+    for p in list["items"].as_array_mut().unwrap() {
+        if p["metadata"]["name"] == "legacy-infer" {
+            p["metadata"]["labels"] = serde_json::json!({
+                "pod-template-hash": "5d8f7c9b6",
+                "kueue.x-k8s.io/queue-name": "team-a",
+            });
+            p["metadata"]["ownerReferences"] = serde_json::json!([{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "legacy-infer-5d8f7c9b6",
+                "uid": "r", "controller": true,
+            }]);
+            p["metadata"]["annotations"]["example.com/team"] = "vision".into();
+        }
+    }
+    let api = FakeKubeletApi::start("t", Reply::Body(list.to_string().into_bytes()));
+    let (ca, token) = (dir.path().join("ca.crt"), dir.path().join("token"));
+    std::fs::write(&ca, api.ca_pem()).unwrap();
+    std::fs::write(&token, "t\n").unwrap();
+    let url = api.url();
+    // The copied keys alone make the exporter fetch the pod list.
+    let e = exporter(
+        &socket,
+        &[
+            "--kubernetes-pod-labels",
+            "kueue.x-k8s.io/queue-name",
+            "--kubernetes-pod-annotations",
+            "example.com/team",
+            "--kubelet-url",
+            &url,
+            "--kubelet-ca-file",
+            ca.to_str().unwrap(),
+            "--kubelet-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    let m = e.wait_metrics(Duration::from_secs(10), "kubelet up", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && ticks(m) > 0.0
+    });
+    let uuid = |gpu: &str| info_label(&m, gpu, "uuid");
+    kubelet.set_pods(vec![
+        pod("ml", "trainer-0", "main", "nvidia.com/gpu", &[&uuid("0")]),
+        pod(
+            "ml",
+            "legacy-infer",
+            "server",
+            "nvidia.com/gpu",
+            &[&uuid("1")],
+        ),
+        pod(
+            "research",
+            "notebook-7c9d8",
+            "jupyter",
+            "nvidia.com/gpu",
+            &[&uuid("2")],
+        ),
+    ]);
+    let m = e.wait_metrics(Duration::from_secs(10), "three pods", |m| {
+        pod_infos(m).len() == 3
+    });
+    let info = |gpu: &str| {
+        let s = m.find("nvidia_gpu_pod_info", &[("gpu", gpu)]);
+        assert_eq!(s.len(), 1, "{}", m.text);
+        s[0].labels.clone()
+    };
+    let get = |l: &std::collections::BTreeMap<String, String>, k: &str| {
+        l.get(k).cloned().unwrap_or_default()
+    };
+    let trainer = info("0");
+    assert_eq!(get(&trainer, "controller_kind"), "StatefulSet");
+    assert_eq!(get(&trainer, "controller_name"), "trainer");
+    assert_eq!(get(&trainer, "label_kueue_x_k8s_io_queue_name"), "");
+    let infer = info("1");
+    assert_eq!(get(&infer, "controller_kind"), "Deployment");
+    assert_eq!(get(&infer, "controller_name"), "legacy-infer");
+    assert_eq!(get(&infer, "label_kueue_x_k8s_io_queue_name"), "team-a");
+    assert_eq!(get(&infer, "annotation_example_com_team"), "vision");
+    let notebook = info("2");
+    assert!(!notebook.contains_key("controller_kind"), "{notebook:?}");
+    // Only nvidia_gpu_pod_info carries them: the GPU's other series keep the pod labels alone.
+    let power = m.find("nvidia_gpu_power_watts", &[("gpu", "1")]);
+    assert_eq!(
+        power[0].labels.get("pod").map(String::as_str),
+        Some("legacy-infer")
+    );
+    assert!(!power[0].labels.contains_key("controller_kind"));
+}

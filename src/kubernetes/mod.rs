@@ -63,6 +63,7 @@ impl StateHandle {
                 .errors
                 .retain(|reason, _| !pods::REASONS.contains(reason));
             state.pods = Arc::from([]);
+            state.pod_meta = Arc::default();
         }
     }
 
@@ -217,7 +218,8 @@ impl Refresher {
         }
     }
 
-    /// Records the result of one `/pods` call; true when the pod list changed.
+    /// Records the result of one `/pods` call; true when the pod list or what it says of the
+    /// pods (controllers, copied labels) changed.
     fn apply_pods(&mut self, result: Result<pods::KubeletPods, pods::PodsError>) -> bool {
         let url = self
             .pods
@@ -229,6 +231,11 @@ impl Refresher {
             Ok(answer) => {
                 self.ended = self.ended_pods(&answer.live);
                 let list = answer.running;
+                let mut changed = false;
+                if *state.pod_meta != answer.meta {
+                    state.pod_meta = Arc::new(answer.meta);
+                    changed = true;
+                }
                 if self.pods_last != Some(Ok(())) {
                     tracing::info!(url, pods = list.len(), "kubelet pod list answering");
                 }
@@ -236,8 +243,9 @@ impl Refresher {
                 if *state.pods != *list {
                     tracing::debug!(pods = list.len(), "kubelet pod list changed");
                     state.pods = Arc::from(list);
-                    return true;
+                    changed = true;
                 }
+                return changed;
             }
             Err(e) => {
                 // Logged when the pod list stops answering or fails differently (a fix of one

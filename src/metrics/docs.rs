@@ -56,7 +56,13 @@ pub fn render_markdown() -> String {
          that lacks it; while the kubelet does not answer (`nvml_exporter_kubernetes_up 0`) the \
          last answer is kept. Where the kubelet's pod list is read (`--processes`, \
          `--kubelet-pods`), a pod it shows ended (`Succeeded`, `Failed`) or no longer has loses \
-         its GPUs at that refresh, although `List` still names its devices.\n",
+         its GPUs at that refresh, although `List` still names its devices. The pod list also \
+         gives `nvidia_gpu_pod_info` the pod's controller (`controller_kind`, `controller_name`: \
+         the owner reference marked controller, a ReplicaSet named by its Deployment where the \
+         `pod-template-hash` label shows it) and the labels and annotations named by \
+         `--kubernetes-pod-labels` and `--kubernetes-pod-annotations`, as `label_<key>` and \
+         `annotation_<key>` (every character outside `[a-zA-Z0-9_]` an `_`), each only where the \
+         pod has it. The GPU's other series keep `namespace`, `pod` and `container` alone.\n",
     );
 
     md.push_str(
