@@ -2,21 +2,24 @@
 # The whole test suite, on a fresh machine:
 #   1. Rust unit and integration tests (the real binary against the simulated driver, golden file);
 #   2. promtool's lint of the exporter's /metrics for every shipped scenario;
-#   3. third-party NVML clients (gpustat, pynvml) against the simulator;
+#   3. third-party NVML clients (gpustat, pynvml, nvitop --once, its TUI, nvitop-exporter) against
+#      the simulator;
 #   4. every NVML symbol the simulator exports is one the real driver library exports;
 #   5. the alert rules: promtool's unit tests, and a real Prometheus scraping the demo exporter;
 #   6. the Kubernetes manifests: rendered with kubectl kustomize and validated.
 #   7. the Grafana dashboards: structure, PromQL and metric names, then every panel query against a
 #      live Prometheus scraping the demo with pods from the fake kubelet.
-# Installs what is missing (Debian's prometheus for promtool, gpustat and nvidia-ml-py from PyPI, the
-# real driver library from Debian non-free, unpacked under target/) when run as root.
+# Installs what is missing (Debian's prometheus for promtool and tmux, gpustat, nvidia-ml-py,
+# nvitop and nvitop-exporter from PyPI, the real driver library from Debian non-free, unpacked
+# under target/) when run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 root=$(pwd)
 
 need_promtool
-need_python "gpustat, pynvml" gpustat nvidia-ml-py
+need_python "gpustat, pynvml, nvitop, nvitop_exporter" gpustat nvidia-ml-py nvitop nvitop-exporter
+command -v tmux >/dev/null || apt_install tmux "tmux (for nvitop's TUI)"
 
 # The real NVML library (Debian non-free libnvidia-ml1), fetched with an apt configuration of its
 # own so the machine's sources stay untouched. Without a GPU it answers "driver not loaded".
@@ -91,7 +94,7 @@ lint_dcgm_scenarios() {
   return $ok
 }
 step "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
-step "gpustat and pynvml against nvml-sim" python3 nvml-sim/ci/check-gpustat.py "$sim"
+step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ours" python3 nvml-sim/ci/check-gpustat.py "$sim" "$bin"
 step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh

@@ -218,6 +218,38 @@ pub struct Config {
           default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
     pub kubelet_insecure_tls: bool,
 
+    /// Fetch the kubelet's pod list (/pods) even without --processes, so that the GPUs of a pod
+    /// that has ended (Succeeded, Failed, or gone from the list) are released at the next
+    /// refresh rather than when the kubelet forgets their devices; needs the RBAC of
+    /// deploy/kubernetes/processes
+    #[arg(long, env = "NVML_EXPORTER_KUBELET_PODS", value_name = "BOOL",
+          default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    pub kubelet_pods: bool,
+
+    /// Pod labels copied onto nvidia_gpu_pod_info as label_KEY (kube-state-metrics' naming),
+    /// comma-separated, e.g. kueue.x-k8s.io/queue-name,team; read from the kubelet's pod list,
+    /// which they make the exporter fetch (with the RBAC of deploy/kubernetes/processes)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBERNETES_POD_LABELS",
+        value_name = "KEYS",
+        value_delimiter = ',',
+        help_heading = "Kubernetes"
+    )]
+    pub kubernetes_pod_labels: Vec<String>,
+
+    /// Pod annotations copied onto nvidia_gpu_pod_info as annotation_KEY, comma-separated,
+    /// as --kubernetes-pod-labels
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBERNETES_POD_ANNOTATIONS",
+        value_name = "KEYS",
+        value_delimiter = ',',
+        help_heading = "Kubernetes"
+    )]
+    pub kubernetes_pod_annotations: Vec<String>,
+
     /// Serve per-process GPU memory and SM utilization, and per-pod sums of them (needs the
     /// host's pids: hostPID in Kubernetes)
     #[arg(long, env = "NVML_EXPORTER_PROCESSES", value_name = "BOOL", default_value_t = false,
@@ -241,6 +273,18 @@ pub struct Config {
         help_heading = "Processes"
     )]
     pub host_proc: PathBuf,
+
+    /// A directory of HPC job mapping files in dcgm-exporter's format, re-read every tick: one
+    /// file per GPU index (or GPU.INSTANCE, e.g. 2.1, for a MIG GPU instance) holding the IDs
+    /// of the jobs on it, one a line, written by the scheduler's prolog and removed by its
+    /// epilog (nvidia_gpu_job_info)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_HPC_JOB_MAPPING_DIR",
+        value_name = "DIR",
+        help_heading = "HPC jobs"
+    )]
+    pub hpc_job_mapping_dir: Option<PathBuf>,
 
     /// The collector groups: `--collector.NAME`, `--no-collector.NAME`,
     /// `--collector.disable-defaults`; in the file a table `collector` (`collector.nvlink-links =
@@ -301,10 +345,40 @@ impl Config {
         }
     }
 
-    /// Whether the kubelet's pod list (`/pods`) is fetched: naming the pod of a GPU process
-    /// (`--processes`, with the processes group on) needs it, nothing else does.
+    /// Whether the kubelet's pod list (`/pods`) is fetched: with `--kubelet-pods`, and where
+    /// naming the pod of a GPU process (`--processes`, with the processes group on) needs it.
+    /// Whenever it is, the GPUs of ended pods are released.
     pub fn fetch_pods(&self) -> bool {
-        self.processes && self.groups().contains(Group::Processes)
+        self.kubelet_pods
+            || !self.kubernetes_pod_labels.is_empty()
+            || !self.kubernetes_pod_annotations.is_empty()
+            || (self.processes && self.groups().contains(Group::Processes))
+    }
+
+    /// The pod labels and annotations copied onto `nvidia_gpu_pod_info`: (key, whether an
+    /// annotation, Prometheus label name), in option order, labels first.
+    pub fn copied_pod_metadata(&self) -> Vec<(String, bool, String)> {
+        let labels = self.kubernetes_pod_labels.iter().map(|k| (k, false));
+        let annotations = self.kubernetes_pod_annotations.iter().map(|k| (k, true));
+        labels
+            .chain(annotations)
+            .map(|(key, annotation)| {
+                let prefix = if annotation { "annotation_" } else { "label_" };
+                (
+                    key.clone(),
+                    annotation,
+                    format!("{prefix}{}", sanitize_label(key)),
+                )
+            })
+            .collect()
+    }
+
+    /// The HPC job mapping directory read: `--hpc-job-mapping-dir`, while the `jobs` group is on
+    /// (a group that is off is not read).
+    pub fn job_mapping_dir(&self) -> Option<&std::path::Path> {
+        self.hpc_job_mapping_dir
+            .as_deref()
+            .filter(|_| self.groups().contains(Group::Jobs))
     }
 
     /// The collector groups whose native families are served: the defaults (none with
@@ -329,6 +403,23 @@ impl Config {
     /// from; trims the resource names and drops empty ones.
     fn validate(&mut self, origins: &Origins<'_>) -> Result<(), ConfigError> {
         let invalid = |id: &str, msg: String| origins.invalid(id, msg);
+        let mut names = std::collections::BTreeMap::new();
+        for (key, annotation, name) in self.copied_pod_metadata() {
+            let id = if annotation {
+                "kubernetes_pod_annotations"
+            } else {
+                "kubernetes_pod_labels"
+            };
+            if key.trim().is_empty() {
+                return Err(invalid(id, "an empty key".into()));
+            }
+            if let Some(other) = names.insert(name.clone(), key.clone()) {
+                return Err(invalid(
+                    id,
+                    format!("{other:?} and {key:?} would both be served as {name}"),
+                ));
+            }
+        }
         let interval = self.interval;
         if interval < MIN_INTERVAL {
             return Err(invalid(
@@ -1102,6 +1193,14 @@ fn parse_url(s: &str) -> Result<http::Uri, String> {
         .map_err(|e| format!("{} is not a URL ({e})", quote(s)))
 }
 
+/// A label or annotation key as a Prometheus label name: every character outside
+/// `[a-zA-Z0-9_]` becomes `_` (`kueue.x-k8s.io/queue-name` → `kueue_x_k8s_io_queue_name`).
+fn sanitize_label(key: &str) -> String {
+    key.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
 /// An `https://host[:port][/prefix]` URL. Only HTTPS: the request carries a bearer token, and the
 /// kubelet's plain-HTTP read-only port is off by default and deprecated.
 fn check_kubelet_url(uri: &http::Uri) -> Result<(), String> {
@@ -1627,6 +1726,10 @@ mod tests {
             "the pod list is only fetched for --processes"
         );
         assert!(load_args(&["--processes"]).unwrap().fetch_pods());
+        assert!(!k.kubelet_pods);
+        let p = load_args(&["--kubelet-pods"]).unwrap();
+        assert!(p.kubelet_pods && p.fetch_pods());
+        assert!(!load_args(&["--kubelet-pods=false"]).unwrap().fetch_pods());
         assert_eq!(k.kubelet_url, DEFAULT_KUBELET_URL);
         assert_eq!(
             k.kubelet_token_file,
@@ -1690,6 +1793,65 @@ mod tests {
         assert!(load_args(&["--once"]).unwrap().once);
         assert!(!load_args(&["--once=false"]).unwrap().once);
         assert_eq!(load_args(&["--demo"]).unwrap().nvml(), NvmlSource::Demo);
+    }
+
+    #[test]
+    fn copied_pod_labels_and_annotations() {
+        let c = load_args(&[]).unwrap();
+        assert!(c.copied_pod_metadata().is_empty());
+        let c = load_args(&[
+            "--kubernetes-pod-labels",
+            "kueue.x-k8s.io/queue-name,team",
+            "--kubernetes-pod-annotations",
+            "example.com/owner",
+        ])
+        .unwrap();
+        let names: Vec<String> = c.copied_pod_metadata().into_iter().map(|m| m.2).collect();
+        assert_eq!(
+            names,
+            [
+                "label_kueue_x_k8s_io_queue_name",
+                "label_team",
+                "annotation_example_com_owner"
+            ]
+        );
+        assert!(c.fetch_pods(), "copied keys are read from the pod list");
+        let f = file("kubernetes_pod_labels = [\"team\"]\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.kubernetes_pod_labels, ["team"]);
+        let e = err(&["--kubernetes-pod-labels", "a.b,a_b"]);
+        assert!(
+            e.contains("--kubernetes-pod-labels") && e.contains("label_a_b"),
+            "{e}"
+        );
+        let e = err(&["--kubernetes-pod-annotations", "a,"]);
+        assert!(
+            e.contains("--kubernetes-pod-annotations") && e.contains("empty"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn hpc_job_mapping_dir_defaults_and_overrides() {
+        assert_eq!(load_args(&[]).unwrap().hpc_job_mapping_dir, None);
+        let c = load_args(&["--hpc-job-mapping-dir", "/run/job-map"]).unwrap();
+        assert_eq!(c.hpc_job_mapping_dir, Some(PathBuf::from("/run/job-map")));
+        let f = file("hpc_job_mapping_dir = \"/var/run/dcgm-job-map\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(
+            c.hpc_job_mapping_dir,
+            Some(PathBuf::from("/var/run/dcgm-job-map"))
+        );
+        assert_eq!(
+            c.job_mapping_dir(),
+            Some(Path::new("/var/run/dcgm-job-map"))
+        );
+        let off = load_args(&["--hpc-job-mapping-dir", "/j", "--no-collector.jobs"]).unwrap();
+        assert_eq!(
+            off.job_mapping_dir(),
+            None,
+            "a group that is off is not read"
+        );
     }
 
     #[test]

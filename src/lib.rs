@@ -8,6 +8,7 @@
 mod certificates;
 pub mod config;
 pub mod http;
+pub mod jobs;
 pub mod kubernetes;
 pub mod metrics;
 pub mod nvml;
@@ -82,6 +83,7 @@ pub async fn run(
     let encoder = metrics::Encoder::new(metrics_options(&config));
     let connection_metrics = encoder.connection_metrics();
     let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
+    publisher.set_job_mapping_dir(config.job_mapping_dir());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
     // next tick.
     let kubelet = kubelet_state.map(|state| reload::Kubelet::start(&config, state, &publisher));
@@ -155,6 +157,9 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     let mut snapshot = sampler::sample_once(&sampler_options(config));
     if config.kubernetes {
         snapshot.kubernetes = Some(kubelet_once(config));
+    }
+    if let Some(dir) = config.job_mapping_dir() {
+        snapshot.jobs = Some(jobs::JobReader::new(dir.to_owned()).read(&snapshot.devices));
     }
     if let Some(reason) = &snapshot.nvml_error {
         tracing::error!(reason = %reason, "NVML is not available");

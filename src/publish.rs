@@ -1,7 +1,8 @@
 //! The current exposition: what every request is served until the next one replaces it.
 //!
 //! The sampler hands each tick's snapshot to [`Publisher::tick`], which attaches the kubelet's
-//! latest answer, counts the tick, encodes it and swaps the result in. When the kubelet's
+//! latest answer and the HPC job mapping files (read there, [`crate::jobs`]), counts the tick,
+//! encodes it and swaps the result in. When the kubelet's
 //! assignments change between ticks, [`Publisher::republish`] encodes the last snapshot
 //! again with them, so pod labels follow the kubelet within one refresh. HTTP only reads
 //! [`Publisher::current`]: a scrape never calls NVML and never encodes, and the gzip form is made
@@ -18,6 +19,7 @@ use flate2::write::GzEncoder;
 use tokio::sync::OnceCell;
 use tokio::task::JoinError;
 
+use crate::jobs::JobReader;
 use crate::kubernetes::StateHandle;
 use crate::metrics::{Encoder, MetricsOptions};
 use crate::sample::Snapshot;
@@ -79,6 +81,8 @@ pub struct Publisher {
     encoder: Encoder,
     /// The kubelet's latest answer, with `--kubernetes`.
     kubelet: Mutex<Option<StateHandle>>,
+    /// The reader of `--hpc-job-mapping-dir`, read at every tick.
+    jobs: Mutex<Option<JobReader>>,
     /// The last snapshot from the sampler, kept to encode again when the kubelet's assignments
     /// change. Its lock also orders encodings, so a newer exposition never gets replaced by an
     /// older one.
@@ -100,6 +104,7 @@ impl Publisher {
         Arc::new(Publisher {
             encoder,
             kubelet: Mutex::new(kubelet),
+            jobs: Mutex::new(None),
             last: Mutex::new(None),
             current: RwLock::new(Arc::new(placeholder)),
         })
@@ -108,6 +113,12 @@ impl Publisher {
     /// Publishes one sampling tick: called by the sampler after every tick.
     pub fn tick(&self, mut snapshot: Snapshot) {
         snapshot.kubernetes = self.kubelet_state();
+        snapshot.jobs = self
+            .jobs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_mut()
+            .map(|reader| reader.read(&snapshot.devices));
         let snapshot = Arc::new(snapshot);
         let mut last = self.lock_last();
         if let Some(seconds) = snapshot.tick_duration_seconds {
@@ -134,6 +145,15 @@ impl Publisher {
     pub fn reconfigure(&self, opts: MetricsOptions, kubelet: Option<StateHandle>) {
         self.encoder.set_options(opts);
         *self.kubelet.lock().unwrap_or_else(|e| e.into_inner()) = kubelet;
+    }
+
+    /// Reads the HPC job mapping files of `dir` at every tick from the next on, or none. The
+    /// same directory as before keeps its reader, and so its error counts.
+    pub fn set_job_mapping_dir(&self, dir: Option<&std::path::Path>) {
+        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        if jobs.as_ref().map(JobReader::dir) != dir {
+            *jobs = dir.map(|dir| JobReader::new(dir.to_owned()));
+        }
     }
 
     /// Records whether a configuration reload succeeded (see [`Encoder::record_reload`]) and
@@ -236,6 +256,39 @@ mod tests {
         p.tick(snapshot());
         assert!(p.current().sampled);
         assert!(text(&p).contains("\nnvml_exporter_nvml_up 1\n"));
+    }
+
+    #[test]
+    fn the_job_mapping_directory_is_read_at_each_tick_and_follows_a_reload() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(a.path().join("0"), "17\n").unwrap();
+        std::fs::write(b.path().join("0"), "18\n").unwrap();
+        let job = |p: &Publisher| -> Vec<String> {
+            let snapshot = &p.current().snapshot;
+            snapshot
+                .jobs
+                .iter()
+                .flat_map(|j| j.jobs.iter().map(|j| j.job.clone()))
+                .collect()
+        };
+        let p = publisher(None);
+        p.tick(snapshot());
+        assert!(p.current().snapshot.jobs.is_none());
+        p.set_job_mapping_dir(Some(a.path()));
+        p.tick(snapshot());
+        assert_eq!(job(&p), ["17"]);
+        assert!(text(&p).contains(r#"hpc_job="17""#));
+        std::fs::write(a.path().join("0"), "19\n").unwrap();
+        p.republish();
+        assert_eq!(job(&p), ["17"], "read at a tick, not at a republish");
+        p.tick(snapshot());
+        assert_eq!(job(&p), ["19"]);
+        p.set_job_mapping_dir(Some(b.path()));
+        p.tick(snapshot());
+        assert_eq!(job(&p), ["18"]);
+        p.set_job_mapping_dir(None);
+        p.tick(snapshot());
+        assert!(p.current().snapshot.jobs.is_none());
     }
 
     #[test]

@@ -266,6 +266,7 @@ impl Reloader {
             crate::metrics_options(&new),
             self.kubelet.as_ref().map(|k| k.state.clone()),
         );
+        self.publisher.set_job_mapping_dir(new.job_mapping_dir());
         if let (Some(served), Some(tls)) = (&self.tls, tls) {
             served.replace(tls);
             tracing::info!("TLS settings reloaded");
@@ -328,6 +329,7 @@ fn kubelet_settings(c: &Config) -> impl PartialEq + '_ {
         (c.kubernetes_refresh(), c.kubernetes_timeout),
         (&c.kubelet_url, &c.kubelet_token_file, &c.kubelet_ca_file),
         (c.kubelet_insecure_tls, c.fetch_pods()),
+        (&c.kubernetes_pod_labels, &c.kubernetes_pod_annotations),
     )
 }
 

@@ -32,6 +32,31 @@ pub struct Snapshot {
     /// What the kubelet said last (`--kubernetes`); `None` when attribution is off. Not read from
     /// NVML: attached to the snapshot when it is published.
     pub kubernetes: Option<KubernetesState>,
+    /// The HPC job mapping files (`--hpc-job-mapping-dir`), read when the snapshot is
+    /// published; `None` when off.
+    pub jobs: Option<JobsState>,
+}
+
+/// The HPC jobs on each GPU, as the mapping directory said at the last read.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct JobsState {
+    /// One entry per (GPU or GPU instance, job ID) of every well-formed file naming a GPU of
+    /// this snapshot, sorted and without duplicates.
+    pub jobs: Arc<[JobAssignment]>,
+    /// Mapping files (or reads of the directory) left out since start, by reason; every
+    /// reason is present (from 0).
+    pub errors: BTreeMap<JobsError, u64>,
+}
+
+/// One job on one GPU or MIG GPU instance.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JobAssignment {
+    /// The GPU's NVML index (the `gpu` label).
+    pub gpu: u32,
+    /// The GPU instance (`gpu_instance` label) for a file named `<gpu>.<gpu_instance>`.
+    pub gpu_instance: Option<u32>,
+    /// The job ID, as the file wrote it.
+    pub job: String,
 }
 
 /// The kubelet side of pod attribution, as of the last `List` call.
@@ -49,6 +74,20 @@ pub struct KubernetesState {
     /// cgroup (pod UID, container ID) is named. Empty unless per-process attribution asks the
     /// kubelet for it (`--processes` with `--kubernetes`); kept while the kubelet is unreachable.
     pub pods: Arc<[PodIdentity]>,
+    /// What `nvidia_gpu_pod_info` adds for a pod, by (namespace, name), from the kubelet's pod
+    /// list: its controller and the labels and annotations copied. Only pods with something to
+    /// add; empty unless the pod list is fetched; kept while the kubelet is unreachable.
+    pub pod_meta: Arc<BTreeMap<(String, String), PodMeta>>,
+}
+
+/// What the pod list says of a pod besides its containers, served on `nvidia_gpu_pod_info`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodMeta {
+    /// The kind and name of its controller (the owner reference marked `controller`), a
+    /// ReplicaSet named by its Deployment where the `pod-template-hash` label shows it.
+    pub controller: Option<(String, String)>,
+    /// (Prometheus label name, value) of each label and annotation copied, in option order.
+    pub labels: Vec<(String, String)>,
 }
 
 impl KubernetesState {
@@ -59,6 +98,7 @@ impl KubernetesState {
             errors: KubeletError::ALL.iter().map(|r| (*r, 0)).collect(),
             assignments: Arc::from([]),
             pods: Arc::from([]),
+            pod_meta: Arc::default(),
         }
     }
 }
@@ -599,6 +639,17 @@ label_enum!(
         PodsAuth => "pods_auth",
         PodsHttp => "pods_http",
         PodsParse => "pods_parse",
+    }
+);
+
+label_enum!(
+    /// `reason` label of `nvml_exporter_jobs_errors_total`: why the mapping directory, or one
+    /// of its files, was not used.
+    JobsError {
+        Directory => "directory",
+        Unreadable => "unreadable",
+        Malformed => "malformed",
+        UnknownGpu => "unknown_gpu",
     }
 );
 

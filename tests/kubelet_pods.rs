@@ -120,7 +120,7 @@ fn fetch(
     rt: &tokio::runtime::Runtime,
     client: &mut PodsClient,
 ) -> Result<Vec<PodIdentity>, PodsError> {
-    rt.block_on(client.fetch())
+    rt.block_on(client.fetch()).map(|answer| answer.running)
 }
 
 fn expect_err(result: Result<Vec<PodIdentity>, PodsError>, reason: KubeletError) -> String {

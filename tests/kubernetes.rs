@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::{Exporter, Exposition, eventually, scenario};
+use kubelet::https::{FakeKubeletApi, Reply};
 use kubelet::{FakeKubelet, pod};
 
 const INTERVAL: &str = "300ms";
@@ -147,6 +148,131 @@ fn pods_are_attributed_by_uuid_and_device_name_and_dropped_when_they_leave() {
         m.find_any_labels(&[("pod", "pod-b")]).is_empty()
     });
     assert!(kubelet.calls() >= 3);
+}
+
+/// The fake kubelet's `/pods` fixture (trainer-0 and batch-eval-28871 in `ml`, among others) with
+/// batch-eval-28871 in `phase`, and without the pods named in `without`.
+fn pod_list(phase: &str, without: &[&str]) -> Reply {
+    let mut list: serde_json::Value =
+        serde_json::from_str(include_str!("kubelet/pods.json")).unwrap();
+    let items = list["items"].as_array_mut().unwrap();
+    items.retain(|p| !without.contains(&p["metadata"]["name"].as_str().unwrap()));
+    for p in items.iter_mut() {
+        if p["metadata"]["name"] == "batch-eval-28871" {
+            p["status"]["phase"] = phase.into();
+        }
+    }
+    Reply::Body(list.to_string().into_bytes())
+}
+
+#[test]
+fn an_ended_pod_lets_go_of_its_gpus_within_one_refresh_while_the_kubelet_still_lists_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    let api = FakeKubeletApi::start("t", pod_list("Running", &[]));
+    let (ca, token) = (dir.path().join("ca.crt"), dir.path().join("token"));
+    std::fs::write(&ca, api.ca_pem()).unwrap();
+    std::fs::write(&token, "t\n").unwrap();
+    let url = api.url();
+    let e = exporter(
+        &socket,
+        &[
+            "--kubelet-pods",
+            "--kubelet-url",
+            &url,
+            "--kubelet-ca-file",
+            ca.to_str().unwrap(),
+            "--kubelet-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    let m = e.wait_metrics(Duration::from_secs(10), "kubelet up", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && ticks(m) > 0.0
+    });
+    let uuid = |gpu: &str| info_label(&m, gpu, "uuid");
+    // The kubelet lists these devices from now on, whatever becomes of the pods.
+    kubelet.set_pods(vec![
+        pod("ml", "trainer-0", "main", "nvidia.com/gpu", &[&uuid("0")]),
+        pod(
+            "ml",
+            "batch-eval-28871",
+            "eval",
+            "nvidia.com/gpu",
+            &[&uuid("1")],
+        ),
+    ]);
+    e.wait_metrics(Duration::from_secs(10), "both pods attributed", |m| {
+        pod_infos(m)
+            == owned(&[
+                ("0", "ml", "trainer-0", "main"),
+                ("1", "ml", "batch-eval-28871", "eval"),
+            ])
+    });
+
+    // The batch pod completes: the refresh that sees it so releases GPU 1. The refresh under way
+    // when the phase changes may have fetched /pods before: allow it and the next.
+    api.set_reply(pod_list("Succeeded", &[]));
+    let from = kubelet.calls();
+    let m = e.wait_metrics(Duration::from_secs(10), "batch pod released", |m| {
+        pod_infos(m) == owned(&[("0", "ml", "trainer-0", "main")])
+    });
+    let refreshes = kubelet.calls() - from;
+    assert!(refreshes <= 2, "released after {refreshes} refreshes");
+    assert!(
+        m.find_any_labels(&[("pod", "batch-eval-28871")]).is_empty(),
+        "no series of GPU 1 names the ended pod"
+    );
+    assert!(
+        m.gpu_value("nvidia_gpu_power_watts", 0, &[("pod", "trainer-0")])
+            .is_some(),
+        "the running pod keeps its GPU and labels"
+    );
+    assert!(m.gpu_value("nvidia_gpu_power_watts", 1, &[]).is_some());
+
+    // /pods fails: what it said stays said, the running pod keeps its GPU.
+    api.set_reply(Reply::Status(503, "busy".into()));
+    let m = e.wait_metrics(Duration::from_secs(10), "pods_http errors", |m| {
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "pods_http")],
+        )
+        .is_some_and(|n| n >= 2.0)
+    });
+    assert_eq!(pod_infos(&m), owned(&[("0", "ml", "trainer-0", "main")]));
+
+    // trainer-0 leaves the kubelet's pod list altogether (deleted), its devices still listed.
+    api.set_reply(pod_list("Succeeded", &["trainer-0"]));
+    e.wait_metrics(Duration::from_secs(10), "trainer-0 released", |m| {
+        pod_infos(m).is_empty()
+    });
+    assert!(e.logs().contains("pod has ended"), "{}", e.logs());
+
+    // A new pod takes GPU 2: attributed as soon as both lists have it.
+    let mut list = pod_list("Succeeded", &["trainer-0"]);
+    if let Reply::Body(body) = &mut list {
+        let mut v: serde_json::Value = serde_json::from_slice(body).unwrap();
+        let mut p = v["items"][0].clone();
+        p["metadata"]["name"] = "fresh".into();
+        p["metadata"]["namespace"] = "ml".into();
+        v["items"].as_array_mut().unwrap().push(p);
+        *body = v.to_string().into_bytes();
+    }
+    api.set_reply(list);
+    kubelet.set_pods(vec![
+        pod("ml", "trainer-0", "main", "nvidia.com/gpu", &[&uuid("0")]),
+        pod(
+            "ml",
+            "batch-eval-28871",
+            "eval",
+            "nvidia.com/gpu",
+            &[&uuid("1")],
+        ),
+        pod("ml", "fresh", "main", "nvidia.com/gpu", &[&uuid("2")]),
+    ]);
+    e.wait_metrics(Duration::from_secs(10), "the new pod attributed", |m| {
+        pod_infos(m) == owned(&[("2", "ml", "fresh", "main")])
+    });
 }
 
 #[test]
@@ -366,4 +492,98 @@ fn attribution_and_pod_labels_follow_a_reloaded_configuration() {
     e.wait_metrics(wait, "no kubelet series", |m| {
         pod_infos(m).is_empty() && m.value("nvml_exporter_kubernetes_up", &[]).is_none()
     });
+}
+
+#[test]
+fn pod_info_names_the_controller_and_the_copied_labels_from_the_pod_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    // legacy-infer becomes a Deployment's pod queued by Kueue, with a team annotation.
+    let mut list: serde_json::Value =
+        serde_json::from_str(include_str!("kubelet/pods.json")).unwrap();
+    for p in list["items"].as_array_mut().unwrap() {
+        if p["metadata"]["name"] == "legacy-infer" {
+            p["metadata"]["labels"] = serde_json::json!({
+                "pod-template-hash": "5d8f7c9b6",
+                "kueue.x-k8s.io/queue-name": "team-a",
+            });
+            p["metadata"]["ownerReferences"] = serde_json::json!([{
+                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "legacy-infer-5d8f7c9b6",
+                "uid": "r", "controller": true,
+            }]);
+            p["metadata"]["annotations"]["example.com/team"] = "vision".into();
+        }
+    }
+    let api = FakeKubeletApi::start("t", Reply::Body(list.to_string().into_bytes()));
+    let (ca, token) = (dir.path().join("ca.crt"), dir.path().join("token"));
+    std::fs::write(&ca, api.ca_pem()).unwrap();
+    std::fs::write(&token, "t\n").unwrap();
+    let url = api.url();
+    // The copied keys alone make the exporter fetch the pod list.
+    let e = exporter(
+        &socket,
+        &[
+            "--kubernetes-pod-labels",
+            "kueue.x-k8s.io/queue-name",
+            "--kubernetes-pod-annotations",
+            "example.com/team",
+            "--kubelet-url",
+            &url,
+            "--kubelet-ca-file",
+            ca.to_str().unwrap(),
+            "--kubelet-token-file",
+            token.to_str().unwrap(),
+        ],
+    );
+    let m = e.wait_metrics(Duration::from_secs(10), "kubelet up", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && ticks(m) > 0.0
+    });
+    let uuid = |gpu: &str| info_label(&m, gpu, "uuid");
+    kubelet.set_pods(vec![
+        pod("ml", "trainer-0", "main", "nvidia.com/gpu", &[&uuid("0")]),
+        pod(
+            "ml",
+            "legacy-infer",
+            "server",
+            "nvidia.com/gpu",
+            &[&uuid("1")],
+        ),
+        pod(
+            "research",
+            "notebook-7c9d8",
+            "jupyter",
+            "nvidia.com/gpu",
+            &[&uuid("2")],
+        ),
+    ]);
+    let m = e.wait_metrics(Duration::from_secs(10), "three pods", |m| {
+        pod_infos(m).len() == 3
+    });
+    let info = |gpu: &str| {
+        let s = m.find("nvidia_gpu_pod_info", &[("gpu", gpu)]);
+        assert_eq!(s.len(), 1, "{}", m.text);
+        s[0].labels.clone()
+    };
+    let get = |l: &std::collections::BTreeMap<String, String>, k: &str| {
+        l.get(k).cloned().unwrap_or_default()
+    };
+    let trainer = info("0");
+    assert_eq!(get(&trainer, "controller_kind"), "StatefulSet");
+    assert_eq!(get(&trainer, "controller_name"), "trainer");
+    assert_eq!(get(&trainer, "label_kueue_x_k8s_io_queue_name"), "");
+    let infer = info("1");
+    assert_eq!(get(&infer, "controller_kind"), "Deployment");
+    assert_eq!(get(&infer, "controller_name"), "legacy-infer");
+    assert_eq!(get(&infer, "label_kueue_x_k8s_io_queue_name"), "team-a");
+    assert_eq!(get(&infer, "annotation_example_com_team"), "vision");
+    let notebook = info("2");
+    assert!(!notebook.contains_key("controller_kind"), "{notebook:?}");
+    // Only nvidia_gpu_pod_info carries them: the GPU's other series keep the pod labels alone.
+    let power = m.find("nvidia_gpu_power_watts", &[("gpu", "1")]);
+    assert_eq!(
+        power[0].labels.get("pod").map(String::as_str),
+        Some("legacy-infer")
+    );
+    assert!(!power[0].labels.contains_key("controller_kind"));
 }

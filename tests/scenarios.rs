@@ -120,7 +120,9 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
     // never has: both are covered by tests of the running exporter (faults.rs, saturation.rs).
     // nvidia_gpu_pod_info needs a kubelet: covered by kubernetes.rs.
     // Process and per-pod usage series need --processes: covered by processes.rs.
+    // HPC job series need a job mapping directory: covered by jobs.rs.
     let event_driven = [
+        "nvidia_gpu_job_info",
         "nvidia_gpu_xid_errors_total",
         "nvidia_gpu_last_xid_timestamp_seconds",
         "nvidia_gpu_pod_info",

@@ -1,10 +1,17 @@
 #!/usr/bin/env python3
-"""Fidelity check: real NVML clients (gpustat and pynvml) against libnvml_sim.so.
+"""Fidelity check: real NVML clients (gpustat, pynvml and nvitop) against libnvml_sim.so.
 
 For every scenario in nvml-sim/scenarios/, this makes a temporary directory holding a
 `libnvidia-ml.so.1` symlink to the simulator, runs `gpustat --json` and a pynvml snippet with
 LD_LIBRARY_PATH and NVML_SIM_SCENARIO pointing there, and checks that every scenario GPU is listed
-with the scenario's name, UUID, total memory and processes.
+with the scenario's name, UUID, total memory and processes. `nvitop --once` must print no error
+line or traceback (nvitop catches a failed NVML call, prints it and goes on, exiting 0), list every
+scenario GPU by PCI bus id, and under each GPU in MIG mode one row per MIG device alive then.
+nvitop's TUI then runs in a detached tmux session until it has redrawn twice: it must show every
+GPU, print nothing to stderr and quit cleanly on `q`. nvitop-exporter serves /metrics with every
+scenario GPU (by UUID, with its total memory) and every live MIG device, and logs no error.
+Given the exporter's binary too, nvml-exporter runs on the same scenario and pinned instant, and
+its memory, power, temperature and utilization of every GPU must equal nvitop-exporter's.
 
 gpustat resolves each process through psutil and silently drops PIDs that do not exist on this
 host, which the scenarios' PIDs do not; so gpustat's process lists are only checked to be a subset
@@ -14,16 +21,22 @@ of the scenario's, and the full lists are checked through pynvml
 The clock is pinned (NVML_SIM_TIME) to the first whole second >= 60 at which no injected fault
 is active, so fault scenarios are checked in a healthy moment.
 
-Usage: check-gpustat.py PATH/TO/libnvml_sim.so     (needs: pip install gpustat nvidia-ml-py)
+Usage: check-gpustat.py PATH/TO/libnvml_sim.so [PATH/TO/nvml-exporter]
+(needs: pip install gpustat nvidia-ml-py nvitop nvitop-exporter; tmux)
 Exit status: 0 when everything matches, 1 on any mismatch (each one printed), 2 on usage errors.
 """
 
 import json
 import os
+import re
+import shlex
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
+import urllib.request
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -119,14 +132,245 @@ def expected_gpus(scenario, presets, t):
     return gpus
 
 
-def run(cmd, env):
+def run_text(cmd, env):
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {r.returncode}:\n{r.stderr.strip()}")
-    return json.loads(r.stdout)
+    return r.stdout, r.stderr
 
 
-def check_scenario(path, lib, presets):
+def run(cmd, env):
+    return json.loads(run_text(cmd, env)[0])
+
+
+def bus_id(text):
+    """A PCI bus id in NVML's long form ("00000000:1B:00.0"), from any spelling a scenario uses."""
+    parts = text.split(":")
+    domain = int(parts[0], 16) if len(parts) == 3 else 0
+    dev, fn = parts[-1].split(".")
+    return f"{domain:08X}:{int(parts[-2], 16):02X}:{int(dev, 16):02X}.{int(fn, 16):X}"
+
+
+def mig_devices(gpu, t):
+    """MIG devices (compute instances) alive at t, or None when the GPU is not in MIG mode."""
+    mig = gpu.get("mig", {})
+    if not mig.get("enabled"):
+        return None
+    return sum(len(gi.get("compute", [{}])) for gi in mig.get("instance", []) if alive(gi, t))
+
+
+# What nvitop prints when an NVML call or its own code fails (it goes on and exits 0).
+NVITOP_FAILURE = re.compile(r"Traceback|Error|ERROR|FunctionNotFound|Exception")
+# A GPU row of nvitop's device table: "│   0  H100 80GB HBM3   On │ 00000000:18:00.0 Off │".
+NVITOP_GPU = re.compile(r"^│\s+(\d+)\s.*│ ([0-9A-F]{8}:[0-9A-F]{2}:[0-9A-F]{2}\.[0-9A-F]) ")
+# A MIG device row: "│ 0:1      2g.20gb @ GI/CI: 3/0 │".
+NVITOP_MIG = re.compile(r"^│ (\d+):(\d+)\s+\S+ @ GI/CI:")
+
+
+def check_nvitop(out, err, scenario, t):
+    """Errors in `nvitop --once` output: failure lines, GPUs missing by bus id, MIG rows."""
+    errors = [f"nvitop printed: {line.strip()}"
+              for line in (out + err).splitlines() if NVITOP_FAILURE.search(line)]
+    gpus = scenario["gpu"]
+    rows = [m.groups() for m in map(NVITOP_GPU.match, out.splitlines()) if m]
+    want = [bus_id(g["pci_bus_id"]) for g in gpus]
+    if [bus for _, bus in rows] != want:
+        errors.append(f"nvitop lists GPUs {rows}, scenario has bus ids {want}")
+    migs = [m.groups() for m in map(NVITOP_MIG.match, out.splitlines()) if m]
+    for i, g in enumerate(gpus):
+        count = mig_devices(g, t)
+        got = sum(1 for gpu, _ in migs if int(gpu) == i)
+        if (count or 0) != got:
+            errors.append(f"nvitop shows {got} MIG devices under GPU {i}, scenario has {count or 0}")
+    return errors
+
+
+def poll(what, f, seconds=20):
+    """Calls f until it returns something true, for at most `seconds`; raises naming `what`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = f()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+# A GPU's first row in nvitop's TUI, in its full and its compact (many GPUs) layout:
+# "│   0  H100 80GB HBM3   On │ 00000000:18:00.0 …" or "│   0 N/A  34C  P0   72W / 700W │ …".
+NVITOP_TUI_GPU = re.compile(r"^│\s+(\d+)\s+\S")
+
+
+def tui_gpus(screen):
+    """Indices of the GPUs nvitop's device panel shows (the lines above the process panel)."""
+    panel = screen.split("Processes:")[0]
+    return {int(m.group(1)) for m in map(NVITOP_TUI_GPU.match, panel.splitlines()) if m}
+
+
+def check_nvitop_tui(env, count):
+    """Errors of nvitop's TUI in a detached tmux session: it must draw `count` GPUs, redraw (its
+    header clock changes twice), print nothing to stderr and exit 0 on `q`."""
+    tmux = ["tmux", "-L", f"nvml-sim-check-{os.getpid()}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        err, rc = Path(tmp) / "stderr", Path(tmp) / "rc"
+        cmd = f"{shlex.quote(sys.executable)} -m nvitop 2>{err}; echo $? >{rc}"
+        env = {"TERM": "xterm-256color", **env}
+        subprocess.run([*tmux, "new-session", "-d", "-x", "200", "-y", "60", cmd],
+                       env=env, check=True, timeout=30)
+        try:
+            def pane():
+                return subprocess.run([*tmux, "capture-pane", "-p"], env=env, capture_output=True,
+                                      text=True, timeout=30).stdout
+            headers = set()
+
+            def redrawn():
+                text = pane()
+                if tui_gpus(text) == set(range(count)):
+                    headers.add(text.splitlines()[0] if text else "")
+                return len(headers) >= 3
+            try:
+                poll("nvitop's TUI to show every GPU and redraw", redrawn)
+            except RuntimeError as e:
+                return [f"nvitop TUI: {e}; screen:\n{pane()}"]
+            subprocess.run([*tmux, "send-keys", "q"], env=env, check=True, timeout=30)
+            poll("nvitop's TUI to quit", rc.exists)
+            # The shell writes the status after the redirect opens the file: wait for its line.
+            status = poll("nvitop's exit status", lambda: rc.read_text().strip())
+        finally:
+            subprocess.run([*tmux, "kill-server"], env=env, capture_output=True, timeout=30)
+        printed = err.read_text().strip()
+        errors = [f"nvitop TUI printed to stderr:\n{printed}"] if printed else []
+        if status != "0":
+            errors.append(f"nvitop TUI exited {status}")
+        return errors
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# A sample of the Prometheus text format: name, labels, value.
+SAMPLE = re.compile(r'^([a-zA-Z_:][\w:]*)(?:\{(.*)\})? (\S+)')
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def samples(text):
+    """(name, labels, value) of every sample in an exposition."""
+    out = []
+    for m in map(SAMPLE.match, text.splitlines()):
+        if m:
+            out.append((m.group(1), dict(LABEL.findall(m.group(2) or "")), float(m.group(3))))
+    return out
+
+
+def scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        return samples(r.read().decode())
+
+
+def check_nvitop_exporter(env, want, scenario, t):
+    """Errors of nvitop-exporter and its last scrape: its /metrics must list every GPU (UUID,
+    total memory) and every live MIG device, and its log must hold no error line."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "nvitop_exporter", "--bind-address",
+                             "127.0.0.1", "--port", str(port), "--interval", "0.5"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    expected = {str(w["index"]): (w["uuid"], w["memory_total"] // MIB) for w in want}
+    migs = sum(mig_devices(g, t) or 0 for g in scenario["gpu"])
+    rows, last = {}, []
+
+    def scraped():
+        try:
+            last[:] = scrape(port)
+        except OSError:
+            return proc.poll() is not None  # stop polling once it died
+        rows.clear()
+        for name, labels, value in last:
+            if name == "gpu_memory_total_MiB":
+                rows[labels["index"]] = (labels["uuid"], value)
+        return len(rows) >= len(expected) + migs
+    try:
+        try:
+            poll("nvitop-exporter to serve every device", scraped, seconds=30)
+            timed_out = ""
+        except RuntimeError as e:
+            timed_out = str(e)
+    finally:
+        proc.terminate()
+        _, log = proc.communicate(timeout=30)
+    errors = [f"nvitop-exporter logged: {line}" for line in log.splitlines()
+              if NVITOP_FAILURE.search(line)]
+    if timed_out or proc.returncode not in (0, -15):
+        errors.append(f"nvitop-exporter: {timed_out or f'exited {proc.returncode}'}")
+    for index, (uuid, total) in expected.items():
+        if index not in rows:
+            errors.append(f"nvitop-exporter does not list GPU {index}")
+        elif rows[index] != (uuid, float(total)):
+            errors.append(f"nvitop-exporter GPU {index}: {rows[index]}, scenario says {(uuid, total)}")
+    got_migs = sum(1 for index in rows if ":" in index)
+    if got_migs != migs:
+        errors.append(f"nvitop-exporter lists {got_migs} MIG devices, scenario has {migs}")
+    return errors, last
+
+
+# nvml-exporter's family, nvitop-exporter's, and the factor from theirs to ours.
+SAME_VALUES = [
+    ("nvidia_gpu_memory_total_bytes", "gpu_memory_total_MiB", MIB),
+    ("nvidia_gpu_memory_used_bytes", "gpu_memory_used_MiB", MIB),
+    ("nvidia_gpu_power_watts", "gpu_power_usage_W", 1),
+    ("nvidia_gpu_temperature_celsius", "gpu_temperature_C", 1),
+    ("nvidia_gpu_utilization_ratio", "gpu_utilization_Percentage", 0.01),
+]
+
+
+def check_against_exporter(exporter, lib, env, want, theirs):
+    """Errors where nvml-exporter, on the same scenario and pinned instant, serves another value
+    than nvitop-exporter for a GPU (N/A on both sides agrees: absent for us, NaN for nvitop)."""
+    port = free_port()
+    proc = subprocess.Popen([str(exporter), "--nvml-lib", str(lib), "--listen",
+                             f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    ours = []
+
+    def scraped():
+        try:
+            ours[:] = scrape(port)
+        except OSError:
+            return proc.poll() is not None
+        return sum(n == "nvidia_gpu_memory_total_bytes" for n, _, _ in ours) >= len(want)
+    try:
+        try:
+            poll("nvml-exporter to serve every GPU", scraped, seconds=30)
+        except RuntimeError as e:
+            return [f"nvml-exporter: {e}"]
+    finally:
+        proc.terminate()
+        _, log = proc.communicate(timeout=30)
+    if proc.returncode not in (0, -15):
+        return [f"nvml-exporter exited {proc.returncode}:\n{log.strip()}"]
+    # The GPU's own series (a GPU in MIG mode also has one per GPU instance, gpu_instance="N").
+    mine = {(n, lb.get("uuid")): v for n, lb, v in ours if not lb.get("gpu_instance")}
+    other = {(n, lb.get("uuid")): v for n, lb, v in theirs}
+    errors, compared = [], 0
+    for w in want:
+        for our_name, their_name, factor in SAME_VALUES:
+            a = mine.get((our_name, w["uuid"]))
+            b = other.get((their_name, w["uuid"]), float("nan")) * factor
+            if a is None and b != b:
+                continue
+            compared += 1
+            if a is None or b != b or abs(a - b) > 1e-6 * max(1.0, abs(a)):
+                errors.append(f"GPU {w['index']}: {our_name} is {a}, nvitop-exporter's "
+                              f"{their_name} says {b}")
+    if compared < len(want):
+        errors.append(f"only {compared} values compared with nvitop-exporter")
+    return errors
+
+
+def check_scenario(path, lib, presets, exporter):
     scenario = tomllib.loads(path.read_text())
     t = quiet_time(scenario)
     want = expected_gpus(scenario, presets, t)
@@ -143,6 +387,12 @@ def check_scenario(path, lib, presets):
         try:
             gpustat = run([sys.executable, "-m", "gpustat", "--json"], env)
             pynvml = run([sys.executable, "-c", PYNVML_SNIPPET], env)
+            nvitop = run_text([sys.executable, "-m", "nvitop", "--once"], env)
+            errors += check_nvitop_tui(env, len(scenario["gpu"]))
+            exporter_errors, theirs = check_nvitop_exporter(env, want, scenario, t)
+            errors += exporter_errors
+            if exporter:
+                errors += check_against_exporter(exporter, lib, env, want, theirs)
         except (RuntimeError, json.JSONDecodeError, subprocess.TimeoutExpired) as e:
             return [f"{path.name}: {e}"]
 
@@ -166,26 +416,31 @@ def check_scenario(path, lib, presets):
         for key in ("index", "name", "uuid", "memory_total", "processes"):
             if g[key] != w[key]:
                 errors.append(f"pynvml GPU {w['index']}: {key} is {g[key]!r}, scenario says {w[key]!r}")
+    errors += check_nvitop(*nvitop, scenario, t)
     if errors:
         return [f"{path.name} (t={t}): {e}" for e in errors]
-    print(f"ok   {path.name}: {len(want)} GPUs, "
+    clients = "gpustat, pynvml, nvitop, nvitop-exporter" + (" and nvml-exporter" if exporter else "")
+    print(f"ok   {path.name}: {clients} agree on {len(want)} GPUs, "
           f"{sum(len(w['processes']) for w in want)} processes (t={t}, driver {pynvml['driver']})")
     return []
 
 
 def main():
-    if len(sys.argv) != 2:
-        print(__doc__.strip().splitlines()[-2], file=sys.stderr)
+    if len(sys.argv) not in (2, 3):
+        print(next(line for line in __doc__.splitlines() if line.startswith("Usage:")),
+              file=sys.stderr)
         return 2
     lib = Path(sys.argv[1]).resolve()
-    if not lib.is_file():
-        print(f"check-gpustat: no such library: {lib}", file=sys.stderr)
-        return 2
+    exporter = Path(sys.argv[2]).resolve() if len(sys.argv) == 3 else None
+    for path in (lib, exporter):
+        if path and not path.is_file():
+            print(f"check-gpustat: no such file: {path}", file=sys.stderr)
+            return 2
     presets = tomllib.loads(PRESETS.read_text())
     scenarios = sorted(SCENARIOS.glob("*.toml"))
     errors = []
     for path in scenarios:
-        errors += check_scenario(path, lib, presets)
+        errors += check_scenario(path, lib, presets, exporter)
     for e in errors:
         print(f"FAIL {e}", file=sys.stderr)
     if errors:

@@ -33,6 +33,27 @@ impl GpuSpec {
             .count() as u32
     }
 
+    /// Whether the GPU runs GSP firmware, or None on boards without a GSP (before Turing). The
+    /// driver moves data-center boards (brand `nvidia`/`tesla`) onto GSP firmware by default;
+    /// workstation and consumer boards stay off it on the driver branches simulated here (< 555).
+    pub fn gsp_firmware(&self) -> Option<bool> {
+        let arch = self.arch();
+        if arch < b::NVML_DEVICE_ARCH_TURING || arch == b::NVML_DEVICE_ARCH_UNKNOWN {
+            return None;
+        }
+        Some(matches!(self.brand.as_str(), "nvidia" | "tesla"))
+    }
+
+    /// What the far end of an NVLink link is: a DGX-1/HGX-1 (Volta) cabling links GPU to GPU,
+    /// HGX A100 and H100 boards route every link through NVSwitches.
+    pub fn nvlink_remote_type(&self) -> u32 {
+        if self.arch() <= b::NVML_DEVICE_ARCH_VOLTA {
+            b::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_GPU
+        } else {
+            b::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_SWITCH
+        }
+    }
+
     /// Usable framebuffer (total − reserved), bytes.
     pub fn usable_bytes(&self) -> u64 {
         (self.memory_total_mib - self.memory_reserved_mib) * MIB

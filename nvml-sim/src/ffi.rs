@@ -63,6 +63,8 @@ const MIG_HANDLE_FUNCTIONS: &[&str] = &[
     "nvmlDeviceGetCudaComputeCapability",
     "nvmlDeviceGetMemoryInfo",
     "nvmlDeviceGetMemoryInfo_v2",
+    "nvmlDeviceGetBAR1MemoryInfo",
+    "nvmlDeviceGetTotalEccErrors",
     "nvmlDeviceGetUtilizationRates",
     "nvmlDeviceGetEncoderUtilization",
     "nvmlDeviceGetDecoderUtilization",

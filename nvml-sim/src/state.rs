@@ -3,12 +3,14 @@
 //!
 //! An `nvmlInit` that finds no live reference (the count at 0: the first init of the process, the
 //! first after every reference was shut down, or a retry after a failed init) reads the
-//! environment (`NVML_SIM_SCENARIO`, `NVML_SIM_TIME`, `NVML_SIM_START`, `NVML_SIM_PRIVILEGED`)
+//! environment (`NVML_SIM_SCENARIO`, `NVML_SIM_TIME`, `NVML_SIM_START`, `NVML_SIM_EPOCH`,
+//! `NVML_SIM_PRIVILEGED`)
 //! and the scenario file again:
 //! - both as the current simulation was loaded from them: that simulation goes on, with its
 //!   clock, its init-fault clock and its event sets, as a real driver outlives a client that shuts
 //!   NVML down and initialises it again (after a driver restart, say);
-//! - anything changed: a new simulation starts, and its t = 0 is its own first successful init.
+//! - anything changed: a new simulation starts, and its t = 0 is its own first successful init,
+//!   or `NVML_SIM_EPOCH` (a Unix time) when set: then every process reads one clock.
 //!
 //! A load error is printed to stderr once per environment and scenario text, and every `nvmlInit`
 //! fails until one of them changes.
@@ -39,6 +41,9 @@ pub const ENV_SCENARIO: &str = "NVML_SIM_SCENARIO";
 pub const ENV_TIME: &str = "NVML_SIM_TIME";
 /// Starts the running clock at this many seconds.
 pub const ENV_START: &str = "NVML_SIM_START";
+/// Unix time (seconds) of t = 0 for every process: the running clock reads the wall clock
+/// against it, so separate processes agree on t.
+pub const ENV_EPOCH: &str = "NVML_SIM_EPOCH";
 /// `0`/`false`: the caller is an unprivileged user, not root (default `1`, privileged).
 pub const ENV_PRIVILEGED: &str = "NVML_SIM_PRIVILEGED";
 
@@ -73,6 +78,9 @@ pub struct Clock {
     pub pinned: Option<f64>,
     /// Running clock offset.
     pub start: f64,
+    /// Unix time of t = 0 shared by every process (`NVML_SIM_EPOCH`); None: t = 0 is this
+    /// simulation's first successful init.
+    pub epoch: Option<f64>,
 }
 
 /// What a simulation is loaded from: the environment and the scenario text.
@@ -81,6 +89,7 @@ struct Source {
     scenario_path: Option<OsString>,
     time: Option<OsString>,
     start: Option<OsString>,
+    epoch: Option<OsString>,
     privileged: Option<OsString>,
     /// The scenario text, or why it could not be read.
     text: Result<String, String>,
@@ -98,6 +107,7 @@ impl Source {
             scenario_path,
             time: std::env::var_os(ENV_TIME),
             start: std::env::var_os(ENV_START),
+            epoch: std::env::var_os(ENV_EPOCH),
             privileged: std::env::var_os(ENV_PRIVILEGED),
             text,
         }
@@ -166,6 +176,7 @@ impl Sim {
         let clock = Clock {
             pinned: env_seconds(ENV_TIME, &source.time)?,
             start: env_seconds(ENV_START, &source.start)?.unwrap_or(0.0),
+            epoch: env_seconds(ENV_EPOCH, &source.epoch)?,
         };
         Ok(Sim {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -187,10 +198,36 @@ impl Sim {
     /// The current simulated time, seconds.
     pub fn now(&self) -> f64 {
         self.clock.pinned.unwrap_or_else(|| {
-            let origin = self.origin.get().copied().unwrap_or_else(Instant::now);
-            self.clock.start + origin.elapsed().as_secs_f64()
+            let elapsed = match self.clock.epoch {
+                Some(epoch) => since_epoch(epoch),
+                None => {
+                    let origin = self.origin.get().copied().unwrap_or_else(Instant::now);
+                    origin.elapsed().as_secs_f64()
+                }
+            };
+            self.clock.start + elapsed
         })
     }
+
+    /// Time for the `init` faults: since the first init attempt, or the shared clock's t.
+    fn since_first_attempt(&self) -> f64 {
+        match self.clock {
+            Clock {
+                pinned: Some(t), ..
+            } => t,
+            Clock { epoch: Some(_), .. } => self.now(),
+            Clock { start, .. } => start + self.first_attempt.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// Seconds of wall-clock time since the Unix time `epoch`; 0 before it (the simulated time
+/// never runs backwards past its start).
+fn since_epoch(epoch: f64) -> f64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    (now - epoch).max(0.0)
 }
 
 impl Driver {
@@ -220,10 +257,7 @@ pub fn init() -> u32 {
         return b::nvmlReturn_enum_NVML_ERROR_UNKNOWN;
     };
     let sim = Arc::clone(sim);
-    let since_first_attempt = sim
-        .clock
-        .pinned
-        .unwrap_or_else(|| sim.clock.start + sim.first_attempt.elapsed().as_secs_f64());
+    let since_first_attempt = sim.since_first_attempt();
     // Driver restarts follow the simulated clock, which starts at the first successful init.
     let t = match sim.origin.get() {
         Some(_) => sim.now(),

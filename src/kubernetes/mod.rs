@@ -12,20 +12,29 @@
 //! fail the last successful list is kept: containers keep their GPUs across a kubelet restart,
 //! and dropping the labels for its duration would split every series twice.
 //!
-//! With [`Config::fetch_pods`] (per-process attribution) each refresh also fetches the
-//! kubelet's pod list ([`pods`]), at the same time as `List` and with the same deadline, into
-//! [`KubernetesState::pods`]. Its failures are counted under their own `pods_*` reasons and kept
-//! apart from `up`, which stays about the pod-resources API; a failed call keeps the last list.
+//! With [`Config::fetch_pods`] (per-process attribution, or `--kubelet-pods`) each refresh also
+//! fetches the kubelet's pod list ([`pods`]), at the same time as `List` and with the same
+//! deadline, into [`KubernetesState::pods`]. Its failures are counted under their own `pods_*`
+//! reasons and kept apart from `up`, which stays about the pod-resources API; a failed call keeps
+//! the last list.
+//!
+//! The pod list also says which pods have ended. The kubelet keeps the device assignments of a
+//! pod that has finished (phase `Succeeded` or `Failed`) until the pod is deleted, and `List`
+//! goes on naming it: a pod the pod list shows ended, or no longer has, loses its GPUs at that
+//! refresh. Pods seen ended stay so while `/pods` fails; without the pod list, `List` is followed
+//! as it is. The pod-resources API names pods without their UID, so a pod recreated under the
+//! same name (a StatefulSet's) that runs keeps the devices listed under that name.
 
 pub mod client;
 pub mod mapping;
 pub mod pods;
 pub mod proto;
 
+use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use crate::config::Config;
-use crate::sample::{KubeletError, KubernetesState, PodIdentity};
+use crate::sample::{KubeletError, KubernetesState, PodAssignment};
 
 use client::PodResourcesClient;
 use mapping::ResourceFilter;
@@ -54,6 +63,7 @@ impl StateHandle {
                 .errors
                 .retain(|reason, _| !pods::REASONS.contains(reason));
             state.pods = Arc::from([]);
+            state.pod_meta = Arc::default();
         }
     }
 
@@ -152,12 +162,19 @@ struct Refresher {
     pods: Option<PodsClient>,
     /// How the last `/pods` call ended; `None` before the first. Only for logging changes.
     pods_last: Option<Result<(), KubeletError>>,
+    /// The assignments of the last successful `List`, ended pods included.
+    listed: Arc<[PodAssignment]>,
+    /// (namespace, name) of the pods `listed` names that the last successful `/pods` showed
+    /// ended or did not have.
+    ended: BTreeSet<(String, String)>,
 }
 
 type OnChange = Box<dyn Fn() + Send + Sync>;
 
 impl Refresher {
     fn new(config: &Config, state: StateHandle) -> Refresher {
+        // A refresher made anew by a reload carries on from the assignments served.
+        let listed = state.current().assignments;
         Refresher {
             client: PodResourcesClient::new(&config.pod_resources_socket),
             filter: ResourceFilter::new(config.kubernetes_resource_names.iter().cloned()),
@@ -176,6 +193,8 @@ impl Refresher {
                 PodsClient::new(config)
             }),
             pods_last: None,
+            listed,
+            ended: BTreeSet::new(),
         }
     }
 
@@ -188,17 +207,20 @@ impl Refresher {
             }
             None => (self.client.list(self.timeout).await, None),
         };
-        let mut changed = self.apply(list);
+        self.apply(list);
+        let mut changed = false;
         if let Some(pods) = pods {
             changed |= self.apply_pods(pods);
         }
+        changed |= self.attribute();
         if let (true, Some(on_change)) = (changed, &self.on_change) {
             on_change();
         }
     }
 
-    /// Records the result of one `/pods` call; true when the pod list changed.
-    fn apply_pods(&mut self, result: Result<Vec<PodIdentity>, pods::PodsError>) -> bool {
+    /// Records the result of one `/pods` call; true when the pod list or what it says of the
+    /// pods (controllers, copied labels) changed.
+    fn apply_pods(&mut self, result: Result<pods::KubeletPods, pods::PodsError>) -> bool {
         let url = self
             .pods
             .as_ref()
@@ -206,7 +228,14 @@ impl Refresher {
             .unwrap_or_default();
         let mut state = self.state.lock();
         match result {
-            Ok(list) => {
+            Ok(answer) => {
+                self.ended = self.ended_pods(&answer.live);
+                let list = answer.running;
+                let mut changed = false;
+                if *state.pod_meta != answer.meta {
+                    state.pod_meta = Arc::new(answer.meta);
+                    changed = true;
+                }
                 if self.pods_last != Some(Ok(())) {
                     tracing::info!(url, pods = list.len(), "kubelet pod list answering");
                 }
@@ -214,8 +243,9 @@ impl Refresher {
                 if *state.pods != *list {
                     tracing::debug!(pods = list.len(), "kubelet pod list changed");
                     state.pods = Arc::from(list);
-                    return true;
+                    changed = true;
                 }
+                return changed;
             }
             Err(e) => {
                 // Logged when the pod list stops answering or fails differently (a fix of one
@@ -235,12 +265,48 @@ impl Refresher {
         false
     }
 
-    /// Records the result of one `List`; true when the assignments changed.
-    fn apply(
-        &mut self,
-        result: Result<proto::ListPodResourcesResponse, client::ListError>,
-    ) -> bool {
-        let mut changed = false;
+    /// The pods of the listed assignments that are not in `live`, each logged when it starts
+    /// to be left out.
+    fn ended_pods(&self, live: &BTreeSet<(String, String)>) -> BTreeSet<(String, String)> {
+        let ended: BTreeSet<(String, String)> = self
+            .listed
+            .iter()
+            .map(|a| (a.container.namespace.clone(), a.container.pod.clone()))
+            .filter(|pod| !live.contains(pod))
+            .collect();
+        for (namespace, pod) in ended.difference(&self.ended) {
+            tracing::info!(
+                namespace,
+                pod,
+                "pod has ended (or left the kubelet's pod list) while the kubelet still lists its \
+                 devices: its GPUs are no longer attributed to it"
+            );
+        }
+        ended
+    }
+
+    /// Serves the listed assignments of pods not ended; true when that changed them.
+    fn attribute(&mut self) -> bool {
+        let assignments: Vec<PodAssignment> = self
+            .listed
+            .iter()
+            .filter(|a| {
+                let pod = (a.container.namespace.clone(), a.container.pod.clone());
+                !self.ended.contains(&pod)
+            })
+            .cloned()
+            .collect();
+        let mut state = self.state.lock();
+        if *state.assignments == *assignments {
+            return false;
+        }
+        tracing::debug!(assignments = ?assignments, "GPU assignments changed");
+        state.assignments = Arc::from(assignments);
+        true
+    }
+
+    /// Records the result of one `List`.
+    fn apply(&mut self, result: Result<proto::ListPodResourcesResponse, client::ListError>) {
         let mut state = self.state.lock();
         match result {
             Ok(response) => {
@@ -252,11 +318,7 @@ impl Refresher {
                         "kubelet pod-resources API answering"
                     );
                 }
-                if *state.assignments != *assignments {
-                    tracing::debug!(assignments = ?assignments, "GPU assignments changed");
-                    state.assignments = Arc::from(assignments);
-                    changed = true;
-                }
+                self.listed = Arc::from(assignments);
                 state.up = true;
             }
             Err(e) => {
@@ -278,6 +340,5 @@ impl Refresher {
                 *state.errors.entry(e.reason).or_default() += 1;
             }
         }
-        changed
     }
 }

@@ -14,6 +14,7 @@
 //! is counted under in `nvml_exporter_kubernetes_errors_total`, and a message that says what to
 //! fix.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::error::Error;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,7 +28,7 @@ use serde::Deserialize;
 
 use crate::certificates::{self, AnyCertificate};
 use crate::config::Config;
-use crate::sample::{ContainerIdentity, KubeletError, PodIdentity};
+use crate::sample::{ContainerIdentity, KubeletError, PodIdentity, PodMeta};
 
 /// The largest `/pods` answer read. A full `PodList` is a few KiB per pod; 64 MiB is far above a
 /// node at the kubelet's pod limit, and bounds what a misbehaving endpoint can make us buffer.
@@ -79,6 +80,8 @@ pub struct PodsClient {
     /// The HTTP client, whose pool keeps the keep-alive connection between calls. Made (reading
     /// the CA file) on the first call and again after a failed one.
     http: Option<reqwest::Client>,
+    /// The labels and annotations copied ([`Config::copied_pod_metadata`]).
+    copied: Vec<(String, bool, String)>,
 }
 
 impl PodsClient {
@@ -91,6 +94,7 @@ impl PodsClient {
             ca_file: (!config.kubelet_insecure_tls).then(|| config.kubelet_ca_file.clone()),
             timeout: config.kubernetes_timeout,
             http: None,
+            copied: config.copied_pod_metadata(),
         }
     }
 
@@ -100,7 +104,7 @@ impl PodsClient {
     }
 
     /// Fetches and parses the pod list, giving up after the timeout (connecting included).
-    pub async fn fetch(&mut self) -> Result<Vec<PodIdentity>, PodsError> {
+    pub async fn fetch(&mut self) -> Result<KubeletPods, PodsError> {
         let result = match tokio::time::timeout(self.timeout, self.call()).await {
             Ok(result) => result,
             Err(_elapsed) => Err(PodsError::new(
@@ -120,7 +124,7 @@ impl PodsClient {
         result
     }
 
-    async fn call(&mut self) -> Result<Vec<PodIdentity>, PodsError> {
+    async fn call(&mut self) -> Result<KubeletPods, PodsError> {
         // Read before connecting: a missing token is a configuration error, not a kubelet one.
         let token = read_token(&self.token_file)?;
         let http = match &self.http {
@@ -156,7 +160,7 @@ impl PodsClient {
         if !status.is_success() {
             return Err(self.refused(status, &body));
         }
-        parse_pod_list(&body).map_err(|e| {
+        parse_pod_list_copying(&body, &self.copied).map_err(|e| {
             PodsError::new(
                 KubeletError::PodsParse,
                 format!("GET {}: the answer is not a pod list: {e}", self.url),
@@ -376,7 +380,7 @@ fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
 // Only the fields used; serde skips the rest of each (large) pod object.
 
 #[derive(Deserialize)]
-struct PodList {
+struct V1PodList {
     kind: Option<String>,
     items: Option<Vec<Pod>>,
 }
@@ -388,15 +392,27 @@ struct Pod {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct Metadata {
     uid: Option<String>,
     name: Option<String>,
     namespace: Option<String>,
+    labels: Option<BTreeMap<String, String>>,
+    annotations: Option<BTreeMap<String, String>>,
+    owner_references: Option<Vec<OwnerReference>>,
+}
+
+#[derive(Deserialize)]
+struct OwnerReference {
+    kind: String,
+    name: String,
+    controller: Option<bool>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct PodStatus {
+    phase: Option<String>,
     container_statuses: Option<Vec<ContainerStatus>>,
     init_container_statuses: Option<Vec<ContainerStatus>>,
     ephemeral_container_statuses: Option<Vec<ContainerStatus>>,
@@ -415,25 +431,93 @@ struct ContainerState {
     running: Option<serde::de::IgnoredAny>,
 }
 
-/// The pods of a v1 `PodList` that still have a running container (in any phase: a pod being
-/// deleted still runs its processes), sorted by UID. Each lists every container status with a
-/// runtime ID (init and ephemeral containers too), sorted by ID, the ID without its scheme.
-pub fn parse_pod_list(json: &[u8]) -> Result<Vec<PodIdentity>, serde_json::Error> {
-    let list: PodList = serde_json::from_slice(json)?;
+/// What one `/pods` answer says, as kept.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KubeletPods {
+    /// The pods that still have a running container (in any phase: a pod being deleted still
+    /// runs its processes), sorted by UID: how a process's cgroup is named.
+    pub running: Vec<PodIdentity>,
+    /// (namespace, name) of every pod that has not ended: its phase is neither `Succeeded` nor
+    /// `Failed`. A pod the pod-resources API lists but this set lacks has let go of its devices.
+    pub live: BTreeSet<(String, String)>,
+    /// The controller and copied labels of the pods not ended that have any, by (namespace,
+    /// name).
+    pub meta: BTreeMap<(String, String), PodMeta>,
+}
+
+/// The pods of a v1 `PodList`: those with a running container, each listing every container
+/// status with a runtime ID (init and ephemeral containers too), sorted by ID, the ID without its
+/// scheme; and the names of those that have not ended.
+pub fn parse_pod_list(json: &[u8]) -> Result<KubeletPods, serde_json::Error> {
+    parse_pod_list_copying(json, &[])
+}
+
+/// [`parse_pod_list`], and the controller of each pod and those of its labels and annotations
+/// that `copied` names ((key, whether an annotation, Prometheus label name)).
+pub fn parse_pod_list_copying(
+    json: &[u8],
+    copied: &[(String, bool, String)],
+) -> Result<KubeletPods, serde_json::Error> {
+    let list: V1PodList = serde_json::from_slice(json)?;
     if let Some(kind) = list.kind.as_deref().filter(|k| *k != "PodList") {
         return Err(serde::de::Error::custom(format!(
             "kind is {kind:?}, not \"PodList\""
         )));
     }
-    let mut pods: Vec<PodIdentity> = list
-        .items
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(identity)
+    let mut answer = KubeletPods::default();
+    for pod in list.items.unwrap_or_default() {
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        if !matches!(phase, Some("Succeeded" | "Failed")) {
+            let m = &pod.metadata;
+            let key = (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            );
+            let meta = meta(m, copied);
+            if meta != PodMeta::default() {
+                answer.meta.insert(key.clone(), meta);
+            }
+            answer.live.insert(key);
+        }
+        answer.running.extend(identity(pod));
+    }
+    answer.running.sort();
+    answer.running.dedup();
+    Ok(answer)
+}
+
+/// The controller of a pod and its copied labels and annotations.
+fn meta(m: &Metadata, copied: &[(String, bool, String)]) -> PodMeta {
+    let controller = m
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))
+        .map(|o| {
+            // A Deployment's ReplicaSet is named `<deployment>-<pod-template-hash>`.
+            let hash = m.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
+            let deployment = hash
+                .filter(|_| o.kind == "ReplicaSet")
+                .and_then(|h| o.name.strip_suffix(h.as_str())?.strip_suffix('-'))
+                .filter(|d| !d.is_empty());
+            match deployment {
+                Some(d) => ("Deployment".to_owned(), d.to_owned()),
+                None => (o.kind.clone(), o.name.clone()),
+            }
+        });
+    let labels = copied
+        .iter()
+        .filter_map(|(key, annotation, name)| {
+            let from = if *annotation {
+                &m.annotations
+            } else {
+                &m.labels
+            };
+            let value = from.as_ref()?.get(key)?;
+            Some((name.clone(), value.clone()))
+        })
         .collect();
-    pods.sort();
-    pods.dedup();
-    Ok(pods)
+    PodMeta { controller, labels }
 }
 
 fn identity(pod: Pod) -> Option<PodIdentity> {
@@ -580,7 +664,7 @@ mod tests {
     }
 
     #[test]
-    fn only_pods_with_a_running_container_and_only_containers_with_an_id() {
+    fn running_pods_with_containers_that_have_an_id_and_the_names_of_pods_not_ended() {
         let list = serde_json::json!({
             "kind": "PodList", "apiVersion": "v1", "metadata": {},
             "items": [
@@ -601,7 +685,14 @@ mod tests {
                   "status": { "phase": "Pending" } },
             ]
         });
-        let pods = parse_pod_list(list.to_string().as_bytes()).unwrap();
+        let answer = parse_pod_list(list.to_string().as_bytes()).unwrap();
+        let live: Vec<_> = answer.live.iter().map(|(_, name)| name.as_str()).collect();
+        assert_eq!(
+            live,
+            ["b", "pending"],
+            "Succeeded and Failed pods have ended"
+        );
+        let pods = answer.running;
         let c = |id: &str, name: &str| ContainerIdentity {
             id: id.into(),
             name: name.into(),
@@ -626,13 +717,92 @@ mod tests {
     }
 
     #[test]
+    fn controllers_and_copied_labels_of_the_pods_not_ended() {
+        let pod =
+            |name: &str, phase: &str, owners: serde_json::Value, labels: serde_json::Value| {
+                serde_json::json!({
+                    "metadata": { "name": name, "namespace": "ns", "uid": name,
+                        "labels": labels, "ownerReferences": owners,
+                        "annotations": { "example.com/team": format!("team-{name}") } },
+                    "status": { "phase": phase },
+                })
+            };
+        let owner = |kind: &str, name: &str, controller: bool| {
+            serde_json::json!({ "apiVersion": "apps/v1", "kind": kind, "name": name,
+                "uid": "u", "controller": controller })
+        };
+        let list = serde_json::json!({ "kind": "PodList", "items": [
+            pod("web-5d8f7c9b6-x2x9q", "Running",
+                serde_json::json!([owner("ReplicaSet", "web-5d8f7c9b6", true)]),
+                serde_json::json!({ "pod-template-hash": "5d8f7c9b6",
+                    "kueue.x-k8s.io/queue-name": "team-a" })),
+            // A ReplicaSet of its own: no hash label, named as it is.
+            pod("rs-abc", "Running",
+                serde_json::json!([owner("ReplicaSet", "rs", true)]), serde_json::json!({})),
+            // The controller among several owners.
+            pod("train-0", "Pending",
+                serde_json::json!([owner("ConfigMap", "c", false),
+                    owner("StatefulSet", "train", true)]), serde_json::json!(null)),
+            pod("bare", "Running", serde_json::json!(null), serde_json::json!(null)),
+            pod("done", "Succeeded",
+                serde_json::json!([owner("Job", "done", true)]), serde_json::json!({})),
+        ]});
+        let copied = [
+            (
+                "kueue.x-k8s.io/queue-name".to_owned(),
+                false,
+                "label_q".to_owned(),
+            ),
+            (
+                "example.com/team".to_owned(),
+                true,
+                "annotation_team".to_owned(),
+            ),
+        ];
+        let answer = parse_pod_list_copying(list.to_string().as_bytes(), &copied).unwrap();
+        let meta = |name: &str| {
+            answer
+                .meta
+                .get(&("ns".to_owned(), name.to_owned()))
+                .cloned()
+        };
+        let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(
+            meta("web-5d8f7c9b6-x2x9q").unwrap(),
+            PodMeta {
+                controller: Some(pair("Deployment", "web")),
+                labels: vec![
+                    pair("label_q", "team-a"),
+                    pair("annotation_team", "team-web-5d8f7c9b6-x2x9q")
+                ],
+            }
+        );
+        assert_eq!(
+            meta("rs-abc").unwrap().controller,
+            Some(pair("ReplicaSet", "rs"))
+        );
+        assert_eq!(
+            meta("train-0").unwrap().controller,
+            Some(pair("StatefulSet", "train"))
+        );
+        assert_eq!(meta("bare").unwrap().controller, None);
+        assert_eq!(meta("done"), None, "an ended pod has let go");
+        let plain = parse_pod_list(list.to_string().as_bytes()).unwrap();
+        assert_eq!(
+            plain.meta.len(),
+            3,
+            "without copied keys, only pods with a controller"
+        );
+    }
+
+    #[test]
     fn not_a_pod_list_is_an_error() {
         assert!(parse_pod_list(b"<html>").is_err());
         let e = parse_pod_list(br#"{"kind":"Status","status":"Failure"}"#).unwrap_err();
         assert!(e.to_string().contains("Status"), "{e}");
         assert_eq!(
             parse_pod_list(br#"{"kind":"PodList","items":null}"#).unwrap(),
-            []
+            KubeletPods::default()
         );
     }
 }

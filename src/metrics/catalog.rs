@@ -9,8 +9,8 @@
 use std::borrow::Cow;
 
 use crate::sample::{
-    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, KubeletError, MediaEngine,
-    NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
+    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, JobsError, KubeletError,
+    MediaEngine, NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
 };
 
 use super::groups::Group;
@@ -67,6 +67,9 @@ pub enum Source {
     /// labelled with [`POD_LABELS`]; on a MIG GPU one per (GPU instance, container), with
     /// [`MIG_LABELS`] before them.
     PodProcesses(ProcessField),
+    /// Per GPU, one series per HPC job on it (`Snapshot::jobs`), labelled `hpc_job`; a MIG GPU
+    /// instance's jobs with [`MIG_LABELS`] after it.
+    Jobs,
     /// One family for the exporter, from the snapshot.
     Exporter(ExporterReader),
     /// Kept by the encoder's own registry (state that outlives a snapshot: histograms, counters
@@ -84,6 +87,7 @@ impl Source {
                 | Source::PodAssignments
                 | Source::Processes(_)
                 | Source::PodProcesses(_)
+                | Source::Jobs
         )
     }
 }
@@ -337,7 +341,7 @@ pub static CATALOG: &[MetricDef] = &[
     MetricDef {
         name: "nvidia_gpu_pod_info",
         group: Group::Core,
-        help: "The kubelet assigned the GPU to this container; always 1 (with --kubernetes).",
+        help: "The kubelet assigned the GPU to this container; always 1 (with --kubernetes). Where the kubelet's pod list is read, also the pod's controller_kind and controller_name (a Deployment for its ReplicaSet) and the label_* and annotation_* copied by --kubernetes-pod-labels and --kubernetes-pod-annotations, each when the pod has it.",
         kind: MetricKind::Gauge,
         unit: "",
         labels: POD_LABELS,
@@ -1396,6 +1400,18 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[],
         source: Source::PodProcesses(ProcessField::SmUtilization),
     },
+    // --- HPC jobs ---------------------------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_job_info",
+        group: Group::Jobs,
+        help: "An HPC job runs on the GPU, or on its MIG GPU instance (gpu_instance, mig_profile); always 1 (with --hpc-job-mapping-dir). hpc_job is the ID its mapping file holds, dcgm-exporter's label; one series per job.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["hpc_job"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Jobs,
+    },
     // --- Exporter self-metrics ------------------------------------------------------------
     MetricDef {
         name: "nvml_exporter_build_info",
@@ -1495,6 +1511,21 @@ pub static CATALOG: &[MetricDef] = &[
         dcgm: &[],
         source: Source::Exporter(|s, out| {
             for (reason, n) in s.kubernetes.iter().flat_map(|k| &k.errors) {
+                out.labelled(&[reason.label()], *n as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvml_exporter_jobs_errors_total",
+        group: Group::Core,
+        help: "HPC job mapping files left out (their GPU shows no job), by reason, counted at every read (with --hpc-job-mapping-dir): the directory unreadable, a file unreadable, malformed (not text, too large) or naming a GPU or MIG GPU instance not seen.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["reason"],
+        closed_labels: &[("reason", || values_of(JobsError::ALL, JobsError::label))],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| {
+            for (reason, n) in s.jobs.iter().flat_map(|j| &j.errors) {
                 out.labelled(&[reason.label()], *n as f64);
             }
         }),

@@ -54,7 +54,27 @@ pub fn render_markdown() -> String {
          carries none (its power or memory is no single container's) and is attributed through \
          `nvidia_gpu_pod_info` alone. An assignment disappears with the first successful `List` \
          that lacks it; while the kubelet does not answer (`nvml_exporter_kubernetes_up 0`) the \
-         last answer is kept.\n",
+         last answer is kept. Where the kubelet's pod list is read (`--processes`, \
+         `--kubelet-pods`), a pod it shows ended (`Succeeded`, `Failed`) or no longer has loses \
+         its GPUs at that refresh, although `List` still names its devices. The pod list also \
+         gives `nvidia_gpu_pod_info` the pod's controller (`controller_kind`, `controller_name`: \
+         the owner reference marked controller, a ReplicaSet named by its Deployment where the \
+         `pod-template-hash` label shows it) and the labels and annotations named by \
+         `--kubernetes-pod-labels` and `--kubernetes-pod-annotations`, as `label_<key>` and \
+         `annotation_<key>` (every character outside `[a-zA-Z0-9_]` an `_`), each only where the \
+         pod has it. The GPU's other series keep `namespace`, `pod` and `container` alone.\n",
+    );
+
+    md.push_str(
+        "\n### HPC jobs\n\n\
+         With `--hpc-job-mapping-dir DIR` the directory is read at every tick, in \
+         dcgm-exporter's format: a file per GPU named by its index (`0`), or per MIG GPU \
+         instance named `<gpu>.<gpu_instance>` (`2.1`), holding the IDs of the jobs on it, one a \
+         line; other names are passed over. `nvidia_gpu_job_info` has one series per (GPU or GPU \
+         instance, job), its `hpc_job` label the ID, and goes with the file or the ID. A file \
+         that is unreadable, malformed (not text, over 64 KiB, a job ID over 256 bytes) or that \
+         names a GPU or GPU instance not seen is left out whole and counted in \
+         `nvml_exporter_jobs_errors_total{reason}` at every read, and logged once.\n",
     );
 
     md.push_str(

@@ -59,6 +59,8 @@ pub enum Group {
     Mig,
     /// Per-process and per-pod usage (`--processes`).
     Processes,
+    /// The HPC jobs on each GPU (`--hpc-job-mapping-dir`).
+    Jobs,
 }
 
 /// What the docs, `--help` and the error for an unknown name say of a group.
@@ -143,6 +145,12 @@ pub const GROUPS: &[GroupInfo] = &[
         "processes",
         true,
         "per-process and per-pod usage (served with --processes)",
+    ),
+    info(
+        Group::Jobs,
+        "jobs",
+        true,
+        "the HPC jobs on each GPU (served with --hpc-job-mapping-dir)",
     ),
     info(
         Group::NvlinkLinks,
@@ -250,6 +258,7 @@ impl fmt::Display for Group {
 /// (identity, `up`) is never dropped.
 pub const DROP_ORDER: &[Group] = &[
     Group::Processes,
+    Group::Jobs,
     Group::NvlinkLinks,
     Group::Media,
     Group::Pipes,
@@ -380,7 +389,7 @@ mod tests {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             );
         }
-        assert_eq!(GROUPS.len(), Group::Processes as usize + 1);
+        assert_eq!(GROUPS.len(), Group::Jobs as usize + 1);
     }
 
     #[test]

@@ -19,7 +19,9 @@ use std::sync::Arc;
 
 use crate::kubernetes::mapping;
 use crate::processes::attribution::{GpuProcesses, Owners, summarize};
-use crate::sample::{ContainerRef, DeviceSample, MigInstanceSample, PodIdentity, Snapshot};
+use crate::sample::{
+    ContainerRef, DeviceSample, JobAssignment, MigInstanceSample, PodIdentity, Snapshot,
+};
 
 use super::MetricsOptions;
 use super::catalog::IDENTITY_LABELS;
@@ -43,6 +45,8 @@ pub(crate) struct DeviceView<'a> {
     pub instances: Vec<InstanceView<'a>>,
     /// Its process series and per-container sums (empty without `--processes`).
     pub processes: GpuProcesses<'a>,
+    /// The HPC jobs on the whole GPU (`--hpc-job-mapping-dir`), sorted.
+    pub jobs: Vec<&'a str>,
 }
 
 /// One MIG GPU instance of a device as its series are written.
@@ -59,6 +63,8 @@ pub(crate) struct InstanceView<'a> {
     pub containers: Vec<&'a ContainerRef>,
     /// The container whose labels the instance's series carry (as for a GPU).
     pub owner: Option<&'a ContainerRef>,
+    /// The HPC jobs on the instance, sorted.
+    pub jobs: Vec<&'a str>,
 }
 
 /// The views of every device of `snap`, in `gpu` index order.
@@ -68,6 +74,13 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
     let kubelet = snap.kubernetes.as_ref();
     let assignments = kubelet.map_or(&[][..], |k| &k.assignments[..]);
     let pods: &[PodIdentity] = kubelet.map_or(&[], |k| &k.pods);
+    let jobs: &[JobAssignment] = snap.jobs.as_ref().map_or(&[], |j| &j.jobs);
+    let jobs_on = |gpu: u32, gpu_instance: Option<u32>| -> Vec<&str> {
+        jobs.iter()
+            .filter(|j| j.gpu == gpu && j.gpu_instance == gpu_instance)
+            .map(|j| j.job.as_str())
+            .collect()
+    };
     let containers = mapping::attribute(assignments, &devices);
     let instance_containers = mapping::attribute_instances(assignments, &devices);
     devices
@@ -92,6 +105,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                     profile: &instance.profile,
                     owner: only(&containers).filter(|_| opts.pod_labels),
                     containers,
+                    jobs: jobs_on(sample.index, Some(instance.gpu_instance)),
                 })
                 .collect();
             let gpu = sample.index.to_string();
@@ -108,6 +122,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                 containers,
                 instances,
                 processes,
+                jobs: jobs_on(sample.index, None),
             }
         })
         .collect()

@@ -10,7 +10,9 @@
 
 use prometheus::proto::MetricFamily;
 
-use crate::sample::{DeviceSample, Snapshot};
+use std::collections::BTreeMap;
+
+use crate::sample::{ContainerRef, DeviceSample, PodMeta, Snapshot};
 
 use super::catalog::{
     CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
@@ -76,9 +78,10 @@ pub(super) fn families(
             Source::DeviceIdentity(read) => {
                 device_series(out, def, read, true, snap, devices, &mut samples)
             }
-            Source::PodAssignments => pod_assignments(out, def, devices),
+            Source::PodAssignments => pod_assignments(out, def, snap, devices),
             Source::Processes(field) => processes(out, def, field, devices),
             Source::PodProcesses(field) => pod_processes(out, def, field, devices),
+            Source::Jobs => jobs(out, def, devices),
             Source::Exporter(read) => exporter_series(out, def, read, snap, &mut samples),
             Source::Registry => {}
         }
@@ -149,10 +152,19 @@ fn device_series(
 }
 
 /// `nvidia_gpu_pod_info`: one series per (GPU, container), then per (MIG instance, container).
-fn pod_assignments(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
+fn pod_assignments(
+    out: &mut Vec<u8>,
+    def: &MetricDef,
+    snap: &Snapshot,
+    devices: &[DeviceView<'_>],
+) {
+    let metas = snap.kubernetes.as_ref().map(|k| &*k.pod_meta);
     for d in devices {
         for c in &d.containers {
-            text::line(out, def.name, &d.identity, pod_pairs(Some(c)), 1.0);
+            let labels = pod_pairs(Some(c))
+                .map(|(n, v)| (n as &str, v))
+                .chain(meta_pairs(metas, c));
+            text::line(out, def.name, &d.identity, labels, 1.0);
         }
     }
     for d in devices {
@@ -162,11 +174,54 @@ fn pod_assignments(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>
                 .copied()
                 .zip([instance.gpu_instance.as_str(), instance.profile]);
             for c in &instance.containers {
-                let labels = mig.clone().chain(pod_pairs(Some(c)));
+                let labels = mig
+                    .clone()
+                    .chain(pod_pairs(Some(c)))
+                    .map(|(n, v)| (n as &str, v))
+                    .chain(meta_pairs(metas, c));
                 text::line(out, def.name, &d.identity, labels, 1.0);
             }
         }
     }
+}
+
+/// One series per HPC job of each GPU, then of each MIG GPU instance.
+fn jobs(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
+    for d in devices {
+        for job in &d.jobs {
+            let labels = def.labels.iter().copied().zip([*job]);
+            text::line(out, def.name, &d.identity, labels, 1.0);
+        }
+        for instance in &d.instances {
+            let mig = MIG_LABELS
+                .iter()
+                .copied()
+                .zip([instance.gpu_instance.as_str(), instance.profile]);
+            for job in &instance.jobs {
+                let labels = def.labels.iter().copied().zip([*job]).chain(mig.clone());
+                text::line(out, def.name, &d.identity, labels, 1.0);
+            }
+        }
+    }
+}
+
+/// The controller and copied label pairs of a container's pod, from the kubelet's pod list
+/// (none without it), served after the container's labels.
+fn meta_pairs<'a>(
+    metas: Option<&'a BTreeMap<(String, String), PodMeta>>,
+    c: &ContainerRef,
+) -> Vec<(&'a str, &'a str)> {
+    let Some(meta) = metas.and_then(|m| m.get(&(c.namespace.clone(), c.pod.clone()))) else {
+        return Vec::new();
+    };
+    let controller = meta.controller.iter().flat_map(|(kind, name)| {
+        [
+            ("controller_kind", kind.as_str()),
+            ("controller_name", name.as_str()),
+        ]
+    });
+    let copied = meta.labels.iter().map(|(n, v)| (n.as_str(), v.as_str()));
+    controller.chain(copied).collect()
 }
 
 /// The `gpu_instance` and `mig_profile` pairs of a process or per-container sum in MIG GPU

@@ -261,6 +261,7 @@ impl Session {
             last_tick_timestamp_seconds: self.last_complete,
             // Attached when the snapshot is published: the sampler only reads NVML.
             kubernetes: None,
+            jobs: None,
         }
     }
 

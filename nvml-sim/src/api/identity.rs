@@ -1,8 +1,12 @@
-//! Static device identity: names, ids, PCI info, architecture, persistence and compute modes.
+//! Static device identity: names, ids, PCI info, architecture, persistence and compute modes,
+//! driver model, GSP firmware and host vGPU mode.
 
 use crate::ffi::{self, device_fns, write, write_str};
 use crate::scenario::{GpuSpec, arch_code, brand_code, parse_bus_id};
-use nvml_wrapper_sys::bindings::{nvmlBrandType_t, nvmlDeviceArchitecture_t, nvmlPciInfo_t};
+use nvml_wrapper_sys::bindings::{
+    NVML_GSP_FIRMWARE_VERSION_BUF_SIZE, nvmlBrandType_t, nvmlDeviceArchitecture_t,
+    nvmlDriverModel_t, nvmlHostVgpuMode_t, nvmlPciInfo_t,
+};
 use std::os::raw::{c_char, c_int, c_uint};
 
 /// The pre-v2 `nvmlPciInfo_t`: a 16-byte bus id and four reserved words where v2 has `busId[32]`.
@@ -133,4 +137,31 @@ device_fns! {
     fn nvmlDeviceGetDisplayMode(mode: *mut c_uint) |_c| { write(mode, 0) }
     /// Display active (no).
     fn nvmlDeviceGetDisplayActive(active: *mut c_uint) |_c| { write(active, 0) }
+    /// Driver model (WDDM/WDM/MCDM): a Windows notion, NOT_SUPPORTED on Linux as the real
+    /// library answers.
+    fn nvmlDeviceGetDriverModel(_current: *mut nvmlDriverModel_t, _pending: *mut nvmlDriverModel_t) |c| {
+        c.require(false)
+    }
+    /// GSP firmware mode (enabled, default); NOT_SUPPORTED on boards without a GSP.
+    fn nvmlDeviceGetGspFirmwareMode(is_enabled: *mut c_uint, default_mode: *mut c_uint) |c| {
+        let on = c.gpu.gsp_firmware().ok_or(ffi::NOT_SUPPORTED)?;
+        if is_enabled.is_null() || default_mode.is_null() {
+            return Err(ffi::INVALID_ARGUMENT);
+        }
+        write(is_enabled, on as c_uint)?;
+        // The mode is the default one: nothing here models `NVreg_EnableGpuFirmware`.
+        write(default_mode, on as c_uint)
+    }
+    /// GSP firmware version: the driver's version, as the firmware ships with the driver;
+    /// NOT_SUPPORTED when the GPU does not run GSP firmware. The caller's buffer holds
+    /// `NVML_GSP_FIRMWARE_VERSION_BUF_SIZE` bytes (the call takes no length).
+    fn nvmlDeviceGetGspFirmwareVersion(version: *mut c_char) |c| {
+        c.require(c.gpu.gsp_firmware() == Some(true))?;
+        write_str(version, NVML_GSP_FIRMWARE_VERSION_BUF_SIZE, &c.sim.scenario.driver.version)
+    }
+    /// Host vGPU mode (SR-IOV or not): NOT_SUPPORTED, as on bare metal without the vGPU host
+    /// driver.
+    fn nvmlDeviceGetHostVgpuMode(_mode: *mut nvmlHostVgpuMode_t) |c| {
+        c.require(false)
+    }
 }

@@ -2,6 +2,7 @@
 //! clock-event reasons, violation time and PCIe.
 
 use crate::ffi::{INVALID_ARGUMENT, NOT_SUPPORTED, check_version, device_fns, read, write};
+use crate::mig::MEMORY_SLICES;
 use crate::physics::{self, SUPPORTED_REASONS};
 use crate::scenario::MIB;
 use nvml_wrapper_sys::bindings::{
@@ -100,10 +101,16 @@ device_fns! {
         let used = c.sample().memory_used;
         write(memory, nvmlMemory_v2_t { version, total, reserved, free: total - reserved - used, used })
     }
-    /// BAR1 aperture.
+    /// BAR1 aperture. A MIG device answers its GPU instance's share: the part of the GPU's
+    /// aperture in proportion to its memory slices (`nvml.h`: "Per-instance information can be
+    /// queried by using specific MIG device handles").
     fn nvmlDeviceGetBAR1MemoryInfo(bar1: *mut nvmlBAR1Memory_t) |c| {
-        let total = c.gpu.bar1_total_mib * MIB;
-        let used = c.gpu.bar1_used_mib * MIB;
+        let share = |mib: u64| match c.mig {
+            Some(d) => mib * MIB * u64::from(d.gi.profile().memory_slices) / u64::from(MEMORY_SLICES),
+            None => mib * MIB,
+        };
+        let total = share(c.gpu.bar1_total_mib);
+        let used = share(c.gpu.bar1_used_mib);
         write(bar1, nvmlBAR1Memory_t { bar1Total: total, bar1Free: total - used, bar1Used: used })
     }
     /// Power draw, mW.

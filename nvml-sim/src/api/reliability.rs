@@ -1,8 +1,11 @@
 //! Reliability: ECC counts and mode, row remapping (Ampere+), page retirement (pre-Ampere),
 //! NVLink state and error counters.
 
-use crate::ffi::{DeviceCall, INVALID_ARGUMENT, device_fns, read, write, write_array};
+use crate::ffi::{
+    DeviceCall, INVALID_ARGUMENT, NOT_SUPPORTED, device_fns, read, write, write_array,
+};
 use crate::scenario::Counter;
+use nvml_wrapper_sys::bindings::nvmlIntNvLinkDeviceType_t;
 use std::os::raw::{c_uint, c_ulonglong};
 
 /// NVLink generation by architecture (NVLink 2 on Volta, 3 on Ampere, 4 on Hopper).
@@ -40,6 +43,16 @@ pub(crate) fn ecc_count(
 ) -> Result<u64, u32> {
     let ecc = &c.gpu.ecc;
     c.require(ecc.enabled)?;
+    if c.mig.is_some() {
+        // A MIG device counts only the uncorrectable volatile errors of its own slices' SRAM
+        // (`nvml.h`, nvmlDeviceGetMemoryErrorCounter); the scenario's counts are the board's
+        // DRAM errors, so an instance has none.
+        return match (error_type, counter_type) {
+            (1, 0) => Ok(0),
+            (0 | 1, 0 | 1) => Err(NOT_SUPPORTED),
+            _ => Err(INVALID_ARGUMENT),
+        };
+    }
     let (volatile, lifetime): (&Counter, u64) = match error_type {
         0 => (&ecc.corrected, ecc.lifetime_corrected),
         1 => (&ecc.uncorrected, ecc.lifetime_uncorrected),
@@ -121,6 +134,11 @@ device_fns! {
     fn nvmlDeviceGetNvLinkVersion(link_index: c_uint, version: *mut c_uint) |c| {
         link(c, link_index)?;
         write(version, nvlink_version(c.gpu.arch()))
+    }
+    /// What the far end of a link is (a GPU or an NVSwitch, see `GpuSpec::nvlink_remote_type`).
+    fn nvmlDeviceGetNvLinkRemoteDeviceType(link_index: c_uint, device_type: *mut nvmlIntNvLinkDeviceType_t) |c| {
+        link(c, link_index)?;
+        write(device_type, c.gpu.nvlink_remote_type())
     }
     /// NVLink error counter (0 replay, 1 recovery, 2 CRC flit, 3 CRC data, 4 ECC data).
     fn nvmlDeviceGetNvLinkErrorCounter(link_index: c_uint, counter: c_uint, counter_value: *mut c_ulonglong) |c| {

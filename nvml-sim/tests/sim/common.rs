@@ -14,10 +14,11 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// The simulator's environment variables: a test's environment sets or removes each of them.
-const VARS: [&str; 4] = [
+const VARS: [&str; 5] = [
     "NVML_SIM_SCENARIO",
     "NVML_SIM_TIME",
     "NVML_SIM_START",
+    "NVML_SIM_EPOCH",
     "NVML_SIM_PRIVILEGED",
 ];
 

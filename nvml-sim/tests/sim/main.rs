@@ -12,6 +12,7 @@ mod common;
 mod a100x4_remap;
 mod bad_privileged;
 mod bad_scenario;
+mod clock;
 mod driver_restart;
 mod faults;
 mod gpm_h100x8;

@@ -4,6 +4,7 @@
 //! NOT_SUPPORTED. GPU1 has MIG off (pending on) and behaves as a whole GPU.
 
 use crate::common::{self, Session};
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError};
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
@@ -165,6 +166,34 @@ fn per_instance_memory_and_the_gpu_aggregate() {
     let parent = gpu(&nvml, 0).memory_info().unwrap();
     assert_eq!(parent.total, 81559 * MIB);
     assert_eq!(parent.used, sum);
+}
+
+#[test]
+fn bar1_share_and_uncorrected_ecc_per_mig_device() {
+    let nvml = session();
+    // The H100's 128 GiB aperture (1 MiB used), shared by memory slices out of 8.
+    let whole = gpu(&nvml, 0).bar1_memory_info().unwrap();
+    assert_eq!((whole.total, whole.used), (131072 * MIB, MIB));
+    for (i, slices) in [(0, 4), (1, 2), (2, 1), (3, 1)] {
+        let b1 = mig(&nvml, i).bar1_memory_info().unwrap();
+        assert_eq!(b1.total, 131072 * MIB * slices / 8, "MIG device {i}");
+        assert_eq!(b1.used, MIB * slices / 8, "MIG device {i}");
+        assert_eq!(b1.free, b1.total - b1.used, "MIG device {i}");
+    }
+    // nvml.h: per instance, only uncorrectable volatile errors; none in the instances' SRAM.
+    let d = mig(&nvml, 0);
+    assert_eq!(
+        d.total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .unwrap(),
+        0
+    );
+    assert!(not_supported(
+        d.total_ecc_errors(MemoryError::Corrected, EccCounter::Volatile)
+    ));
+    assert!(not_supported(d.total_ecc_errors(
+        MemoryError::Uncorrected,
+        EccCounter::Aggregate
+    )));
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! What each model answers NOT_SUPPORTED for, checked on one scenario holding one GPU of every
-//! preset: fans, encoder, NVLink, MIG, ECC, row remapping vs page retirement, memory temperature.
+//! preset: fans, encoder, NVLink, MIG, ECC, row remapping vs page retirement, memory temperature,
+//! driver model, GSP firmware, host vGPU mode and what NVLinks end at.
 
 use crate::common::{self, Session};
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, RetirementCause};
@@ -183,4 +184,110 @@ fn ecc_off_on_the_workstation_card_and_hbm_sensor_only_on_hbm() {
         memory_temp(&gpu(&nvml, "L4")),
         b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED
     );
+}
+
+/// (return code, is enabled, default mode) of nvmlDeviceGetGspFirmwareMode.
+fn gsp_mode(d: &Device) -> (b::nvmlReturn_t, u32, u32) {
+    let (mut on, mut default) = (u32::MAX, u32::MAX);
+    // SAFETY: valid handle and out-pointers.
+    let r = unsafe {
+        d.nvml()
+            .lib()
+            .nvmlDeviceGetGspFirmwareMode(d.handle(), &mut on, &mut default)
+    };
+    (r, on, default)
+}
+
+/// nvmlDeviceGetGspFirmwareVersion: the return code and the string.
+fn gsp_version(d: &Device) -> (b::nvmlReturn_t, String) {
+    let mut buf = [0 as std::os::raw::c_char; b::NVML_GSP_FIRMWARE_VERSION_BUF_SIZE as usize];
+    // SAFETY: valid handle; the buffer has the size nvml.h asks for.
+    let r = unsafe {
+        d.nvml()
+            .lib()
+            .nvmlDeviceGetGspFirmwareVersion(d.handle(), buf.as_mut_ptr())
+    };
+    // SAFETY: the buffer was zeroed and the call writes a NUL-terminated string.
+    let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+    (r, s.to_string_lossy().into_owned())
+}
+
+/// nvmlDeviceGetNvLinkRemoteDeviceType: the return code and the type.
+fn remote_type(d: &Device, link: u32) -> (b::nvmlReturn_t, u32) {
+    let mut t = u32::MAX;
+    // SAFETY: valid handle and out-pointer.
+    let r = unsafe {
+        d.nvml()
+            .lib()
+            .nvmlDeviceGetNvLinkRemoteDeviceType(d.handle(), link, &mut t)
+    };
+    (r, t)
+}
+
+#[test]
+fn driver_model_and_host_vgpu_mode_are_windows_and_vgpu_host_notions() {
+    let nvml = session();
+    let ns = b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+    for m in MODELS {
+        let d = gpu(&nvml, m);
+        let (mut current, mut pending, mut vgpu) = (0, 0, 0);
+        // SAFETY: valid handle and out-pointers.
+        unsafe {
+            let lib = nvml.lib();
+            assert_eq!(
+                lib.nvmlDeviceGetDriverModel(d.handle(), &mut current, &mut pending),
+                ns,
+                "{m}"
+            );
+            assert_eq!(
+                lib.nvmlDeviceGetHostVgpuMode(d.handle(), &mut vgpu),
+                ns,
+                "{m}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gsp_firmware_on_data_center_boards_from_turing() {
+    let nvml = session();
+    let ok = b::nvmlReturn_enum_NVML_SUCCESS;
+    let ns = b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED;
+    for m in ["H100-SXM5-80GB", "A100-SXM4-80GB", "L4"] {
+        assert_eq!(gsp_mode(&gpu(&nvml, m)), (ok, 1, 1), "{m}");
+        // The firmware ships with the driver: its version is the driver's.
+        assert_eq!(
+            gsp_version(&gpu(&nvml, m)),
+            (ok, nvml.sys_driver_version().unwrap()),
+            "{m}"
+        );
+    }
+    assert_eq!(gsp_mode(&gpu(&nvml, "RTX6000-Ada")), (ok, 0, 0));
+    assert_eq!(gsp_version(&gpu(&nvml, "RTX6000-Ada")).0, ns);
+    assert_eq!(gsp_mode(&gpu(&nvml, "V100-SXM2-32GB")).0, ns);
+    assert_eq!(gsp_version(&gpu(&nvml, "V100-SXM2-32GB")).0, ns);
+}
+
+#[test]
+fn nvlinks_end_at_nvswitches_on_hgx_and_at_gpus_on_volta() {
+    let nvml = session();
+    let ok = b::nvmlReturn_enum_NVML_SUCCESS;
+    let switch = b::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_SWITCH;
+    let gpu_end = b::nvmlIntNvLinkDeviceType_enum_NVML_NVLINK_DEVICE_TYPE_GPU;
+    let h100 = gpu(&nvml, "H100-SXM5-80GB");
+    assert_eq!(remote_type(&h100, 0), (ok, switch));
+    assert_eq!(remote_type(&h100, 17), (ok, switch));
+    assert_eq!(
+        remote_type(&h100, 18).0,
+        b::nvmlReturn_enum_NVML_ERROR_INVALID_ARGUMENT
+    );
+    assert_eq!(remote_type(&gpu(&nvml, "A100-SXM4-80GB"), 11), (ok, switch));
+    assert_eq!(remote_type(&gpu(&nvml, "V100-SXM2-32GB"), 5), (ok, gpu_end));
+    for m in ["L4", "RTX6000-Ada"] {
+        assert_eq!(
+            remote_type(&gpu(&nvml, m), 0).0,
+            b::nvmlReturn_enum_NVML_ERROR_NOT_SUPPORTED,
+            "{m}"
+        );
+    }
 }

@@ -5,6 +5,7 @@ mod catalog;
 mod dcgm_compat;
 mod device;
 mod gpm;
+mod jobs;
 mod kubernetes;
 mod mig;
 mod processes;
@@ -247,6 +248,28 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
         last_tick_timestamp_seconds: Some(1_700_000_000.5),
         // By minor number: a full device is assigned, a bare one (no minor number) is not.
         kubernetes: Some(kubelet(&[("nvidia0", "ml", "train-0", "main")])),
+        // On MIG GPU instance 1, which only a full device has.
+        jobs: Some(jobs(&[(0, Some(1), "4242")])),
+    }
+}
+
+/// A job mapping that says these (GPU, GPU instance, job ID), after one malformed file.
+fn jobs(jobs: &[(u32, Option<u32>, &str)]) -> JobsState {
+    let mut list: Vec<JobAssignment> = jobs
+        .iter()
+        .map(|(gpu, gpu_instance, job)| JobAssignment {
+            gpu: *gpu,
+            gpu_instance: *gpu_instance,
+            job: (*job).into(),
+        })
+        .collect();
+    list.sort();
+    JobsState {
+        jobs: list.into(),
+        errors: JobsError::ALL
+            .iter()
+            .map(|r| (*r, u64::from(*r == JobsError::Malformed)))
+            .collect(),
     }
 }
 

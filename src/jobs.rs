@@ -1,0 +1,353 @@
+//! HPC job attribution (`--hpc-job-mapping-dir`): which scheduler jobs run on each GPU.
+//!
+//! The format is dcgm-exporter's: a directory holding one file per GPU, named by its NVML index
+//! (`0`, `1`, …), or per MIG GPU instance, named `<gpu>.<gpu_instance>` (`2.1`), each holding the
+//! IDs of the jobs on it, one a line. A Slurm prolog writes the file, the epilog removes it.
+//! Other names (a prolog's temporary file, a README) are not mapping files and are passed over.
+//!
+//! [`JobReader::read`] reads the directory whenever a tick is published: a directory listing and
+//! a few small files, on tmpfs in the usual `/run` location. So a job appears or goes with the
+//! next tick after its file does. A file that cannot be used (unreadable; larger than
+//! [`MAX_FILE_BYTES`], not text, or with a job ID over [`MAX_JOB_ID_BYTES`]; naming a GPU or GPU
+//! instance this exporter does not see) is left out whole: its GPU has no job, the read counts
+//! it under its [`JobsError`] reason, and one line is logged when the problem starts (again only
+//! when it changes or comes back after being fixed), not on every tick.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::sample::{DeviceSample, JobAssignment, JobsError, JobsState};
+
+/// The largest mapping file read: a few job IDs take a few dozen bytes, and a cap bounds what a
+/// stray file in the directory costs every tick.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+
+/// The longest job ID kept (Slurm's are a few digits, with `_<task>` for array jobs).
+pub const MAX_JOB_ID_BYTES: usize = 256;
+
+/// Reads the mapping directory and keeps the error counts between reads.
+#[derive(Debug)]
+pub struct JobReader {
+    dir: PathBuf,
+    errors: BTreeMap<JobsError, u64>,
+    /// The problems logged and not yet cleared, by file name ("" for the directory itself).
+    failing: BTreeMap<String, JobsError>,
+}
+
+/// Why one file (or the directory) was not used: the counter's reason and what to log.
+struct Problem {
+    reason: JobsError,
+    message: String,
+}
+
+impl Problem {
+    fn new(reason: JobsError, message: impl Into<String>) -> Problem {
+        Problem {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl JobReader {
+    /// A reader of `dir`; nothing is read until [`read`](Self::read).
+    pub fn new(dir: PathBuf) -> JobReader {
+        JobReader {
+            dir,
+            errors: JobsError::ALL.iter().map(|r| (*r, 0)).collect(),
+            failing: BTreeMap::new(),
+        }
+    }
+
+    /// The directory read.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads the directory now: the jobs of every usable file that names one of `devices` (or
+    /// one of their MIG GPU instances), and the error counts so far.
+    pub fn read(&mut self, devices: &[Arc<DeviceSample>]) -> JobsState {
+        let mut jobs = BTreeSet::new();
+        let mut seen = BTreeSet::new();
+        match std::fs::read_dir(&self.dir) {
+            Ok(entries) => {
+                self.clear("");
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    let Some(name) = name.to_str() else { continue };
+                    let Some((gpu, gpu_instance)) = parse_name(name) else {
+                        continue;
+                    };
+                    seen.insert(name.to_owned());
+                    match read_file(&entry.path())
+                        .and_then(|ids| check_target(devices, gpu, gpu_instance).map(|()| ids))
+                    {
+                        Ok(ids) => {
+                            self.clear(name);
+                            jobs.extend(ids.into_iter().map(|job| JobAssignment {
+                                gpu,
+                                gpu_instance,
+                                job,
+                            }));
+                        }
+                        Err(problem) => self.fail(name, problem),
+                    }
+                }
+            }
+            Err(e) => {
+                seen.insert(String::new());
+                let problem =
+                    Problem::new(JobsError::Directory, format!("reading the directory: {e}"));
+                self.fail("", problem);
+            }
+        }
+        // A file that went away takes its problem with it: a new one of that name is logged.
+        self.failing.retain(|name, _| seen.contains(name));
+        JobsState {
+            jobs: jobs.into_iter().collect(),
+            errors: self.errors.clone(),
+        }
+    }
+
+    fn fail(&mut self, name: &str, problem: Problem) {
+        *self.errors.entry(problem.reason).or_default() += 1;
+        if self.failing.get(name) != Some(&problem.reason) {
+            let path = self.dir.join(name);
+            tracing::warn!(
+                path = %path.display(),
+                reason = problem.reason.label(),
+                error = problem.message,
+                "HPC job mapping not used: its GPU shows no job until this is fixed \
+                 (counted in nvml_exporter_jobs_errors_total every tick, logged once)"
+            );
+            self.failing.insert(name.to_owned(), problem.reason);
+        }
+    }
+
+    fn clear(&mut self, name: &str) {
+        if self.failing.remove(name).is_some() {
+            tracing::info!(path = %self.dir.join(name).display(), "HPC job mapping used again");
+        }
+    }
+}
+
+/// `"3"` → GPU 3; `"2.1"` → GPU 2, GPU instance 1; anything else is not a mapping file.
+fn parse_name(name: &str) -> Option<(u32, Option<u32>)> {
+    let number = |s: &str| {
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    match name.split_once('.') {
+        None => Some((number(name)?, None)),
+        Some((gpu, instance)) => Some((number(gpu)?, Some(number(instance)?))),
+    }
+}
+
+/// The job IDs of one file: its lines, trimmed, without the empty ones.
+fn read_file(path: &Path) -> Result<Vec<String>, Problem> {
+    // Non-blocking, so that a FIFO of a mapping file's name cannot stall the tick.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| Problem::new(JobsError::Unreadable, e.to_string()))?;
+    let metadata = file
+        .metadata()
+        .map_err(|e| Problem::new(JobsError::Unreadable, e.to_string()))?;
+    if !metadata.is_file() {
+        return Err(Problem::new(JobsError::Unreadable, "not a regular file"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| Problem::new(JobsError::Unreadable, e.to_string()))?;
+    parse_jobs(&bytes)
+}
+
+/// Job IDs from a file's bytes: UTF-8 text without control characters, one ID a line.
+fn parse_jobs(bytes: &[u8]) -> Result<Vec<String>, Problem> {
+    let malformed = |what: String| Problem::new(JobsError::Malformed, what);
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(malformed(format!(
+            "larger than {} KiB",
+            MAX_FILE_BYTES / 1024
+        )));
+    }
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| malformed(format!("not UTF-8 text ({e})")))?;
+    let mut ids = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let id = line.trim();
+        if id.is_empty() {
+            continue;
+        }
+        if id.chars().any(char::is_control) {
+            return Err(malformed(format!("line {}: a control character", n + 1)));
+        }
+        if id.len() > MAX_JOB_ID_BYTES {
+            return Err(malformed(format!(
+                "line {}: a job ID longer than {MAX_JOB_ID_BYTES} bytes",
+                n + 1
+            )));
+        }
+        ids.push(id.to_owned());
+    }
+    Ok(ids)
+}
+
+/// Whether `devices` has GPU `gpu` (and, for an instance, that GPU instance).
+fn check_target(
+    devices: &[Arc<DeviceSample>],
+    gpu: u32,
+    gpu_instance: Option<u32>,
+) -> Result<(), Problem> {
+    let unknown = |what: String| Problem::new(JobsError::UnknownGpu, what);
+    let Some(device) = devices.iter().find(|d| d.index == gpu) else {
+        return Err(unknown(format!("there is no GPU {gpu}")));
+    };
+    match gpu_instance {
+        Some(gi) if !device.mig_instances.iter().any(|m| m.gpu_instance == gi) => {
+            Err(unknown(format!("GPU {gpu} has no MIG GPU instance {gi}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::MigInstanceSample;
+
+    #[test]
+    fn file_names_are_gpu_indexes_or_gpu_instances() {
+        assert_eq!(parse_name("0"), Some((0, None)));
+        assert_eq!(parse_name("17"), Some((17, None)));
+        assert_eq!(parse_name("2.1"), Some((2, Some(1))));
+        for other in [
+            "",
+            ".1",
+            "1.",
+            "1.2.3",
+            "a",
+            "+1",
+            "-1",
+            " 1",
+            ".0.tmp",
+            "99999999999",
+        ] {
+            assert_eq!(parse_name(other), None, "{other:?}");
+        }
+    }
+
+    #[test]
+    fn job_ids_are_trimmed_lines_and_garbage_is_malformed() {
+        assert_eq!(
+            parse_jobs(b"1234\n\n  5678_3 \r\n").ok().unwrap(),
+            ["1234", "5678_3"]
+        );
+        assert!(parse_jobs(b"").ok().unwrap().is_empty());
+        let reason = |b: &[u8]| parse_jobs(b).err().map(|p| (p.reason, p.message));
+        let (r, m) = reason(b"\x7fELF\x02\x01\x00\x00").unwrap();
+        assert_eq!(r, JobsError::Malformed);
+        assert!(m.contains("control character"), "{m}");
+        let (_, m) = reason(b"12\xff\xfe").unwrap();
+        assert!(m.contains("not UTF-8"), "{m}");
+        let (_, m) = reason(&vec![b'7'; MAX_JOB_ID_BYTES + 1]).unwrap();
+        assert!(m.contains("longer than 256"), "{m}");
+        let (_, m) = reason(&vec![b'\n'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        assert!(m.contains("larger than 64 KiB"), "{m}");
+    }
+
+    fn device(index: u32, instances: &[u32]) -> Arc<DeviceSample> {
+        Arc::new(DeviceSample {
+            index,
+            mig_instances: instances
+                .iter()
+                .map(|gi| MigInstanceSample {
+                    gpu_instance: *gi,
+                    ..MigInstanceSample::default()
+                })
+                .collect(),
+            ..DeviceSample::default()
+        })
+    }
+
+    #[test]
+    fn a_read_keeps_good_files_leaves_out_bad_ones_and_counts_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, text: &[u8]| std::fs::write(dir.path().join(name), text).unwrap();
+        write("0", b"100\n101\n");
+        write("1.2", b"200\n");
+        write("1.5", b"201\n");
+        write("7", b"700\n");
+        write("3", b"\x00\x01garbage");
+        write("0.tmp", b"not a mapping file");
+        std::fs::create_dir(dir.path().join("4")).unwrap();
+        let devices = [
+            device(0, &[]),
+            device(1, &[2]),
+            device(3, &[]),
+            device(4, &[]),
+        ];
+        let mut reader = JobReader::new(dir.path().to_owned());
+        let state = reader.read(&devices);
+        let job = |gpu, gpu_instance, job: &str| JobAssignment {
+            gpu,
+            gpu_instance,
+            job: job.into(),
+        };
+        assert_eq!(
+            *state.jobs,
+            [
+                job(0, None, "100"),
+                job(0, None, "101"),
+                job(1, Some(2), "200")
+            ]
+        );
+        let errors = |s: &JobsState| {
+            s.errors
+                .iter()
+                .map(|(r, n)| (r.label(), *n))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            errors(&state),
+            [
+                ("directory", 0),
+                ("unreadable", 1),
+                ("malformed", 1),
+                ("unknown_gpu", 2)
+            ]
+        );
+
+        // Fixed and removed files stop counting; counts are kept.
+        write("3", b"300\n");
+        for name in ["1.5", "7"] {
+            std::fs::remove_file(dir.path().join(name)).unwrap();
+        }
+        std::fs::remove_dir(dir.path().join("4")).unwrap();
+        let state = reader.read(&devices);
+        assert_eq!(state.jobs.len(), 4);
+        assert!(state.jobs.contains(&job(3, None, "300")));
+        assert_eq!(
+            errors(&state),
+            [
+                ("directory", 0),
+                ("unreadable", 1),
+                ("malformed", 1),
+                ("unknown_gpu", 2)
+            ]
+        );
+        assert!(reader.failing.is_empty());
+
+        // No directory: no jobs, counted.
+        let mut reader = JobReader::new(dir.path().join("absent"));
+        let state = reader.read(&devices);
+        assert!(state.jobs.is_empty());
+        assert_eq!(state.errors[&JobsError::Directory], 1);
+    }
+}
