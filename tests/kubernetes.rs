@@ -8,7 +8,7 @@ mod kubelet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{Exporter, Exposition, eventually, scenario};
+use common::{Exporter, Exposition, eventually, scenario, write_atomic};
 use kubelet::https::{FakeKubeletApi, Reply};
 use kubelet::{FakeKubelet, pod};
 
@@ -429,20 +429,12 @@ fn once_asks_the_kubelet_once() {
     assert_eq!(kubelet.calls(), 1);
 }
 
-/// Writes `text` to `path` by rename, as Kubernetes volumes and editors do.
-fn write_atomic(path: &Path, text: &str) {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
 #[test]
 fn attribution_and_pod_labels_follow_a_reloaded_configuration() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket, vec![]);
-    let config = dir.path().join("config.toml");
-    write_atomic(&config, "kubernetes = false\n");
+    let config = write_atomic(dir.path(), "config.toml", "kubernetes = false\n");
     let h100 = scenario("h100x8");
     let e = Exporter::start(
         &[("NVML_SIM_SCENARIO", h100.to_str().unwrap())],
@@ -473,7 +465,7 @@ fn attribution_and_pod_labels_follow_a_reloaded_configuration() {
     };
 
     // Turned on: the kubelet is asked, and GPU 0's series carry its pod.
-    write_atomic(&config, "kubernetes = true\n");
+    write_atomic(dir.path(), "config.toml", "kubernetes = true\n");
     let wait = Duration::from_secs(20);
     e.wait_metrics(wait, "pod-a on GPU 0", |m| {
         pod_infos(m) == owned(&[("0", "ml", "pod-a", "train")])
@@ -481,14 +473,18 @@ fn attribution_and_pod_labels_follow_a_reloaded_configuration() {
     });
 
     // Labels off: the assignment stays in nvidia_gpu_pod_info, the GPU's series lose the labels.
-    write_atomic(&config, "kubernetes = true\nkubernetes_labels = false\n");
+    write_atomic(
+        dir.path(),
+        "config.toml",
+        "kubernetes = true\nkubernetes_labels = false\n",
+    );
     let m = e.wait_metrics(wait, "GPU 0's series without pod labels", |m| {
         gpu0_pod(m).is_none() && !pod_infos(m).is_empty()
     });
     assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), Some(1.0));
 
     // Off again: nothing of the kubelet is served.
-    write_atomic(&config, "kubernetes = false\n");
+    write_atomic(dir.path(), "config.toml", "kubernetes = false\n");
     e.wait_metrics(wait, "no kubelet series", |m| {
         pod_infos(m).is_empty() && m.value("nvml_exporter_kubernetes_up", &[]).is_none()
     });

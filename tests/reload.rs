@@ -6,22 +6,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use common::{Exporter, Exposition, eventually, http_get, scenario};
+use common::{Exporter, Exposition, eventually, http_get, scenario, write_atomic};
 
 /// Long enough for a few file checks (every 2 s) and the tick after them.
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Writes `text` to `dir/name` by rename, as editors and Kubernetes volumes do.
-fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
-    path
-}
 
 fn basic(user: &str, password: &str) -> String {
     use base64::Engine;

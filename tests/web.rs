@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use common::certs::{Ca, Leaf};
-use common::{Exporter, exporter_command, http_get, poll_until};
+use common::{Exporter, exporter_command, http_get, poll_until, write_atomic};
 use ureq::tls::{Certificate, ClientCert, PrivateKey, RootCerts, TlsConfig, TlsProvider};
 
 /// The exporter's header-read timeout (`http::server::HEADER_READ_TIMEOUT`).
@@ -23,15 +23,6 @@ const HEADER_TIMEOUT: Duration = nvml_exporter::http::server::HEADER_READ_TIMEOU
 
 // ---------------------------------------------------------------------------------------------
 // Certificate files
-
-/// Writes `text` to `dir/name` by rename, as certificate tools do, so a reader never sees half.
-fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    let tmp = dir.join(format!(".{name}.tmp"));
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(&tmp, &path).unwrap();
-    path
-}
 
 // ---------------------------------------------------------------------------------------------
 // Clients
@@ -233,49 +224,51 @@ fn mtls_requires_a_client_certificate_signed_by_the_ca() {
     assert!(wrong.is_err(), "certificate from another CA: {wrong:?}");
 }
 
-#[test]
-fn rotated_certificates_are_served_without_a_restart() {
-    let first = Ca::new("first CA");
-    let dir = tls_dir(&first);
+/// An exporter serving TLS with a certificate of `first` from server.crt and server.key in the
+/// returned directory, answering.
+fn serving_tls_of(first: &Ca) -> (tempfile::TempDir, Exporter) {
+    let dir = tls_dir(first);
     let web = web_config(
         dir.path(),
         "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
     );
     let e = start_with(&web);
     assert_eq!(
-        https_get(&agent(Some(&first), None), &e, "/healthz"),
+        https_get(&agent(Some(first), None), &e, "/healthz"),
         Ok(200)
     );
+    (dir, e)
+}
 
-    let second = Ca::new("second CA");
-    let server = second.server();
-    write_atomic(dir.path(), "server.key", &server.key);
-    write_atomic(dir.path(), "server.crt", &server.cert);
+/// Waits until `e` serves a certificate of `now` (`what` changed), then checks one of `before`
+/// is no longer served.
+fn wait_until_served_by(e: &Exporter, now: &Ca, before: &Ca, what: &str) {
     let wait = Duration::from_secs(15);
     poll_until(wait, || {
-        (https_get(&agent(Some(&second), None), &e, "/healthz") == Ok(200)).then_some(())
+        (https_get(&agent(Some(now), None), e, "/healthz") == Ok(200)).then_some(())
     })
-    .unwrap_or_else(|| panic!("new certificate not served after {wait:?}\n{}", e.logs()));
+    .unwrap_or_else(|| panic!("{what} not served after {wait:?}\n{}", e.logs()));
     assert!(
-        https_get(&agent(Some(&first), None), &e, "/healthz").is_err(),
+        https_get(&agent(Some(before), None), e, "/healthz").is_err(),
         "the old certificate is no longer served"
     );
 }
 
 #[test]
+fn rotated_certificates_are_served_without_a_restart() {
+    let first = Ca::new("first CA");
+    let (dir, e) = serving_tls_of(&first);
+    let second = Ca::new("second CA");
+    let server = second.server();
+    write_atomic(dir.path(), "server.key", &server.key);
+    write_atomic(dir.path(), "server.crt", &server.cert);
+    wait_until_served_by(&e, &second, &first, "the new certificate");
+}
+
+#[test]
 fn a_web_config_naming_other_certificate_files_is_served_after_it_changes() {
     let first = Ca::new("first CA");
-    let dir = tls_dir(&first);
-    let web = web_config(
-        dir.path(),
-        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n",
-    );
-    let e = start_with(&web);
-    assert_eq!(
-        https_get(&agent(Some(&first), None), &e, "/healthz"),
-        Ok(200)
-    );
-
+    let (dir, e) = serving_tls_of(&first);
     // New files beside the old ones, and the web-config switched to them (the configuration
     // reload notices the web-config's change; the old files stay as they were).
     let second = Ca::new("second CA");
@@ -287,17 +280,9 @@ fn a_web_config_naming_other_certificate_files_is_served_after_it_changes() {
         "web.yml",
         "tls_server_config:\n  cert_file: next.crt\n  key_file: next.key\n",
     );
-    let wait = Duration::from_secs(15);
-    poll_until(wait, || {
-        (https_get(&agent(Some(&second), None), &e, "/healthz") == Ok(200)).then_some(())
-    })
-    .unwrap_or_else(|| panic!("the new files not served after {wait:?}\n{}", e.logs()));
-    assert!(
-        https_get(&agent(Some(&first), None), &e, "/healthz").is_err(),
-        "the old certificate is no longer served"
-    );
+    wait_until_served_by(&e, &second, &first, "the new files");
     // The line is written once the new settings are in force, so it may trail the first answer.
-    poll_until(wait, || {
+    poll_until(Duration::from_secs(15), || {
         e.logs().contains("TLS settings reloaded").then_some(())
     })
     .unwrap_or_else(|| panic!("no reload logged\n{}", e.logs()));

@@ -547,3 +547,13 @@ pub fn thread_counts(e: &Exporter) -> (usize, usize) {
 pub fn reader_threads(e: &Exporter) -> usize {
     thread_counts(e).1
 }
+
+/// Writes `text` to `dir/name` by rename, as editors, certificate tools and Kubernetes volumes
+/// do, so that a reader never sees half a file.
+pub fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    path
+}
