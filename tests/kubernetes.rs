@@ -30,6 +30,34 @@ fn exporter(socket: &Path, extra: &[&str]) -> Exporter {
     Exporter::start(&[("NVML_SIM_SCENARIO", h100.to_str().unwrap())], &args)
 }
 
+/// The exporter as [`exporter`], also reading the kubelet's pod list from `api` (token "t"; its CA
+/// and token written to `dir`) with `extra` flags, once the kubelet answered and a tick was served.
+fn exporter_reading_pods(
+    dir: &Path,
+    socket: &Path,
+    api: &FakeKubeletApi,
+    extra: &[&str],
+) -> (Exporter, Exposition) {
+    let (ca, token) = (dir.join("ca.crt"), dir.join("token"));
+    std::fs::write(&ca, api.ca_pem()).unwrap();
+    std::fs::write(&token, "t\n").unwrap();
+    let url = api.url();
+    let mut args = extra.to_vec();
+    args.extend([
+        "--kubelet-url",
+        &url,
+        "--kubelet-ca-file",
+        ca.to_str().unwrap(),
+        "--kubelet-token-file",
+        token.to_str().unwrap(),
+    ]);
+    let e = exporter(socket, &args);
+    let m = e.wait_metrics(Duration::from_secs(10), "kubelet up", |m| {
+        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && ticks(m) > 0.0
+    });
+    (e, m)
+}
+
 /// Ticks so far: the count of the tick-duration histogram.
 fn ticks(m: &Exposition) -> f64 {
     m.value("nvml_exporter_sample_duration_seconds_count", &[])
@@ -171,25 +199,7 @@ fn an_ended_pod_lets_go_of_its_gpus_within_one_refresh_while_the_kubelet_still_l
     let socket = dir.path().join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket, vec![]);
     let api = FakeKubeletApi::start("t", pod_list("Running", &[]));
-    let (ca, token) = (dir.path().join("ca.crt"), dir.path().join("token"));
-    std::fs::write(&ca, api.ca_pem()).unwrap();
-    std::fs::write(&token, "t\n").unwrap();
-    let url = api.url();
-    let e = exporter(
-        &socket,
-        &[
-            "--kubelet-pods",
-            "--kubelet-url",
-            &url,
-            "--kubelet-ca-file",
-            ca.to_str().unwrap(),
-            "--kubelet-token-file",
-            token.to_str().unwrap(),
-        ],
-    );
-    let m = e.wait_metrics(Duration::from_secs(10), "kubelet up", |m| {
-        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && ticks(m) > 0.0
-    });
+    let (e, m) = exporter_reading_pods(dir.path(), &socket, &api, &["--kubelet-pods"]);
     let uuid = |gpu: &str| info_label(&m, gpu, "uuid");
     // The kubelet lists these devices from now on, whatever becomes of the pods.
     kubelet.set_pods(vec![
@@ -512,29 +522,18 @@ fn pod_info_names_the_controller_and_the_copied_labels_from_the_pod_list() {
         }
     }
     let api = FakeKubeletApi::start("t", Reply::Body(list.to_string().into_bytes()));
-    let (ca, token) = (dir.path().join("ca.crt"), dir.path().join("token"));
-    std::fs::write(&ca, api.ca_pem()).unwrap();
-    std::fs::write(&token, "t\n").unwrap();
-    let url = api.url();
     // The copied keys alone make the exporter fetch the pod list.
-    let e = exporter(
+    let (e, m) = exporter_reading_pods(
+        dir.path(),
         &socket,
+        &api,
         &[
             "--kubernetes-pod-labels",
             "kueue.x-k8s.io/queue-name",
             "--kubernetes-pod-annotations",
             "example.com/team",
-            "--kubelet-url",
-            &url,
-            "--kubelet-ca-file",
-            ca.to_str().unwrap(),
-            "--kubelet-token-file",
-            token.to_str().unwrap(),
         ],
     );
-    let m = e.wait_metrics(Duration::from_secs(10), "kubelet up", |m| {
-        m.value("nvml_exporter_kubernetes_up", &[]) == Some(1.0) && ticks(m) > 0.0
-    });
     let uuid = |gpu: &str| info_label(&m, gpu, "uuid");
     kubelet.set_pods(vec![
         pod("ml", "trainer-0", "main", "nvidia.com/gpu", &[&uuid("0")]),
