@@ -96,23 +96,11 @@ impl DeviceReader {
         }
     }
 
-    /// Makes only the calls that the families of `groups` need (every call by default).
-    pub fn with_groups(mut self, groups: Groups) -> Self {
-        self.set_groups(groups);
-        self
-    }
-
-    /// Makes only the calls that the families of `groups` need from the next read on.
+    /// Makes only the calls that the families of `groups` need from the next read on (every call
+    /// until set).
     pub fn set_groups(&mut self, groups: Groups) {
         self.groups = groups;
         self.gpm.set_groups(groups);
-    }
-
-    /// Also reads the device's processes every tick, looking them up in the host's procfs at
-    /// `host_proc` (`--processes`, `--host-proc`).
-    pub fn with_processes(mut self, host_proc: impl Into<std::path::PathBuf>) -> Self {
-        self.processes = Some(ProcessReader::new(host_proc));
-        self
     }
 
     /// Reads the device's processes from the next read on, looking them up below `host_proc`;
