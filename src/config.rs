@@ -966,6 +966,12 @@ pub const MAX_FILE_BYTES: u64 = 1 << 20;
 /// (a FIFO, a device such as `/dev/zero`, a directory, a larger file) is an error that says what
 /// the file is, found without reading more than the limit and without waiting for a FIFO's writer.
 pub fn read_small_file(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_bounded_file(path, MAX_FILE_BYTES)
+}
+
+/// The bytes of a regular file of at most `limit` bytes, as [`read_small_file`]: a file that is
+/// not regular is an `InvalidInput` error saying what it is, a larger one `InvalidData`.
+pub fn read_bounded_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     use std::io::{Error, ErrorKind, Read};
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     // Without O_NONBLOCK, opening a FIFO waits for a writer, possibly forever; for a regular file
@@ -1000,16 +1006,16 @@ pub fn read_small_file(path: &Path) -> std::io::Result<Vec<u8>> {
     let too_big = || {
         Error::new(
             ErrorKind::InvalidData,
-            format!("larger than {} KiB", MAX_FILE_BYTES / 1024),
+            format!("larger than {} KiB", limit / 1024),
         )
     };
-    if meta.len() > MAX_FILE_BYTES {
+    if meta.len() > limit {
         return Err(too_big());
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     // A file that grows while it is read stops one byte past the limit.
-    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
         return Err(too_big());
     }
     Ok(bytes)

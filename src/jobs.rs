@@ -14,11 +14,10 @@
 //! when it changes or comes back after being fixed), not on every tick.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::config::read_bounded_file;
 use crate::sample::{DeviceSample, JobAssignment, JobsError, JobsState};
 
 /// The largest mapping file read: a few job IDs take a few dozen bytes, and a cap bounds what a
@@ -149,22 +148,15 @@ fn parse_name(name: &str) -> Option<(u32, Option<u32>)> {
 
 /// The job IDs of one file: its lines, trimmed, without the empty ones.
 fn read_file(path: &Path) -> Result<Vec<String>, Problem> {
-    // Non-blocking, so that a FIFO of a mapping file's name cannot stall the tick.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| Problem::new(JobsError::Unreadable, e.to_string()))?;
-    let metadata = file
-        .metadata()
-        .map_err(|e| Problem::new(JobsError::Unreadable, e.to_string()))?;
-    if !metadata.is_file() {
-        return Err(Problem::new(JobsError::Unreadable, "not a regular file"));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| Problem::new(JobsError::Unreadable, e.to_string()))?;
+    // Opened without waiting, so that a FIFO of a mapping file's name cannot stall the tick.
+    let bytes = read_bounded_file(path, MAX_FILE_BYTES).map_err(|e| {
+        let reason = if e.kind() == std::io::ErrorKind::InvalidData {
+            JobsError::Malformed
+        } else {
+            JobsError::Unreadable
+        };
+        Problem::new(reason, e.to_string())
+    })?;
     parse_jobs(&bytes)
 }
 
