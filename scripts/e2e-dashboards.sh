@@ -156,12 +156,13 @@ for line in "${checks[@]}"; do
 done
 
 # The shipped rules are loaded: the dashboards read the series they record.
+rules_at_global_interval "$work/alerts.yaml"
 cat >"$work/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
 rule_files:
-  - $PWD/deploy/prometheus/alerts.yaml
+  - $work/alerts.yaml
 scrape_configs:$scrape_configs
 EOF
 prometheus_port=$(free_port)

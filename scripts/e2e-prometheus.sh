@@ -54,12 +54,13 @@ for args in "$mig_port" "$mig_k8s_port --kubernetes --pod-resources-socket $mig_
     "$bin" --demo --interval 1s --listen "127.0.0.1:${words[0]}" --log-level warn "${words[@]:1}"
 done
 
+rules_at_global_interval "$work/alerts.yaml"
 cat >"$work/prometheus.yml" <<EOF
 global:
   scrape_interval: 1s
   evaluation_interval: 1s
 rule_files:
-  - $rules_dir/alerts.yaml
+  - $work/alerts.yaml
 scrape_configs:
   - job_name: $job
     static_configs:
@@ -77,7 +78,7 @@ background "$work/prometheus.log" "$prometheus" --config.file="$work/prometheus.
 
 check_alerts() {
   python3 "$root/scripts/e2e/check_alerts.py" --prometheus "http://127.0.0.1:$prometheus_port" \
-    --rules "$rules_dir/alerts.yaml" --job "$job" --exporter-pid "$exporter_pid" \
+    --rules "$work/alerts.yaml" --job "$job" --exporter-pid "$exporter_pid" \
     --mig-job "$job-mig" --mig-kubernetes-job "$job-mig-kubernetes" && return 0
   for log in "$work"/exporter*.log "$work/kubelet-mig.log"; do echo "--- $log"; tail -n 20 "$log"; done
   echo "--- prometheus log"; tail -n 20 "$work/prometheus.log"

@@ -106,6 +106,13 @@ make_work_dir() {
   lib_work=$work
 }
 
+# Writes the shipped rules (deploy/prometheus/alerts.yaml) to OUT with every group at the global
+# evaluation_interval: the live checks evaluate every second and test what the rules select,
+# where the groups that run every minute would keep them waiting.
+rules_at_global_interval() { # out
+  sed '/^    interval: /d' deploy/prometheus/alerts.yaml >"$1"
+}
+
 # Starts COMMAND in the background, its output in LOG; it is ended on exit. Its pid is in $!.
 background() { # log command...
   local log=$1
