@@ -39,6 +39,8 @@ EXPECTED = {
     "NvmlExporterDown": set(),
     "NvmlExporterStale": set(),
     "NvmlExporterConfigReloadFailed": set(),
+    # No pods on this node (alerts.test.yaml has a pod holding 4 GPUs and using 1).
+    "NvidiaGpuWorkloadPartiallyIdle": set(),
 }
 
 # Fleet recording rules over the eight GPUs: all up, GPUs 1-7 hold memory (allocated), GPU 7 idle.
@@ -67,6 +69,8 @@ EXPECTED_MIG = {
     "NvmlExporterDown": set(),
     "NvmlExporterStale": set(),
     "NvmlExporterConfigReloadFailed": set(),
+    # Each pod of the Kubernetes run holds one device.
+    "NvidiaGpuWorkloadPartiallyIdle": set(),
 }
 EXPECTED_MIG_FLEET = {
     "instance:nvidia_gpu_up:sum": 2,
