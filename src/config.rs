@@ -1728,6 +1728,43 @@ mod tests {
     }
 
     #[test]
+    fn dra_options_need_a_node_name_and_an_https_api_server() {
+        let c = load_args(&[]).unwrap();
+        assert!(!c.kubernetes_dra);
+        assert_eq!(c.kubernetes_dra_driver, DEFAULT_DRA_DRIVER);
+        assert_eq!(c.kubernetes_node_name, None);
+        assert_eq!(
+            c.kubernetes_api_ca_file,
+            PathBuf::from(DEFAULT_KUBELET_CA_FILE)
+        );
+
+        let c = load_args(&[
+            "--kubernetes",
+            "--kubernetes-dra",
+            "--kubernetes-node-name",
+            " node-1 ",
+            "--kubernetes-api-url",
+            "https://10.0.0.1:6443",
+        ])
+        .unwrap();
+        assert!(c.kubernetes_dra);
+        assert_eq!(c.kubernetes_node_name.as_deref(), Some("node-1"));
+        assert_eq!(c.kubernetes_api_url().to_string(), "https://10.0.0.1:6443/");
+
+        let e = err(&["--kubernetes", "--kubernetes-dra"]);
+        assert!(e.contains("--kubernetes-node-name"), "{e}");
+        let e = err(&["--kubernetes-api-url", "http://10.0.0.1:6443"]);
+        assert!(e.contains("--kubernetes-api-url"), "{e}");
+        let e = err(&["--kubernetes-dra-driver", " "]);
+        assert!(e.contains("--kubernetes-dra-driver"), "{e}");
+        let f = file(
+            "kubernetes = true\nkubernetes_dra = true\nkubernetes_node_name = \"n\"\nkubernetes_api_url = \"https://api:443\"\n",
+        );
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.kubernetes_api_url().to_string(), "https://api:443/");
+    }
+
+    #[test]
     fn kubernetes_defaults_and_overrides() {
         let c = load_args(&["--interval", "2s", "--stale-grace", "5s"]).unwrap();
         assert!(!c.kubernetes && c.kubernetes_labels);
