@@ -151,8 +151,8 @@ problems = [m for ok, m in [
     (env.get("NVML_EXPORTER_KUBERNETES_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
      .get("fieldPath") == "spec.nodeName", "NVML_EXPORTER_KUBERNETES_NODE_NAME from spec.nodeName"),
     (rules == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-                "verbs": ["get", "list", "watch"]}],
-     "the ClusterRole grants get, list, watch on resourceslices and nothing else"),
+                "verbs": ["list"]}],
+     "the ClusterRole grants list on resourceslices and nothing else"),
     (binding["roleRef"]["name"] == "nvml-exporter-resourceslices"
      and {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "nvml-exporter"}
      in binding["subjects"], "ClusterRoleBinding binds the exporter's ServiceAccount"),

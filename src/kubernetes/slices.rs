@@ -163,8 +163,8 @@ impl SlicesClient {
             );
             if matches!(status.as_u16(), 401 | 403) {
                 message.push_str(
-                    "; the exporter's service account needs a ClusterRole granting get, list and \
-                     watch on resourceslices (resource.k8s.io), bound to it: see \
+                    "; the exporter's service account needs a ClusterRole granting list on \
+                     resourceslices (resource.k8s.io), bound to it: see \
                      deploy/kubernetes/dra",
                 );
             }
