@@ -16,6 +16,8 @@
   4. per-pod usage (workloads.json): the per-pod memory and utilization panels, run by `promtool
      test rules` with the shipped rules they read on a made-up node, give each pod of a shared GPU
      its own usage where per-pod series exist and the GPU's value elsewhere;
+  5. grouping (workloads.json): the controller and queue panels, run the same way, group pods by
+     the controller and queue labels of nvidia_gpu_pod_info, a pod without them by its namespace;
   and first, a self-test: a broken dashboard (typo in a metric name, unparsable expr, panel
   without a unit) must fail each of the three, so the checks themselves cannot silently pass.
 
@@ -465,6 +467,82 @@ def pod_usage_errors(promtool, source):
     return []
 
 
+# The controller and queue panels of workloads.json (title, refId) and what they must give on the
+# node of GROUPING_PODS (the controller table's first column counts pods). Pod web-1 of Deployment web holds GPUs 0 and 1 through two DRA claims,
+# web-2 GPU 2: the Deployment holds 3 GPUs, 1 idle (GPU 1). Job train's pod holds GPU 3, idle. A
+# pod with no controller and no queue (what every pod looks like without the kubelet's pod list)
+# holds GPU 4 and is grouped by its namespace alone, and by the empty queue.
+GROUPING_PANELS = {
+    ("Workloads: GPUs and GPU-hours by controller", "A"): [
+        ('namespace="ml",controller_kind="Deployment",controller_name="web"', 2),
+        ('namespace="ml",controller_kind="Job",controller_name="train"', 1),
+        ('namespace="ml"', 1),
+    ],
+    ("GPUs held per controller", "A"): [
+        ('namespace="ml",controller_kind="Deployment",controller_name="web"', 3),
+        ('namespace="ml",controller_kind="Job",controller_name="train"', 1),
+        ('namespace="ml"', 1),
+    ],
+    ("GPUs held and idle per queue", "A"): [
+        ('label_kueue_x_k8s_io_queue_name="team-a"', 3),
+        ('annotation_scheduling_volcano_sh_queue_name="batch"', 1),
+        ("", 1),
+    ],
+    ("GPUs held and idle per queue", "B"): [
+        ('label_kueue_x_k8s_io_queue_name="team-a"', 1),
+        ('annotation_scheduling_volcano_sh_queue_name="batch"', 1),
+    ],
+}
+# (pod, GPU, claim, controller kind and name, queue label pair, SM activity of the GPU).
+GROUPING_PODS = [
+    ("web-1", "0", "c1", "Deployment", "web", 'label_kueue_x_k8s_io_queue_name="team-a"', "0.5"),
+    ("web-1", "1", "c2", "Deployment", "web", 'label_kueue_x_k8s_io_queue_name="team-a"', "0.01"),
+    ("web-2", "2", "", "Deployment", "web", 'label_kueue_x_k8s_io_queue_name="team-a"', "0.9"),
+    ("train-x", "3", "", "Job", "train", 'annotation_scheduling_volcano_sh_queue_name="batch"', "0"),
+    ("bare", "4", "", "", "", "", "0.3"),
+]
+
+
+def grouping_errors(promtool, source):
+    """Check 5: the controller and queue panels, as recording rules next to the shipped ones, group
+    the pods of GROUPING_PODS by the labels nvidia_gpu_pod_info carries (`promtool test rules`)."""
+    variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
+    values = builtins(60) | {v["name"]: "$__all" for v in variables}
+    exprs = {(t["title"], t["ref"]): interpolate(t["expr"], values, variables)
+             for t in source.targets if (t["title"], t["ref"]) in GROUPING_PANELS}
+    missing = sorted(set(GROUPING_PANELS) - set(exprs))
+    if missing:
+        return [f"no target {t!r}" for t in missing]
+    names = {key: f"panel_{i}" for i, key in enumerate(GROUPING_PANELS)}
+    rules = {"groups": [{"name": "grouping", "rules": [
+        {"record": names[k], "expr": e} for k, e in exprs.items()]}]}
+    input_series = []
+    for pod, gpu, claim, kind, name, queue, sm in GROUPING_PODS:
+        gpu_labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
+        labels = [gpu_labels, f'namespace="ml",pod="{pod}",container="main"']
+        labels += [f'claim="{claim}"'] if claim else []
+        labels += [f'controller_kind="{kind}",controller_name="{name}"'] if kind else []
+        labels += [queue] if queue else []
+        input_series.append({"series": f"nvidia_gpu_pod_info{{{','.join(labels)}}}", "values": "1+0x5"})
+        input_series.append({"series": f"nvidia_gpu_sm_active_ratio{{{gpu_labels}}}", "values": f"{sm}+0x5"})
+    tests = {"rule_files": [str(ROOT / "deploy/prometheus/alerts.yaml"), "rules.yml"],
+             "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": input_series,
+        "promql_expr_test": [
+            {"expr": names[k], "eval_time": "2m", "exp_samples": [
+                {"labels": f"{names[k]}{{{labels}}}", "value": v} for labels, v in want]}
+            for k, want in GROUPING_PANELS.items()],
+    }]}
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "rules.yml").write_text(json.dumps(rules))  # JSON is YAML
+        (Path(tmp) / "test.yml").write_text(json.dumps(tests))
+        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True)
+    if run.returncode != 0:
+        return [ln.strip() for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
+    return []
+
+
 def run_static(args):
     failed = 0
 
@@ -495,6 +573,8 @@ def run_static(args):
         if s.name == "workloads.json":
             report(f"{s.name}: per-pod panels give each pod its own usage (promtool test rules)",
                    pod_usage_errors(args.promtool, s))
+            report(f"{s.name}: controller and queue panels group pods by their labels (promtool"
+                   " test rules)", grouping_errors(args.promtool, s))
     return 1 if failed else 0
 
 

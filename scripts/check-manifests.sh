@@ -4,7 +4,7 @@
 #      deploy/prometheus/alerts.yaml (regenerated into a temporary file and diffed);
 #   2. yamllint on the hand-written manifests;
 #   3. `kubectl kustomize` renders deploy/kubernetes, deploy/kubernetes/core and the
-#      deploy/kubernetes/processes overlay;
+#      deploy/kubernetes/processes and deploy/kubernetes/dra overlays;
 #   4. `kubernetes-validate --strict` validates the built-in kinds (and the whole processes
 #      overlay) against the schemas of the oldest and the newest Kubernetes versions named in
 #      K8S_VERSIONS, and the overlay is checked to carry what --processes needs;
@@ -128,6 +128,42 @@ PY
 }
 step "processes overlay: hostPID, /host/proc, kubelet URL, nodes/proxy binding" \
   processes_overlay_fits
+
+# The DRA overlay: core/ plus the ResourceSlice RBAC; built-in kinds only, validated whole, and
+# checked to turn DRA on with the node's name, a token, and exactly the read of resourceslices.
+validate_dra() {
+  local version ok=0
+  render deploy/kubernetes/dra "$work/dra.yaml" || return 1
+  for version in $k8s_versions; do
+    kubernetes-validate --strict --quiet -k "$version" "$work/dra.yaml" || ok=1
+  done
+  python3 - "$work/dra.yaml" <<'PY' || ok=1
+import sys, yaml
+objs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(open(sys.argv[1])) if o}
+pod = objs[("DaemonSet", "nvml-exporter")]["spec"]["template"]["spec"]
+env = {e["name"]: e for e in pod["containers"][0].get("env", [])}
+rules = objs[("ClusterRole", "nvml-exporter-resourceslices")]["rules"]
+binding = objs[("ClusterRoleBinding", "nvml-exporter-resourceslices")]
+problems = [m for ok, m in [
+    (pod.get("automountServiceAccountToken") is True, "no service account token mounted"),
+    (env.get("NVML_EXPORTER_KUBERNETES_DRA", {}).get("value") == "true",
+     "NVML_EXPORTER_KUBERNETES_DRA"),
+    (env.get("NVML_EXPORTER_KUBERNETES_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
+     .get("fieldPath") == "spec.nodeName", "NVML_EXPORTER_KUBERNETES_NODE_NAME from spec.nodeName"),
+    (rules == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
+                "verbs": ["list"]}],
+     "the ClusterRole grants list on resourceslices and nothing else"),
+    (binding["roleRef"]["name"] == "nvml-exporter-resourceslices"
+     and {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "nvml-exporter"}
+     in binding["subjects"], "ClusterRoleBinding binds the exporter's ServiceAccount"),
+] if not ok]
+for p in problems:
+    print("dra overlay:", p)
+sys.exit(1 if problems else 0)
+PY
+  return $ok
+}
+step "dra overlay: kubernetes-validate --strict, DRA env, resourceslices binding" validate_dra
 
 check_rules() {
   [ -s "$work/rules.yaml" ] || { echo "no rules extracted from the PrometheusRule"; return 1; }

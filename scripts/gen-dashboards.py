@@ -286,6 +286,22 @@ POD_RULES = (
     " Read from the per-pod recording rules of deploy/prometheus/alerts.yaml (pod:...), so that it"
     " stays fast on thousands of GPUs: the GPU selection does not narrow it."
 )
+# The queue labels the Workloads dashboard groups by: Kueue's queue label and Volcano's queue
+# annotation of a pod, as --kubernetes-pod-labels and --kubernetes-pod-annotations name them.
+KUEUE_QUEUE = "label_kueue_x_k8s_io_queue_name"
+VOLCANO_QUEUE = "annotation_scheduling_volcano_sh_queue_name"
+OWNER_NEEDS = (
+    " The controller comes from the kubelet's pod list: it needs --kubelet-pods (or --processes, or"
+    " --kubernetes-pod-labels) and the RBAC of deploy/kubernetes/processes. Without it every pod of"
+    " a namespace falls in one row without a controller."
+)
+QUEUE_NEEDS = (
+    " The queue is the pod's Kueue label (--kubernetes-pod-labels=kueue.x-k8s.io/queue-name, served"
+    " as label_kueue_x_k8s_io_queue_name) or Volcano annotation"
+    " (--kubernetes-pod-annotations=scheduling.volcano.sh/queue-name), whichever is copied; for another"
+    " scheduler's label, edit the query's label. Without them, or for pods in no queue, the GPUs"
+    " fall in one row with an empty queue."
+)
 HOURS_DEF = (
     " GPU-hours over the dashboard range: the count is sampled every $__interval over $__range"
     " (a subquery) and each sample weighs the step in hours: sum_over_time(count[$__range:$__interval])"
@@ -729,6 +745,78 @@ def workloads():
               "watt", targets((f"sum by (namespace) (instance_namespace:nvidia_gpu_power_watts:sum{{{NODE_NS}}})",
                                "{{namespace}}")), 12, 8),
     ]
+    # Workloads: the pods grouped by their controller and by their queue. Both read the per-pod
+    # rules, whose series keep every label of nvidia_gpu_pod_info but the GPU's and the
+    # container: the controller and the copied pod labels and annotations come along.
+    owner = "namespace, controller_kind, controller_name"
+    queue = f"{KUEUE_QUEUE}, {VOLCANO_QUEUE}"
+
+    def by_owner(rule):
+        return f"sum by ({owner}) ({rule}{{{NODE_NS}}})"
+
+    def by_queue(rule):
+        return f"sum by ({queue}) ({rule}{{{NODE_NS}}})"
+    held_rule, idle_rule = "pod:nvidia_gpu_held:count", "pod:nvidia_gpu_held_idle:count"
+    panels += [
+        panel(l, "table", "Workloads: GPUs and GPU-hours by controller",
+              "Per controller of the pods holding GPUs (controller_kind, controller_name: a"
+              " Deployment for its ReplicaSet, a StatefulSet, a Job, a RayCluster, ...): pods and"
+              " GPUs held now, GPU-hours held over the range and those idle (SM activity, or"
+              " utilization without GPM, under 5 %)." + HOURS_DEF + OWNER_NEEDS + POD_RULES,
+              "none", targets(
+                  (f"count by ({owner}) (group by ({owner}, pod) ({held_rule}{{{NODE_NS}}}))", ""),
+                  (by_owner(held_rule), ""),
+                  (gpu_hours(by_owner(held_rule)), ""),
+                  (gpu_hours(by_owner(idle_rule)) + f" or on ({owner}) ({by_owner(held_rule)} * 0)", ""),
+                  instant=True, fmt="table"),
+              12, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {
+                          "controller_kind": "kind", "controller_name": "controller",
+                          "Value #A": "pods", "Value #B": "GPUs now",
+                          "Value #C": "GPU-hours", "Value #D": "idle GPU-hours",
+                      },
+                  }},
+              ]),
+        panel(l, "timeseries", "GPUs held per controller",
+              "GPUs held by each controller's pods over time." + OWNER_NEEDS + POD_RULES,
+              "none", targets((by_owner(held_rule),
+                               "{{namespace}}/{{controller_kind}}/{{controller_name}}")),
+              12, 8),
+        panel(l, "table", "Queues: GPUs and GPU-hours by queue",
+              "Per scheduler queue of the pods holding GPUs: GPUs held now, GPU-hours held over the"
+              " range and those idle." + HOURS_DEF + QUEUE_NEEDS + POD_RULES,
+              "none", targets(
+                  (by_queue(held_rule), ""),
+                  (gpu_hours(by_queue(held_rule)), ""),
+                  (gpu_hours(by_queue(idle_rule)) + f" or on ({queue}) ({by_queue(held_rule)} * 0)", ""),
+                  instant=True, fmt="table"),
+              12, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {
+                          KUEUE_QUEUE: "Kueue queue", VOLCANO_QUEUE: "Volcano queue",
+                          "Value #A": "GPUs now", "Value #B": "GPU-hours", "Value #C": "idle GPU-hours",
+                      },
+                  }},
+              ]),
+        panel(l, "timeseries", "GPUs held and idle per queue",
+              "GPUs held by each queue's pods over time, and those of them idle." + QUEUE_NEEDS
+              + POD_RULES,
+              "none", targets(
+                  (by_queue(held_rule), "{{%s}}{{%s}} held" % (KUEUE_QUEUE, VOLCANO_QUEUE)),
+                  (by_queue(idle_rule), "{{%s}}{{%s}} idle" % (KUEUE_QUEUE, VOLCANO_QUEUE)),
+              ), 12, 8),
+    ]
+    # The tables mix counts, GPU-hours and a ratio: a unit per column.
+    for table in (panels[-4], panels[-2]):
+        table["fieldConfig"]["overrides"] = [
+            {"matcher": {"id": "byRegexp", "options": "GPU-hours|idle GPU-hours"},
+             "properties": [{"id": "unit", "value": "suffix: GPU-h"}, {"id": "decimals", "value": 2}]},
+        ]
     # The pods table mixes counts, GPU-hours and a ratio: a unit per column.
     panels[4]["fieldConfig"]["overrides"] = [
         {"matcher": {"id": "byRegexp", "options": "GPU-hours|idle GPU-hours"},
@@ -739,7 +827,8 @@ def workloads():
     return dashboard(
         "nvml-workloads", "GPU workloads",
         "Per namespace and pod (nvml-exporter with --kubernetes): GPUs held, how saturated they are,"
-        " device memory, power and idle GPU-hours.",
+        " device memory, power and idle GPU-hours; then per controller (Deployment, Job, ...) and"
+        " per scheduler queue (Kueue, Volcano).",
         panels)
 
 

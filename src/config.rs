@@ -54,6 +54,9 @@ pub const DEFAULT_KUBELET_URL: &str = "https://127.0.0.1:10250";
 /// The service account token Kubernetes projects into every pod that mounts one.
 pub const DEFAULT_KUBELET_TOKEN_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
 
+/// NVIDIA's DRA driver for GPUs (k8s-dra-driver-gpu).
+pub const DEFAULT_DRA_DRIVER: &str = "gpu.nvidia.com";
+
 /// The cluster CA projected next to the token; it signs the kubelet's serving certificate when the
 /// cluster approves kubelet serving certificates (`serverTLSBootstrap`).
 pub const DEFAULT_KUBELET_CA_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
@@ -250,6 +253,42 @@ pub struct Config {
     )]
     pub kubernetes_pod_annotations: Vec<String>,
 
+    /// Attribute GPUs and MIG devices allocated through DRA resource claims of
+    /// --kubernetes-dra-driver, named exactly by the driver's ResourceSlices, read from the API
+    /// server (needs --kubernetes-node-name and the RBAC of deploy/kubernetes/dra)
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_DRA", value_name = "BOOL",
+          default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    pub kubernetes_dra: bool,
+
+    /// The DRA driver whose claims are GPU assignments (NVIDIA's; other drivers' are ignored)
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_DRA_DRIVER", value_name = "NAME",
+          default_value = DEFAULT_DRA_DRIVER, help_heading = "Kubernetes")]
+    pub kubernetes_dra_driver: String,
+
+    /// This node's name, whose ResourceSlices are read (with --kubernetes-dra; in a DaemonSet,
+    /// from the downward API's spec.nodeName)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_KUBERNETES_NODE_NAME",
+        value_name = "NAME",
+        help_heading = "Kubernetes"
+    )]
+    pub kubernetes_node_name: Option<String>,
+
+    /// The API server, asked for ResourceSlices with --kubernetes-dra [default:
+    /// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, as in-cluster clients]
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_API_URL", value_name = "URL",
+          value_parser = parse_url, help_heading = "Kubernetes")]
+    #[serde(deserialize_with = "some_url_text")]
+    pub kubernetes_api_url: Option<http::Uri>,
+
+    /// CA bundle verifying the API server's certificate (the service account's token, from
+    /// --kubelet-token-file, is the credential)
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_API_CA_FILE", value_name = "PATH",
+          default_value = DEFAULT_KUBELET_CA_FILE, help_heading = "Kubernetes")]
+    pub kubernetes_api_ca_file: PathBuf,
+
     /// Serve per-process GPU memory and SM utilization, and per-pod sums of them (needs the
     /// host's pids: hostPID in Kubernetes)
     #[arg(long, env = "NVML_EXPORTER_PROCESSES", value_name = "BOOL", default_value_t = false,
@@ -334,6 +373,31 @@ impl Config {
     /// How often the kubelet is asked: `--kubernetes-refresh`, or the interval.
     pub fn kubernetes_refresh(&self) -> Duration {
         self.kubernetes_refresh.unwrap_or(self.interval)
+    }
+
+    /// The API server: `--kubernetes-api-url`, else what in-cluster clients use, the service the
+    /// kubelet describes in `KUBERNETES_SERVICE_HOST` and `_PORT`, else
+    /// `https://kubernetes.default.svc`.
+    pub fn kubernetes_api_url(&self) -> http::Uri {
+        if let Some(url) = &self.kubernetes_api_url {
+            return url.clone();
+        }
+        let host = std::env::var("KUBERNETES_SERVICE_HOST").unwrap_or_default();
+        let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_default();
+        let url = match (host.trim(), port.trim()) {
+            ("", _) => "https://kubernetes.default.svc".to_owned(),
+            (host, port) => {
+                let host = if host.contains(':') {
+                    format!("[{host}]")
+                } else {
+                    host.to_owned()
+                };
+                let port = if port.is_empty() { "443" } else { port };
+                format!("https://{host}:{port}")
+            }
+        };
+        url.parse()
+            .unwrap_or_else(|_| http::Uri::from_static("https://kubernetes.default.svc"))
     }
 
     /// Which NVML library to load: the simulator with `--demo`, else `--nvml-lib`.
@@ -491,6 +555,26 @@ impl Config {
             return Err(invalid("kubernetes_timeout", "must be above 0".into()));
         }
         check_kubelet_url(&self.kubelet_url).map_err(|e| invalid("kubelet_url", e))?;
+        if let Some(url) = &self.kubernetes_api_url {
+            check_kubelet_url(url).map_err(|e| invalid("kubernetes_api_url", e))?;
+        }
+        self.kubernetes_dra_driver = self.kubernetes_dra_driver.trim().to_owned();
+        if self.kubernetes_dra_driver.is_empty() {
+            return Err(invalid("kubernetes_dra_driver", "must not be empty".into()));
+        }
+        self.kubernetes_node_name = self
+            .kubernetes_node_name
+            .take()
+            .map(|n| n.trim().to_owned())
+            .filter(|n| !n.is_empty());
+        if self.kubernetes && self.kubernetes_dra && self.kubernetes_node_name.is_none() {
+            return Err(invalid(
+                "kubernetes_node_name",
+                "is needed by --kubernetes-dra (set NVML_EXPORTER_KUBERNETES_NODE_NAME from the \
+                 downward API's spec.nodeName)"
+                    .into(),
+            ));
+        }
         self.kubernetes_resource_names = std::mem::take(&mut self.kubernetes_resource_names)
             .into_iter()
             .map(|n| n.trim().to_owned())
@@ -521,6 +605,7 @@ impl Config {
             ("pod_resources_socket", Some(&self.pod_resources_socket)),
             ("kubelet_token_file", Some(&self.kubelet_token_file)),
             ("kubelet_ca_file", Some(&self.kubelet_ca_file)),
+            ("kubernetes_api_ca_file", Some(&self.kubernetes_api_ca_file)),
             ("host_proc", Some(&self.host_proc)),
         ];
         for (id, path) in paths {
@@ -1249,6 +1334,10 @@ fn url_text<'de, D: Deserializer<'de>>(d: D) -> Result<http::Uri, D::Error> {
     from_text(d, parse_url)
 }
 
+fn some_url_text<'de, D: Deserializer<'de>>(d: D) -> Result<Option<http::Uri>, D::Error> {
+    url_text(d).map(Some)
+}
+
 /// A value as shown in an error message: in quotes, with line breaks and other control characters
 /// escaped, so that whatever was written the message stays on one line.
 fn quote(s: &str) -> String {
@@ -1636,6 +1725,43 @@ mod tests {
         assert_eq!(c.web_config, Some(PathBuf::from("w.yml")));
         let e = err(&["check-config", path, "--config", path]);
         assert!(e.contains("check-config") && e.contains("--config"), "{e}");
+    }
+
+    #[test]
+    fn dra_options_need_a_node_name_and_an_https_api_server() {
+        let c = load_args(&[]).unwrap();
+        assert!(!c.kubernetes_dra);
+        assert_eq!(c.kubernetes_dra_driver, DEFAULT_DRA_DRIVER);
+        assert_eq!(c.kubernetes_node_name, None);
+        assert_eq!(
+            c.kubernetes_api_ca_file,
+            PathBuf::from(DEFAULT_KUBELET_CA_FILE)
+        );
+
+        let c = load_args(&[
+            "--kubernetes",
+            "--kubernetes-dra",
+            "--kubernetes-node-name",
+            " node-1 ",
+            "--kubernetes-api-url",
+            "https://10.0.0.1:6443",
+        ])
+        .unwrap();
+        assert!(c.kubernetes_dra);
+        assert_eq!(c.kubernetes_node_name.as_deref(), Some("node-1"));
+        assert_eq!(c.kubernetes_api_url().to_string(), "https://10.0.0.1:6443/");
+
+        let e = err(&["--kubernetes", "--kubernetes-dra"]);
+        assert!(e.contains("--kubernetes-node-name"), "{e}");
+        let e = err(&["--kubernetes-api-url", "http://10.0.0.1:6443"]);
+        assert!(e.contains("--kubernetes-api-url"), "{e}");
+        let e = err(&["--kubernetes-dra-driver", " "]);
+        assert!(e.contains("--kubernetes-dra-driver"), "{e}");
+        let f = file(
+            "kubernetes = true\nkubernetes_dra = true\nkubernetes_node_name = \"n\"\nkubernetes_api_url = \"https://api:443\"\n",
+        );
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.kubernetes_api_url().to_string(), "https://api:443/");
     }
 
     #[test]

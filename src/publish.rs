@@ -309,6 +309,7 @@ mod tests {
                 container: "main".into(),
             },
             device: DeviceRef::GpuUuid("GPU-abc".into()),
+            claim: String::new(),
         }]);
         kubelet.replace(state);
         p.republish();

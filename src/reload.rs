@@ -330,6 +330,12 @@ fn kubelet_settings(c: &Config) -> impl PartialEq + '_ {
         (&c.kubelet_url, &c.kubelet_token_file, &c.kubelet_ca_file),
         (c.kubelet_insecure_tls, c.fetch_pods()),
         (&c.kubernetes_pod_labels, &c.kubernetes_pod_annotations),
+        (
+            c.kubernetes_dra,
+            &c.kubernetes_dra_driver,
+            &c.kubernetes_node_name,
+        ),
+        (c.kubernetes_api_url(), &c.kubernetes_api_ca_file),
     )
 }
 

@@ -108,8 +108,11 @@ impl KubernetesState {
 pub struct PodAssignment {
     /// The container the device is assigned to.
     pub container: ContainerRef,
-    /// The device, as the device plugin named it.
+    /// The device, as the device plugin named it (or as the DRA driver's ResourceSlice
+    /// resolves the claimed device).
     pub device: DeviceRef,
+    /// The resource claim that allocated the device (DRA); empty for a device plugin's device.
+    pub claim: String,
 }
 
 /// A container of a pod: the `namespace`, `pod` and `container` label values.
@@ -164,6 +167,16 @@ pub enum DeviceRef {
         minor: u32,
         /// The GPU instance id.
         gpu_instance: u32,
+    },
+    /// A MIG device NVIDIA's DRA driver creates when it is allocated, named by its parent GPU's
+    /// UUID, its profile and the first memory slice of its placement: the GPU instance there.
+    MigPlacement {
+        /// The parent GPU's UUID, "GPU-…".
+        parent_uuid: String,
+        /// The profile, e.g. "1g.10gb".
+        profile: String,
+        /// The first memory slice of the instance's placement.
+        placement_start: u32,
     },
     /// An ID of a known resource in no format above; never matches a GPU.
     Other(String),
@@ -283,6 +296,9 @@ pub struct MigInstanceSample {
     /// Profile name without the "MIG " prefix, e.g. "1g.10gb" (`mig_profile` label); empty when
     /// NVML could not say.
     pub profile: String,
+    /// The first memory slice of its placement (`nvmlGpuInstanceInfo_t.placement.start`);
+    /// `None` when NVML could not say.
+    pub placement_start: Option<u32>,
     /// The instance's own memory (total = the profile's size).
     pub memory: Option<MemoryInfo>,
     /// GPM averages of this GPU instance over the last interval (`nvmlGpmMigSampleGet`); `None`
@@ -628,7 +644,8 @@ label_enum!(
 
 label_enum!(
     /// `reason` label of `nvml_exporter_kubernetes_errors_total`: why a `List` call failed, or
-    /// (`pods_*`, only with the pod list) why a `/pods` call did.
+    /// (`pods_*`, only with the pod list) why a `/pods` call did, or (`dra_*`, only with
+    /// `--kubernetes-dra`) why the ResourceSlices were not read or a claimed device not resolved.
     KubeletError {
         Unavailable => "unavailable",
         Timeout => "timeout",
@@ -639,6 +656,9 @@ label_enum!(
         PodsAuth => "pods_auth",
         PodsHttp => "pods_http",
         PodsParse => "pods_parse",
+        DraSlices => "dra_slices",
+        DraUnknownDevice => "dra_unknown_device",
+        DraMalformed => "dra_malformed",
     }
 );
 

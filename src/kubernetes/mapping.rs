@@ -15,6 +15,10 @@
 //! - `nvidia<N>/gi<M>` (GKE's device plugin on a MIG partition): GPU instance M of the GPU whose
 //!   minor number is N. A further `/vgpu<K>` (time-sharing) is dropped.
 //!
+//! - DRA (`--kubernetes-dra`, [`super::dra`]): the GPU UUID or MIG device UUID of the claimed
+//!   device's ResourceSlice, or, for a MIG device created at allocation, its parent's UUID,
+//!   profile and placement: the GPU instance of that GPU with that profile at that placement.
+//!
 //! A MIG assignment never resolves to the whole GPU: the GPU's own series describe every instance
 //! together, so they belong to no single container.
 
@@ -108,6 +112,7 @@ pub fn assignments(
                         container: container.name.clone(),
                     },
                     device: DeviceRef::parse(id),
+                    claim: String::new(),
                 });
             }
         }
@@ -121,7 +126,10 @@ pub fn resolves_to(device: &DeviceRef, sample: &DeviceSample) -> bool {
         DeviceRef::GpuUuid(uuid) => *uuid == sample.uuid,
         DeviceRef::Minor(minor) => sample.info.minor_number.parse::<u32>() == Ok(*minor),
         // A MIG device is one instance of the GPU, never the whole of it.
-        DeviceRef::MigUuid(_) | DeviceRef::MinorGpuInstance { .. } | DeviceRef::Other(_) => false,
+        DeviceRef::MigUuid(_)
+        | DeviceRef::MinorGpuInstance { .. }
+        | DeviceRef::MigPlacement { .. }
+        | DeviceRef::Other(_) => false,
     }
 }
 
@@ -142,6 +150,16 @@ pub fn resolves_to_instance(device: &DeviceRef, sample: &DeviceSample) -> Option
                 .iter()
                 .any(|i| i.gpu_instance == *gpu_instance))
         .then_some(*gpu_instance),
+        DeviceRef::MigPlacement {
+            parent_uuid,
+            profile,
+            placement_start,
+        } => sample
+            .mig_instances
+            .iter()
+            .filter(|_| *parent_uuid == sample.uuid)
+            .find(|i| i.placement_start == Some(*placement_start) && i.profile == *profile)
+            .map(|i| i.gpu_instance),
         DeviceRef::GpuUuid(_) | DeviceRef::Minor(_) | DeviceRef::Other(_) => None,
     }
 }
@@ -179,6 +197,28 @@ pub fn attribute_instances<'a>(
             per_instance
         })
         .collect()
+}
+
+/// The claims (DRA) through which `container` holds the GPU `sample`, or its GPU instance
+/// `gpu_instance`: sorted, distinct, comma-separated; empty for a device plugin's assignment.
+pub fn claims_of(
+    assignments: &[PodAssignment],
+    sample: &DeviceSample,
+    gpu_instance: Option<u32>,
+    container: &ContainerRef,
+) -> String {
+    let mut claims: Vec<&str> = assignments
+        .iter()
+        .filter(|a| a.container == *container && !a.claim.is_empty())
+        .filter(|a| match gpu_instance {
+            None => resolves_to(&a.device, sample),
+            Some(gi) => resolves_to_instance(&a.device, sample) == Some(gi),
+        })
+        .map(|a| a.claim.as_str())
+        .collect();
+    claims.sort_unstable();
+    claims.dedup();
+    claims.join(",")
 }
 
 /// For each of `devices` (same order), the containers it is assigned to, sorted and distinct.
@@ -222,6 +262,7 @@ mod tests {
                         resource_name: (*resource).into(),
                         device_ids: ids.iter().map(|s| (*s).into()).collect(),
                     }],
+                    dynamic_resources: vec![],
                 })
                 .collect(),
         }
@@ -432,5 +473,51 @@ mod tests {
             pods,
             [vec![vec!["two-ci"], vec!["other"]], vec![vec!["gke"]]]
         );
+    }
+
+    #[test]
+    fn a_dra_mig_placement_is_the_instance_of_that_gpu_profile_and_placement() {
+        let mut gpu = mig_gpu(0, "4", &[(2, &["MIG-a"]), (9, &["MIG-c"])]);
+        gpu.uuid = "GPU-p".into();
+        gpu.mig_instances[0].placement_start = Some(4);
+        gpu.mig_instances[1].placement_start = Some(2);
+        let at = |parent: &str, profile: &str, start: u32| DeviceRef::MigPlacement {
+            parent_uuid: parent.into(),
+            profile: profile.into(),
+            placement_start: start,
+        };
+        assert_eq!(
+            resolves_to_instance(&at("GPU-p", "1g.10gb", 2), &gpu),
+            Some(9)
+        );
+        assert_eq!(
+            resolves_to_instance(&at("GPU-p", "1g.10gb", 4), &gpu),
+            Some(2)
+        );
+        assert_eq!(resolves_to_instance(&at("GPU-p", "1g.10gb", 3), &gpu), None);
+        assert_eq!(resolves_to_instance(&at("GPU-p", "2g.20gb", 2), &gpu), None);
+        assert_eq!(resolves_to_instance(&at("GPU-q", "1g.10gb", 2), &gpu), None);
+        assert!(!resolves_to(&at("GPU-p", "1g.10gb", 2), &gpu));
+
+        let c = ContainerRef {
+            namespace: "ml".into(),
+            pod: "p".into(),
+            container: "c".into(),
+        };
+        let assignments = [
+            PodAssignment {
+                container: c.clone(),
+                device: at("GPU-p", "1g.10gb", 2),
+                claim: "small".into(),
+            },
+            PodAssignment {
+                container: c.clone(),
+                device: DeviceRef::MigUuid("MIG-c".into()),
+                claim: "again".into(),
+            },
+        ];
+        assert_eq!(claims_of(&assignments, &gpu, Some(9), &c), "again,small");
+        assert_eq!(claims_of(&assignments, &gpu, Some(2), &c), "");
+        assert_eq!(claims_of(&assignments, &gpu, None, &c), "");
     }
 }

@@ -24,11 +24,19 @@
 //! refresh. Pods seen ended stay so while `/pods` fails; without the pod list, `List` is followed
 //! as it is. The pod-resources API names pods without their UID, so a pod recreated under the
 //! same name (a StatefulSet's) that runs keeps the devices listed under that name.
+//!
+//! With `--kubernetes-dra` the devices that containers hold through resource claims of NVIDIA's
+//! DRA driver are assignments too ([`dra`]): each `List` answer's claims are named through the
+//! driver's ResourceSlices, read from the API server only when the cached ones lack a claimed
+//! device ([`slices`]). Its failures are counted under the `dra_*` reasons; the device-plugin
+//! assignments of the same answer are served whatever they are.
 
 pub mod client;
+pub mod dra;
 pub mod mapping;
 pub mod pods;
 pub mod proto;
+pub mod slices;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -54,6 +62,15 @@ impl StateHandle {
     /// reasons appear from 0, or disappear with the list. The rest of the state carries on.
     pub fn reconfigure(&self, config: &Config) {
         let mut state = self.lock();
+        if config.kubernetes_dra {
+            for reason in dra::REASONS {
+                state.errors.entry(*reason).or_insert(0);
+            }
+        } else {
+            state
+                .errors
+                .retain(|reason, _| !dra::REASONS.contains(reason));
+        }
         if config.fetch_pods() {
             for reason in pods::REASONS {
                 state.errors.entry(*reason).or_insert(0);
@@ -147,6 +164,11 @@ fn initial_state(config: &Config) -> KubernetesState {
             .errors
             .retain(|reason, _| !pods::REASONS.contains(reason));
     }
+    if !config.kubernetes_dra {
+        state
+            .errors
+            .retain(|reason, _| !dra::REASONS.contains(reason));
+    }
     state
 }
 
@@ -167,6 +189,8 @@ struct Refresher {
     /// (namespace, name) of the pods `listed` names that the last successful `/pods` showed
     /// ended or did not have.
     ended: BTreeSet<(String, String)>,
+    /// The DRA claim resolver, with `--kubernetes-dra`.
+    dra: Option<dra::Dra>,
 }
 
 type OnChange = Box<dyn Fn() + Send + Sync>;
@@ -195,6 +219,7 @@ impl Refresher {
             pods_last: None,
             listed,
             ended: BTreeSet::new(),
+            dra: config.kubernetes_dra.then(|| dra::Dra::new(config)),
         }
     }
 
@@ -207,7 +232,25 @@ impl Refresher {
             }
             None => (self.client.list(self.timeout).await, None),
         };
+        let claimed = match (&list, &self.dra) {
+            (Ok(response), Some(dra)) => Some(dra::claimed_devices(response, dra.driver())),
+            _ => None,
+        };
         self.apply(list);
+        if let (Some(claimed), Some(dra)) = (claimed, &mut self.dra) {
+            let (assignments, errors) = dra.resolve(claimed).await;
+            if !assignments.is_empty() {
+                let mut all = self.listed.to_vec();
+                all.extend(assignments);
+                all.sort();
+                all.dedup();
+                self.listed = Arc::from(all);
+            }
+            let mut state = self.state.lock();
+            for reason in errors {
+                *state.errors.entry(reason).or_default() += 1;
+            }
+        }
         let mut changed = false;
         if let Some(pods) = pods {
             changed |= self.apply_pods(pods);
@@ -326,7 +369,9 @@ impl Refresher {
                 let list_errors = state
                     .errors
                     .iter()
-                    .filter(|(reason, _)| !pods::REASONS.contains(reason))
+                    .filter(|(reason, _)| {
+                        !pods::REASONS.contains(reason) && !dra::REASONS.contains(reason)
+                    })
                     .map(|(_, n)| *n);
                 if state.up || list_errors.sum::<u64>() == 0 {
                     tracing::warn!(

@@ -197,27 +197,8 @@ impl PodsClient {
     }
 
     fn tls_config(&self) -> Result<ClientConfig, PodsError> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = ClientConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(|e| PodsError::new(KubeletError::PodsTls, e.to_string()))?;
-        let config = match &self.ca_file {
-            Some(ca_file) => {
-                let roots = certificates::read_roots(ca_file).map_err(|e| {
-                    PodsError::new(
-                        KubeletError::PodsTls,
-                        format!("--kubelet-ca-file {}: {e}", ca_file.display()),
-                    )
-                })?;
-                builder.with_root_certificates(roots).with_no_client_auth()
-            }
-            // `--kubelet-insecure-tls`, as metrics-server's flag of the same name.
-            None => builder
-                .dangerous()
-                .with_custom_certificate_verifier(AnyCertificate::of_servers(&provider))
-                .with_no_client_auth(),
-        };
-        Ok(config)
+        client_tls(self.ca_file.as_deref(), "--kubelet-ca-file")
+            .map_err(|e| PodsError::new(KubeletError::PodsTls, e))
     }
 
     /// The kubelet's host, without the brackets of an IPv6 literal.
@@ -315,8 +296,30 @@ impl PodsClient {
     }
 }
 
+/// A TLS client configuration trusting the CA bundle at `ca_file` (`option` names it in the
+/// error), or, with `None`, any certificate (`--kubelet-insecure-tls`, as metrics-server's flag
+/// of the same name).
+pub(super) fn client_tls(ca_file: Option<&Path>, option: &str) -> Result<ClientConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?;
+    let config = match ca_file {
+        Some(ca_file) => {
+            let roots = certificates::read_roots(ca_file)
+                .map_err(|e| format!("{option} {}: {e}", ca_file.display()))?;
+            builder.with_root_certificates(roots).with_no_client_auth()
+        }
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(AnyCertificate::of_servers(&provider))
+            .with_no_client_auth(),
+    };
+    Ok(config)
+}
+
 /// The rustls error among `e`'s causes: what refused the handshake, if TLS did.
-fn tls_cause(e: &reqwest::Error) -> Option<&rustls::Error> {
+pub(super) fn tls_cause(e: &reqwest::Error) -> Option<&rustls::Error> {
     let mut cause = e.source();
     while let Some(c) = cause {
         if let Some(tls) = c.downcast_ref::<rustls::Error>() {
@@ -337,7 +340,7 @@ fn tls_cause(e: &reqwest::Error) -> Option<&rustls::Error> {
 
 /// What failed, from hyper's error on ("connection closed before message completed"): the levels
 /// reqwest adds above it only repeat that the request or its body failed, with the URL.
-fn causes(e: &reqwest::Error) -> String {
+pub(super) fn causes(e: &reqwest::Error) -> String {
     let first = chain(e).find(|c| c.is::<hyper::Error>()).unwrap_or(e);
     chain(first)
         .map(|c| c.to_string())
@@ -346,7 +349,9 @@ fn causes(e: &reqwest::Error) -> String {
 }
 
 /// `e` and its sources, outermost first.
-fn chain<'a>(e: &'a (dyn Error + 'static)) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
+pub(super) fn chain<'a>(
+    e: &'a (dyn Error + 'static),
+) -> impl Iterator<Item = &'a (dyn Error + 'static)> {
     std::iter::successors(Some(e), |&c| c.source())
 }
 
@@ -359,7 +364,7 @@ fn pods_url(base: &Uri) -> Uri {
 }
 
 /// The `Authorization` header from the token file.
-fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
+pub(super) fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
     let fail = |what: String| {
         PodsError::new(
             KubeletError::PodsAuth,

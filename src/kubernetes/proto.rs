@@ -2,8 +2,9 @@
 //! with `prost` derives.
 //!
 //! Only `List` and the fields it needs are here: protobuf decoding skips fields a message does not
-//! declare, so the CPU, memory and DRA fields of newer kubelets are read past, not rejected.
-//! Declaring five small messages avoids a build-time `protoc` and the code generator's dependency
+//! declare, so the CPU, memory and topology fields are read past, not rejected. The DRA fields
+//! (`dynamic_resources`, kubelet 1.31 and later) are declared: claims of NVIDIA's DRA driver are
+//! GPU assignments too. Declaring these few small messages avoids a build-time `protoc` and the code generator's dependency
 //! tree; the unit test below checks every declared field number against the checked-in proto.
 
 /// gRPC path of `PodResourcesLister.List`.
@@ -47,6 +48,9 @@ pub struct ContainerResources {
     /// Device-plugin devices assigned to the container, grouped by resource name.
     #[prost(message, repeated, tag = "2")]
     pub devices: Vec<ContainerDevices>,
+    /// Devices allocated to the container through resource claims (DRA).
+    #[prost(message, repeated, tag = "5")]
+    pub dynamic_resources: Vec<DynamicResource>,
 }
 
 /// `ContainerDevices`: the devices of one resource assigned to a container.
@@ -58,6 +62,46 @@ pub struct ContainerDevices {
     /// Device IDs as the device plugin advertised them (a GPU UUID, `nvidia0`, …).
     #[prost(string, repeated, tag = "2")]
     pub device_ids: Vec<String>,
+}
+
+/// `DynamicResource`: one resource claim of a container (DRA).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct DynamicResource {
+    /// The claim's name (a claim made from a template has a generated one).
+    #[prost(string, tag = "2")]
+    pub claim_name: String,
+    /// The claim's namespace (the pod's).
+    #[prost(string, tag = "3")]
+    pub claim_namespace: String,
+    /// The devices allocated to the claim on this node.
+    #[prost(message, repeated, tag = "4")]
+    pub claim_resources: Vec<ClaimResource>,
+}
+
+/// `ClaimResource`: one device of a claim, named by its driver, pool and device name (the names
+/// of the driver's ResourceSlices).
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct ClaimResource {
+    /// The CDI devices the driver made for it.
+    #[prost(message, repeated, tag = "1")]
+    pub cdi_devices: Vec<CdiDevice>,
+    /// The DRA driver, e.g. `gpu.nvidia.com`.
+    #[prost(string, tag = "2")]
+    pub driver_name: String,
+    /// The pool (NVIDIA's driver names it after the node).
+    #[prost(string, tag = "3")]
+    pub pool_name: String,
+    /// The device in the pool, e.g. `gpu-0`.
+    #[prost(string, tag = "4")]
+    pub device_name: String,
+}
+
+/// `CDIDevice`: a fully qualified CDI device name.
+#[derive(Clone, PartialEq, Eq, prost::Message)]
+pub struct CdiDevice {
+    /// e.g. `k8s.gpu.nvidia.com/device=gpu-0`.
+    #[prost(string, tag = "1")]
+    pub name: String,
 }
 
 #[cfg(test)]
@@ -89,8 +133,27 @@ mod tests {
             "devices",
             2,
         ),
+        (
+            "ContainerResources",
+            "repeated DynamicResource",
+            "dynamic_resources",
+            5,
+        ),
         ("ContainerDevices", "string", "resource_name", 1),
         ("ContainerDevices", "repeated string", "device_ids", 2),
+        ("DynamicResource", "string", "claim_name", 2),
+        ("DynamicResource", "string", "claim_namespace", 3),
+        (
+            "DynamicResource",
+            "repeated ClaimResource",
+            "claim_resources",
+            4,
+        ),
+        ("ClaimResource", "repeated CDIDevice", "cdi_devices", 1),
+        ("ClaimResource", "string", "driver_name", 2),
+        ("ClaimResource", "string", "pool_name", 3),
+        ("ClaimResource", "string", "device_name", 4),
+        ("CDIDevice", "string", "name", 1),
     ];
 
     /// The body of `message NAME { … }` in the proto text.
@@ -128,6 +191,7 @@ mod tests {
                 resource_name: "nvidia.com/gpu".into(),
                 device_ids: vec!["GPU-1".into()],
             }],
+            dynamic_resources: vec![],
         }
         .encode_to_vec();
         bytes.extend_from_slice(&[0x1a, 0x02, 0x04, 0x05]);

@@ -341,7 +341,7 @@ pub static CATALOG: &[MetricDef] = &[
     MetricDef {
         name: "nvidia_gpu_pod_info",
         group: Group::Core,
-        help: "The kubelet assigned the GPU to this container; always 1 (with --kubernetes). Where the kubelet's pod list is read, also the pod's controller_kind and controller_name (a Deployment for its ReplicaSet) and the label_* and annotation_* copied by --kubernetes-pod-labels and --kubernetes-pod-annotations, each when the pod has it.",
+        help: "The kubelet assigned the GPU to this container; always 1 (with --kubernetes). With --kubernetes-dra, claim names the resource claims through which the container holds it (absent for a device plugin's GPU). Where the kubelet's pod list is read, also the pod's controller_kind and controller_name (a Deployment for its ReplicaSet) and the label_* and annotation_* copied by --kubernetes-pod-labels and --kubernetes-pod-annotations, each when the pod has it.",
         kind: MetricKind::Gauge,
         unit: "",
         labels: POD_LABELS,

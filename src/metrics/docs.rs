@@ -48,6 +48,14 @@ pub fn render_markdown() -> String {
          number N, a `/vgpuK` suffix ignored); a MIG device ID (`MIG-…`, or GKE's `nvidiaN/giM`) is \
          that GPU instance, whose `nvidia_gpu_pod_info` and instance series carry `gpu_instance` and \
          `mig_profile`.\n\n\
+         With `--kubernetes-dra`, the devices a container holds through resource claims of \
+         NVIDIA's DRA driver (`--kubernetes-dra-driver`, `gpu.nvidia.com`) count too: each is named \
+         exactly by the driver's ResourceSlice for this node (its `uuid` attribute, or for a MIG \
+         device created at allocation its `parentUUID`, `profile` and placement), read from the API \
+         server, and `nvidia_gpu_pod_info` carries the claim's name as `claim` (absent for a \
+         device plugin's GPU). A claimed device the slices do not name stays unattributed and is \
+         counted under `dra_unknown_device` (`dra_malformed` for a claim the kubelet names without \
+         a pool or device); a failed read of the slices under `dra_slices`.\n\n\
          `nvidia_gpu_pod_info` has one series per (GPU, container). Unless \
          `--kubernetes-labels=false`, every other series of a GPU held by exactly one container \
          also carries its `namespace`, `pod` and `container`; a GPU shared by several containers \

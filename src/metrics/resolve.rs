@@ -55,6 +55,8 @@ pub(crate) struct InstanceView<'a> {
     /// The instance's own readings as a device reading: a family's reader then yields the
     /// instance's series for exactly the families that have a per-instance reading.
     pub sample: DeviceSample,
+    /// The GPU instance id.
+    pub id: u32,
     /// The `gpu_instance` label value.
     pub gpu_instance: String,
     /// The `mig_profile` label value.
@@ -101,6 +103,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                 .zip(instance_containers.iter().cloned())
                 .map(|(instance, containers)| InstanceView {
                     sample: instance_sample(sample, instance),
+                    id: instance.gpu_instance,
                     gpu_instance: instance.gpu_instance.to_string(),
                     profile: &instance.profile,
                     owner: only(&containers).filter(|_| opts.pod_labels),

@@ -12,6 +12,7 @@ use prometheus::proto::MetricFamily;
 
 use std::collections::BTreeMap;
 
+use crate::kubernetes::mapping;
 use crate::sample::{ContainerRef, DeviceSample, PodMeta, Snapshot};
 
 use super::catalog::{
@@ -151,7 +152,8 @@ fn device_series(
     }
 }
 
-/// `nvidia_gpu_pod_info`: one series per (GPU, container), then per (MIG instance, container).
+/// `nvidia_gpu_pod_info`: one series per (GPU, container), then per (MIG instance, container);
+/// `claim` after the container's labels where the container holds it through DRA claims.
 fn pod_assignments(
     out: &mut Vec<u8>,
     def: &MetricDef,
@@ -159,10 +161,16 @@ fn pod_assignments(
     devices: &[DeviceView<'_>],
 ) {
     let metas = snap.kubernetes.as_ref().map(|k| &*k.pod_meta);
+    let assignments = snap
+        .kubernetes
+        .as_ref()
+        .map_or(&[][..], |k| &k.assignments[..]);
     for d in devices {
         for c in &d.containers {
+            let claims = mapping::claims_of(assignments, d.sample, None, c);
             let labels = pod_pairs(Some(c))
                 .map(|(n, v)| (n as &str, v))
+                .chain(claim_pair(&claims))
                 .chain(meta_pairs(metas, c));
             text::line(out, def.name, &d.identity, labels, 1.0);
         }
@@ -174,15 +182,22 @@ fn pod_assignments(
                 .copied()
                 .zip([instance.gpu_instance.as_str(), instance.profile]);
             for c in &instance.containers {
+                let claims = mapping::claims_of(assignments, d.sample, Some(instance.id), c);
                 let labels = mig
                     .clone()
                     .chain(pod_pairs(Some(c)))
                     .map(|(n, v)| (n as &str, v))
+                    .chain(claim_pair(&claims))
                     .chain(meta_pairs(metas, c));
                 text::line(out, def.name, &d.identity, labels, 1.0);
             }
         }
     }
+}
+
+/// The `claim` pair, absent (Prometheus's empty value) for a device plugin's assignment.
+fn claim_pair(claims: &str) -> Option<(&'static str, &str)> {
+    (!claims.is_empty()).then_some(("claim", claims))
 }
 
 /// One series per HPC job of each GPU, then of each MIG GPU instance.

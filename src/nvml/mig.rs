@@ -128,6 +128,7 @@ impl MigReader {
             out.push(MigInstanceSample {
                 gpu_instance: gi,
                 profile,
+                placement_start: info.map(|i| i.placement.start),
                 memory,
                 gpm: gpm_metrics,
                 compute_instances: devices

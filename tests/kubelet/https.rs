@@ -39,6 +39,10 @@ struct State {
     close_after_answer: bool,
     /// The `Authorization` header of each request, in order ("" when absent).
     authorizations: Vec<String>,
+    /// The path answered; any other is 404.
+    path: String,
+    /// The path and query of each request, in order.
+    requests: Vec<String>,
 }
 
 /// A running fake kubelet HTTPS API on 127.0.0.1. Stops on drop.
@@ -50,8 +54,14 @@ pub struct FakeKubeletApi {
 }
 
 impl FakeKubeletApi {
-    /// Serves `reply` to requests carrying `Bearer <token>`.
+    /// Serves `reply` on `/pods` to requests carrying `Bearer <token>`.
     pub fn start(token: &str, reply: Reply) -> FakeKubeletApi {
+        FakeKubeletApi::start_at("/pods", token, reply)
+    }
+
+    /// Serves `reply` on `path` to requests carrying `Bearer <token>`: with the ResourceSlice
+    /// list's path, a fake API server.
+    pub fn start_at(path: &str, token: &str, reply: Reply) -> FakeKubeletApi {
         let ca = Ca::new("fake kubelet CA");
         let server = ca.server();
         let certs: Vec<CertificateDer<'static>> =
@@ -74,6 +84,8 @@ impl FakeKubeletApi {
             delay: Duration::ZERO,
             close_after_answer: false,
             authorizations: Vec::new(),
+            path: path.to_owned(),
+            requests: Vec::new(),
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -144,6 +156,11 @@ impl FakeKubeletApi {
         self.state.lock().unwrap().close_after_answer = close;
     }
 
+    /// The path and query of every request received so far.
+    pub fn requests(&self) -> Vec<String> {
+        self.state.lock().unwrap().requests.clone()
+    }
+
     /// The `Authorization` headers received so far.
     pub fn authorizations(&self) -> Vec<String> {
         self.state.lock().unwrap().authorizations.clone()
@@ -167,14 +184,16 @@ async fn answer(
         .get(http::header::AUTHORIZATION)
         .map(|v| v.to_str().unwrap_or("<not text>").to_owned())
         .unwrap_or_default();
-    let (reply, token, delay) = {
+    let (reply, token, delay, path) = {
         let mut s = state.lock().unwrap();
         s.authorizations.push(authorization.clone());
-        (s.reply.clone(), s.token.clone(), s.delay)
+        let query = req.uri().path_and_query().map(|p| p.to_string());
+        s.requests.push(query.unwrap_or_default());
+        (s.reply.clone(), s.token.clone(), s.delay, s.path.clone())
     };
     tokio::time::sleep(delay).await;
     let response = http::Response::builder();
-    if req.uri().path() != "/pods" {
+    if req.uri().path() != path {
         return response
             .status(404)
             .body(Chunks::one(b"404 page not found".to_vec()))

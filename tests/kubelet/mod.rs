@@ -13,8 +13,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nvml_exporter::kubernetes::proto::{
-    ContainerDevices, ContainerResources, LIST_PATH, ListPodResourcesRequest,
-    ListPodResourcesResponse, PodResources,
+    CdiDevice, ClaimResource, ContainerDevices, ContainerResources, DynamicResource, LIST_PATH,
+    ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
 };
 use tonic::body::Body;
 use tonic::{Request, Response, Status};
@@ -143,6 +143,42 @@ pub fn pod(
             devices: vec![ContainerDevices {
                 resource_name: resource.into(),
                 device_ids: ids.iter().map(|s| (*s).into()).collect(),
+            }],
+            dynamic_resources: vec![],
+        }],
+    }
+}
+
+/// A pod with one container holding, through resource claim `claim`, the devices `devices` of
+/// DRA driver `driver` in pool `pool`, each with the CDI device NVIDIA's driver makes for it.
+pub fn dra_pod(
+    namespace: &str,
+    name: &str,
+    container: &str,
+    claim: &str,
+    (driver, pool): (&str, &str),
+    devices: &[&str],
+) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![],
+            dynamic_resources: vec![DynamicResource {
+                claim_name: claim.into(),
+                claim_namespace: namespace.into(),
+                claim_resources: devices
+                    .iter()
+                    .map(|d| ClaimResource {
+                        cdi_devices: vec![CdiDevice {
+                            name: format!("k8s.{driver}/claim={claim}-{d}"),
+                        }],
+                        driver_name: driver.into(),
+                        pool_name: pool.into(),
+                        device_name: (*d).into(),
+                    })
+                    .collect(),
             }],
         }],
     }

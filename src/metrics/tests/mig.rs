@@ -18,6 +18,7 @@ fn mig_device() -> DeviceSample {
         MigInstanceSample {
             gpu_instance: 2,
             profile: "3g.40gb".into(),
+            placement_start: None,
             memory: Some(MemoryInfo {
                 total_bytes: 42_412_802_048.0,
                 used_bytes: 2.0e9,
@@ -42,6 +43,7 @@ fn mig_device() -> DeviceSample {
         MigInstanceSample {
             gpu_instance: 9,
             profile: "1g.10gb".into(),
+            placement_start: None,
             memory: Some(MemoryInfo {
                 total_bytes: 10_468_982_784.0,
                 used_bytes: 1.0e9,

@@ -164,6 +164,7 @@ fn full_mig_device(index: u32) -> DeviceSample {
         MigInstanceSample {
             gpu_instance: 1,
             profile: "4g.40gb".into(),
+            placement_start: None,
             memory: Some(memory(42_412_802_048.0, 1_073_741_824.0)),
             gpm: Some(full_gpm()),
             compute_instances: vec![ci(0, 1)],
@@ -171,6 +172,7 @@ fn full_mig_device(index: u32) -> DeviceSample {
         MigInstanceSample {
             gpu_instance: 5,
             profile: "2g.20gb".into(),
+            placement_start: None,
             memory: Some(memory(21_072_183_296.0, 0.0)),
             gpm: None,
             compute_instances: vec![ci(0, 5), ci(1, 5)],
@@ -285,6 +287,7 @@ fn kubelet(assignments: &[(&str, &str, &str, &str)]) -> KubernetesState {
                 container: (*container).into(),
             },
             device: DeviceRef::parse(id),
+            claim: String::new(),
         })
         .collect();
     list.sort();
