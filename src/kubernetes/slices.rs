@@ -12,7 +12,7 @@
 //!
 //! [`SlicesClient`] lists the slices of this node and driver (`fieldSelector=spec.nodeName=…,
 //! spec.driver=…`) with the service account's token, verifying the API server against its CA:
-//! what `get`/`list` on `resourceslices` allows (deploy/kubernetes/dra). The caller keeps the
+//! what `list` on `resourceslices` allows (deploy/kubernetes/dra). The caller keeps the
 //! answer and lists again only when a claimed device name is not in it, or after [`RESYNC`].
 
 use std::collections::BTreeMap;
