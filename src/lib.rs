@@ -35,6 +35,7 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
     metrics::MetricsOptions {
         pod_labels: config.pod_labels(),
         max_processes_per_gpu: config.max_processes_per_gpu,
+        processes: config.processes,
         dcgm_compat: config.dcgm_compat,
         // Only the dcgm-exporter series carry it; asking the environment once is enough.
         hostname: if config.dcgm_compat == config::DcgmCompat::Off {

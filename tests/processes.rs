@@ -324,6 +324,17 @@ fn a_gpu_held_by_one_container_lends_it_to_its_processes_until_they_exit() {
         (pod_sm - process_sm).abs() < 1e-9,
         "{pod_sm} vs {process_sm}"
     );
+    // GPU1's processes are its container's: nothing outside. On GPU0 the host process (a user
+    // session) is outside; the pods' processes, without a pod list to name them, are not.
+    let outside = |gpu| {
+        m.value(
+            "nvidia_gpu_memory_outside_allocation_bytes",
+            &[("gpu", gpu)],
+        )
+    };
+    assert_eq!(outside("1"), Some(0.0), "{}", m.text);
+    assert!(memory(&m, 610900).is_some_and(|b| b > 0.0), "{}", m.text);
+    assert_eq!(outside("0"), memory(&m, 610900));
     // The shared GPU has two owners and no pod list to tell its processes apart: no labels,
     // and no pod gets the GPU's usage copied.
     for s in m.find("nvidia_gpu_process_memory_used_bytes", &[("gpu", "0")]) {

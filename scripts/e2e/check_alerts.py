@@ -41,6 +41,8 @@ EXPECTED = {
     "NvmlExporterConfigReloadFailed": set(),
     # No pods on this node (alerts.test.yaml has a pod holding 4 GPUs and using 1).
     "NvidiaGpuWorkloadPartiallyIdle": set(),
+    # Needs --processes with --kubernetes (alerts.test.yaml has the firing case).
+    "NvidiaGpuMemoryOutsideAllocation": set(),
 }
 
 # Fleet recording rules over the eight GPUs: all up, GPUs 1-7 hold memory (allocated), GPU 7 idle.
@@ -71,6 +73,7 @@ EXPECTED_MIG = {
     "NvmlExporterConfigReloadFailed": set(),
     # Each pod of the Kubernetes run holds one device.
     "NvidiaGpuWorkloadPartiallyIdle": set(),
+    "NvidiaGpuMemoryOutsideAllocation": set(),
 }
 EXPECTED_MIG_FLEET = {
     "instance:nvidia_gpu_up:sum": 2,

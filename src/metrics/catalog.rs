@@ -67,6 +67,9 @@ pub enum Source {
     /// labelled with [`POD_LABELS`]; on a MIG GPU one per (GPU instance, container), with
     /// [`MIG_LABELS`] before them.
     PodProcesses(ProcessField),
+    /// Per GPU, one series: the device memory its processes hold outside the kubelet's
+    /// assignments (`--processes` with `--kubernetes`).
+    OutsideAllocation,
     /// Per GPU, one series per HPC job on it (`Snapshot::jobs`), labelled `hpc_job`; a MIG GPU
     /// instance's jobs with [`MIG_LABELS`] after it.
     Jobs,
@@ -87,6 +90,7 @@ impl Source {
                 | Source::PodAssignments
                 | Source::Processes(_)
                 | Source::PodProcesses(_)
+                | Source::OutsideAllocation
                 | Source::Jobs
         )
     }
@@ -1399,6 +1403,17 @@ pub static CATALOG: &[MetricDef] = &[
         closed_labels: &[],
         dcgm: &[],
         source: Source::PodProcesses(ProcessField::SmUtilization),
+    },
+    MetricDef {
+        name: "nvidia_gpu_memory_outside_allocation_bytes",
+        group: Group::Processes,
+        help: "Device memory held by processes on the GPU whose pod holds neither the GPU nor their MIG GPU instance: host processes, processes left by ended pods, pods that see the GPU without requesting it; 0 when none (with --processes and --kubernetes; a process whose cgroup cannot be read is not counted).",
+        kind: MetricKind::Gauge,
+        unit: "bytes",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::OutsideAllocation,
     },
     // --- HPC jobs ---------------------------------------------------------------------------
     MetricDef {

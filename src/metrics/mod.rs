@@ -65,6 +65,9 @@ pub struct MetricsOptions {
     /// At most this many process series per GPU, the largest by memory
     /// (`--max-processes-per-gpu`); per-pod sums count every process.
     pub max_processes_per_gpu: usize,
+    /// The GPUs' processes are read (`--processes`): with the kubelet's assignments, each GPU
+    /// serves the memory its processes hold outside them, 0 included.
+    pub processes: bool,
     /// Which names the GPUs' series are served under (`--dcgm-compat`).
     pub dcgm_compat: DcgmCompat,
     /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
@@ -78,12 +81,13 @@ pub struct MetricsOptions {
 }
 
 impl Default for MetricsOptions {
-    /// No pod labels; the default process series limit; every group (the configuration's
+    /// No pod labels; the default process series limit, processes read; every group (the configuration's
     /// defaults are narrower: `Config::groups`).
     fn default() -> Self {
         MetricsOptions {
             pod_labels: false,
             max_processes_per_gpu: DEFAULT_MAX_PROCESSES_PER_GPU,
+            processes: true,
             dcgm_compat: DcgmCompat::Off,
             hostname: String::new(),
             groups: Groups::all(),

@@ -95,6 +95,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                 gpu: single,
                 mig_instances: &sample.mig_instances,
                 instance_containers: &instance_containers,
+                assigned: (opts.processes && kubelet.is_some()).then_some(&containers[..]),
             };
             let processes = summarize(&sample.processes, pods, owners, opts.max_processes_per_gpu);
             let instances = sample

@@ -82,6 +82,7 @@ pub(super) fn families(
             Source::PodAssignments => pod_assignments(out, def, snap, devices),
             Source::Processes(field) => processes(out, def, field, devices),
             Source::PodProcesses(field) => pod_processes(out, def, field, devices),
+            Source::OutsideAllocation => outside_allocation(out, def, devices),
             Source::Jobs => jobs(out, def, devices),
             Source::Exporter(read) => exporter_series(out, def, read, snap, &mut samples),
             Source::Registry => {}
@@ -298,6 +299,15 @@ fn pod_processes(
                 .map(|(n, v)| (*n, v.as_str()))
                 .chain(pod_pairs(Some(&usage.container)));
             text::line(out, def.name, &d.identity, labels, value);
+        }
+    }
+}
+
+/// The memory held outside the kubelet's assignments on each device that is up, where measured.
+fn outside_allocation(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
+    for d in devices.iter().filter(|d| d.sample.up) {
+        if let Some(bytes) = d.processes.outside_allocation_bytes {
+            text::line(out, def.name, &d.identity, pod_pairs(d.owner), bytes);
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct Owners<'o> {
     pub mig_instances: &'o [MigInstanceSample],
     /// The containers each of `mig_instances` is assigned to.
     pub instance_containers: &'o [Vec<&'o ContainerRef>],
+    /// Every container the whole GPU is assigned to, where memory outside allocations is
+    /// measured (the kubelet's assignments known and processes read); `None`: not measured.
+    pub assigned: Option<&'o [&'o ContainerRef]>,
 }
 
 impl<'o> Owners<'o> {
@@ -48,6 +51,21 @@ impl<'o> Owners<'o> {
             Some(_) => None,
             None => self.gpu,
         }
+    }
+
+    /// Whether `c`'s pod holds the GPU, or `gpu_instance` of it: the pod, not the container,
+    /// since a container the pod list does not name yet is still its pod's.
+    fn holds(
+        &self,
+        assigned: &[&ContainerRef],
+        gpu_instance: Option<u32>,
+        c: &ContainerRef,
+    ) -> bool {
+        let same_pod = |o: &&ContainerRef| o.namespace == c.namespace && o.pod == c.pod;
+        let instance = gpu_instance
+            .and_then(|gi| self.mig_instances.iter().position(|m| m.gpu_instance == gi))
+            .and_then(|i| self.instance_containers.get(i));
+        assigned.iter().any(same_pod) || instance.is_some_and(|cs| cs.iter().any(same_pod))
     }
 }
 
@@ -123,6 +141,12 @@ pub struct GpuProcesses<'a> {
     /// Every (GPU instance, container) with a process on the GPU, sorted; counts all processes,
     /// served or not.
     pub pods: Vec<PodUsage>,
+    /// Device memory held by processes whose pod holds neither the GPU nor their GPU instance:
+    /// host processes (a cgroup with no pod), pods that see the GPU without requesting it, and
+    /// pods the pod list no longer names (an ended pod's leftovers). A process whose cgroup was
+    /// not read, or whose pod is unknown for want of a pod list, is not counted. Measured only
+    /// where [`Owners::assigned`] says so.
+    pub outside_allocation_bytes: Option<f64>,
 }
 
 /// What one GPU serves for `processes` (one entry per pid; later duplicates are dropped).
@@ -151,6 +175,21 @@ pub fn summarize<'a>(
             add(sm, s.process.sm_utilization);
         }
     }
+    let outside_allocation_bytes = owners.assigned.map(|assigned| {
+        all.iter()
+            .filter(|s| match (&s.container, &s.process.cgroup) {
+                (Some(c), _) => !owners.holds(assigned, s.process.gpu_instance, c),
+                // Unread cgroup (no host procfs): it may well be an owner's.
+                (None, None) => false,
+                // No pod: a host process.
+                (None, Some(cg)) if cg.pod_uid.is_none() => true,
+                // A pod the list does not name (ended and gone, unless it is too new to be
+                // listed; the alert's `for` outlasts that): outside when there is a list to ask.
+                (None, Some(_)) => !pods.is_empty(),
+            })
+            .filter_map(|s| s.process.used_memory_bytes)
+            .sum()
+    });
     let pod_usage = sums
         .into_iter()
         .map(|((gpu_instance, c), (memory, sm))| PodUsage {
@@ -172,6 +211,7 @@ pub fn summarize<'a>(
     GpuProcesses {
         processes: all,
         pods: pod_usage,
+        outside_allocation_bytes,
     }
 }
 
@@ -407,6 +447,7 @@ mod tests {
             gpu: None,
             mig_instances: &mig,
             instance_containers: &containers,
+            assigned: None,
         };
         let unknown = Some((Some("cccccccc-0000-4000-8000-000000000003"), None));
         let p = |gi| in_instance(gi, process(1, Some(1), None, unknown.clone()));
@@ -440,6 +481,66 @@ mod tests {
     }
 
     #[test]
+    fn memory_outside_allocations_is_what_no_holding_pod_owns() {
+        let train = container("ml", "train-1", "main");
+        let whole = container("ml", "whole", "main");
+        let mig = [instance(2), instance(9)];
+        let containers = [vec![&train], vec![]];
+        let assigned = [&whole];
+        let owners = Owners {
+            gpu: Some(&whole),
+            mig_instances: &mig,
+            instance_containers: &containers,
+            assigned: Some(&assigned),
+        };
+        // UID_A is train-0 in the pod list: a pod holding neither the GPU nor an instance.
+        let stranger = Some((Some(UID_A), Some(id('a'))));
+        let host = Some((None, None));
+        let procs = vec![
+            in_instance(2, process(10, Some(1000), None, stranger.clone())),
+            process(11, Some(200), None, host),
+            // An unread cgroup: unknown, not outside (the GPU's owner takes it).
+            process(12, Some(30), None, None),
+        ];
+        let g = summarize(&procs, &pods(), owners, 32);
+        assert_eq!(
+            g.outside_allocation_bytes,
+            Some(((1000 + 200) << 20) as f64)
+        );
+        // Once train-0 holds GI 2 its process there is inside; the host process stays outside.
+        let train0 = container("ml", "train-0", "main");
+        let containers = [vec![&train0], vec![]];
+        let owners = Owners {
+            instance_containers: &containers,
+            ..owners
+        };
+        let g = summarize(&procs, &pods(), owners, 32);
+        assert_eq!(g.outside_allocation_bytes, Some((200u64 << 20) as f64));
+        // A pod the list does not name: a leftover when there is a list, unknown without one.
+        let gone = Some((Some("dddddddd-0000-4000-8000-000000000004"), Some(id('d'))));
+        let procs = vec![process(20, Some(64), None, gone)];
+        let owners_gpu_only = Owners {
+            gpu: None,
+            ..owners
+        };
+        let g = summarize(&procs, &pods(), owners_gpu_only, 32);
+        assert_eq!(g.outside_allocation_bytes, Some((64u64 << 20) as f64));
+        let g = summarize(&procs, &[], owners_gpu_only, 32);
+        assert_eq!(g.outside_allocation_bytes, Some(0.0));
+        // Not measured without the kubelet's assignments.
+        let g = summarize(
+            &procs,
+            &pods(),
+            Owners {
+                assigned: None,
+                ..owners
+            },
+            32,
+        );
+        assert_eq!(g.outside_allocation_bytes, None);
+    }
+
+    #[test]
     fn on_mig_pod_sums_are_per_instance() {
         let train = container("ml", "train-1", "main");
         let mig = [instance(2), instance(9)];
@@ -448,6 +549,7 @@ mod tests {
             gpu: None,
             mig_instances: &mig,
             instance_containers: &containers,
+            assigned: None,
         };
         let procs = vec![
             // train-0 (in the pod list) runs in two instances, one process each.

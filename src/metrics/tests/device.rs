@@ -121,7 +121,12 @@ fn info_carries_identity_and_system_versions() {
 
 #[test]
 fn missing_readings_produce_no_series() {
-    let text = encode(&snapshot(vec![bare_device(0)]));
+    // Processes not read: with them, an empty process list is a reading (0 bytes outside).
+    let opts = MetricsOptions {
+        processes: false,
+        ..MetricsOptions::default()
+    };
+    let text = encode_with(opts, &snapshot(vec![bare_device(0)]));
     assert_eq!(
         families_of_gpu(&text, 0),
         ["nvidia_gpu_info", "nvidia_gpu_up"]

@@ -113,7 +113,11 @@ fn gpm_metrics_the_driver_refused_are_absent_not_zero() {
         sm_occupancy: Some(0.55),
         ..GpmMetrics::default()
     });
-    let text = encode(&snapshot(vec![d]));
+    let opts = MetricsOptions {
+        processes: false,
+        ..MetricsOptions::default()
+    };
+    let text = encode_with(opts, &snapshot(vec![d]));
     assert_eq!(
         families_of_gpu(&text, 0),
         [

@@ -70,6 +70,48 @@ fn two_pods_sharing_a_gpu_each_get_their_own_usage() {
 }
 
 #[test]
+fn memory_outside_allocations_counts_host_processes_and_ended_pods_leftovers() {
+    let opts = || MetricsOptions::default();
+    let outside = |text: &str| {
+        value(
+            text,
+            r#"nvidia_gpu_memory_outside_allocation_bytes{gpu="0",uuid="GPU-0"}"#,
+        )
+    };
+    let mut snap = shared_gpu_snapshot();
+    // Both pods hold the GPU: only the host process (pid 900, 1 GiB) is outside.
+    assert_eq!(
+        outside(&encode_with(opts(), &snap)),
+        Some((1024u64 << 20) as f64)
+    );
+    // infer-b's pod ended (the kubelet no longer assigns it the GPU) but pid 400 still runs.
+    let k = snap.kubernetes.as_mut().unwrap();
+    k.assignments = k
+        .assignments
+        .iter()
+        .filter(|a| a.container.pod != "infer-b")
+        .cloned()
+        .collect();
+    assert_eq!(
+        outside(&encode_with(opts(), &snap)),
+        Some(((1024u64 + 12288) << 20) as f64)
+    );
+    // Nothing outside is 0, not absent.
+    Arc::make_mut(&mut snap.devices[0])
+        .processes
+        .retain(|p| p.pid == 300);
+    assert_eq!(outside(&encode_with(opts(), &snap)), Some(0.0));
+    // Not measured without --processes or without the kubelet.
+    let no_processes = MetricsOptions {
+        processes: false,
+        ..opts()
+    };
+    assert_eq!(outside(&encode_with(no_processes, &snap)), None);
+    snap.kubernetes = None;
+    assert_eq!(outside(&encode_with(opts(), &snap)), None);
+}
+
+#[test]
 fn process_series_are_capped_per_gpu_but_pod_sums_count_all() {
     let snap = shared_gpu_snapshot();
     let text = encode_with(
