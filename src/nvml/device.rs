@@ -553,6 +553,20 @@ fn read_nvlinks(
     d: &Device,
     nvlink_count: &mut Option<u32>,
 ) -> Vec<NvLinkSample> {
+    let mut links = link_states(t, d, nvlink_count);
+    if !links.is_empty() {
+        read_link_throughput(t, d, &mut links);
+        read_link_errors(t, d, &mut links);
+    }
+    links
+}
+
+/// Each link and whether it is up; on the first tick, probing how many links there are.
+fn link_states(
+    t: &mut CallLedger,
+    d: &Device,
+    nvlink_count: &mut Option<u32>,
+) -> Vec<NvLinkSample> {
     let mut links = Vec::new();
     match *nvlink_count {
         Some(count) => {
@@ -600,10 +614,11 @@ fn read_nvlinks(
             *nvlink_count = Some(links.len() as u32);
         }
     }
-    if links.is_empty() {
-        return links;
-    }
+    links
+}
 
+/// The bytes each link has transmitted and received.
+fn read_link_throughput(t: &mut CallLedger, d: &Device, links: &mut [NvLinkSample]) {
     // TX/RX data counters of every link in one field-value call; scope = link.
     let requests: Vec<(u32, u32)> = links
         .iter()
@@ -620,7 +635,7 @@ fn read_nvlinks(
         || raw::field_values(d, &requests),
     ) {
         let mut values = values.into_iter();
-        for l in &mut links {
+        for l in links.iter_mut() {
             let (Some(tx), Some(rx)) = (values.next(), values.next()) else {
                 break;
             };
@@ -636,8 +651,11 @@ fn read_nvlinks(
             l.receive_bytes = kib(NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, rx);
         }
     }
+}
 
-    for l in &mut links {
+/// Each link's error counters.
+fn read_link_errors(t: &mut CallLedger, d: &Device, links: &mut [NvLinkSample]) {
+    for l in links.iter_mut() {
         for (i, (ours, theirs)) in [
             (NvLinkErrorType::CrcFlit, NvLinkCounter::DlCrcFlit),
             (NvLinkErrorType::CrcData, NvLinkCounter::DlCrcData),
@@ -656,7 +674,6 @@ fn read_nvlinks(
             }
         }
     }
-    links
 }
 
 #[cfg(test)]
