@@ -160,15 +160,10 @@ fn read_file(path: &Path) -> Result<Vec<String>, Problem> {
     parse_jobs(&bytes)
 }
 
-/// Job IDs from a file's bytes: UTF-8 text without control characters, one ID a line.
+/// Job IDs from a file's bytes (at most [`MAX_FILE_BYTES`]: [`read_file`] reads no more):
+/// UTF-8 text without control characters, one ID a line.
 fn parse_jobs(bytes: &[u8]) -> Result<Vec<String>, Problem> {
     let malformed = |what: String| Problem::new(JobsError::Malformed, what);
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(malformed(format!(
-            "larger than {} KiB",
-            MAX_FILE_BYTES / 1024
-        )));
-    }
     let text =
         std::str::from_utf8(bytes).map_err(|e| malformed(format!("not UTF-8 text ({e})")))?;
     let mut ids = Vec::new();
@@ -250,8 +245,20 @@ mod tests {
         assert!(m.contains("not UTF-8"), "{m}");
         let (_, m) = reason(&vec![b'7'; MAX_JOB_ID_BYTES + 1]).unwrap();
         assert!(m.contains("longer than 256"), "{m}");
-        let (_, m) = reason(&vec![b'\n'; MAX_FILE_BYTES as usize + 1]).unwrap();
-        assert!(m.contains("larger than 64 KiB"), "{m}");
+    }
+
+    #[test]
+    fn a_file_over_the_limit_is_malformed_and_not_read_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("0");
+        std::fs::write(&path, vec![b'\n'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let problem = read_file(&path).err().unwrap();
+        assert_eq!(problem.reason, JobsError::Malformed);
+        assert!(
+            problem.message.contains("larger than 64 KiB"),
+            "{}",
+            problem.message
+        );
     }
 
     fn device(index: u32, instances: &[u32]) -> Arc<DeviceSample> {
