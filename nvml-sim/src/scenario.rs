@@ -7,6 +7,7 @@
 
 use crate::load::Load;
 use crate::mig::{self, MigSpec};
+use crate::replay::Replay;
 use nvml_wrapper_sys::bindings as b;
 use serde::Deserialize;
 use std::collections::HashSet;
@@ -140,6 +141,9 @@ pub struct GpuSpec {
     /// Processes holding a context on this GPU.
     #[serde(default, rename = "process")]
     pub processes: Vec<ProcessSpec>,
+    /// Recorded readings played back instead of `load` and the physics (see `replay`).
+    #[serde(default)]
+    pub replay: Option<Replay>,
 }
 
 fn default_fan_min() -> f64 {
@@ -650,6 +654,9 @@ impl GpuSpec {
             return Err("nvlink.down names a link beyond nvlink.links".into());
         }
         self.load.validate()?;
+        if let Some(replay) = &self.replay {
+            replay.validate(self.fans, self.nvlink.links)?;
+        }
         Ok(())
     }
 }
