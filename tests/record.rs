@@ -1,0 +1,235 @@
+//! The recorder's round trip: nvml-record reads the simulator as it would read a real node, the
+//! recording is replayed by the simulator, and nvml-exporter serves the same `/metrics` on the
+//! replay as on the original at the same instants.
+//!
+//! The recording is taken in this process through nvml-record's library, one sample per pinned
+//! instant (`NVML_SIM_TIME` = 60, 61, 62, 63; the simulator reads it at each `nvmlInit`), so the
+//! trace is exact. Replay instant k (t = k s) is then compared with original instant 60 + k:
+//!
+//! - every series the exporter serves with every collector group and `--processes`, minus the
+//!   run's own (`common::strip_volatile`: process, timing, build);
+//! - not instant 0: at t = 0 the simulator timestamps its per-process utilization samples 0,
+//!   which the exporter reads as "nothing newer than last time" and leaves out (a real driver
+//!   stamps them with the wall clock, never 0);
+//! - GPM averages (SM activity, occupancy, tensor/DRAM/pipe/media activity) need two GPM samples
+//!   apart in time, which a pinned clock never gives: both sides serve none, and
+//!   [`gpm_averages_replay`] checks them on a running clock instead;
+//! - XID events are not recorded (a pinned clock delivers none on either side).
+
+#![allow(
+    unsafe_code,
+    reason = "std::env::set_var: the simulator reads its clock at nvmlInit"
+)]
+
+mod common;
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use nvml_record::{GpmSamples, Recorder};
+use nvml_wrapper::Nvml;
+
+/// The first recorded instant of the original scenario.
+const T0: u32 = 60;
+/// Samples recorded, one second apart.
+const SAMPLES: u32 = 4;
+
+/// The simulator loaded in this process is one library with one environment: one recording at
+/// a time.
+static LIBRARY: Mutex<()> = Mutex::new(());
+
+fn set_env(vars: &[(&str, Option<&str>)]) {
+    for (name, value) in vars {
+        // SAFETY: LIBRARY is held, so no simulator init runs meanwhile; the other threads of this
+        // binary read the environment only through std (spawning exporters), which locks it.
+        unsafe {
+            match value {
+                Some(v) => std::env::set_var(name, v),
+                None => std::env::remove_var(name),
+            }
+        }
+    }
+}
+
+fn init() -> Nvml {
+    Nvml::builder()
+        .lib_path(common::sim_lib().as_os_str())
+        .init()
+        .expect("nvmlInit on the simulator")
+}
+
+/// Records `scenario` at the pinned instants T0, T0 + 1 s, …: NVML is initialized once per
+/// sample, each time with the next instant.
+fn record_stepped(scenario: &Path) -> String {
+    let _turn = LIBRARY.lock().unwrap_or_else(|e| e.into_inner());
+    let mut recorder: Option<Recorder> = None;
+    for k in 0..SAMPLES {
+        let t = (T0 + k).to_string();
+        set_env(&[
+            ("NVML_SIM_SCENARIO", Some(scenario.to_str().unwrap())),
+            ("NVML_SIM_TIME", Some(&t)),
+        ]);
+        let nvml = init();
+        let recorder = match &mut recorder {
+            Some(r) => r,
+            None => recorder.insert(Recorder::new(&nvml, Duration::from_secs(1)).unwrap()),
+        };
+        recorder.sample(&nvml).unwrap();
+        assert!(recorder.gaps().is_empty(), "{:?}", recorder.gaps());
+        // Dropping `nvml` shuts the library down: the next init reads the next instant.
+    }
+    recorder.unwrap().scenario()
+}
+
+fn every_group_with_processes(flags: &[String]) -> Vec<&str> {
+    common::with_every_group(flags, &["--processes", "--host-proc", "/proc"])
+}
+
+/// `/metrics` of `--once` on `scenario` at pinned `t`, without the run's own series.
+fn once(scenario: &Path, t: u32, args: &[&str]) -> String {
+    let t = t.to_string();
+    let out = common::run_once(
+        &[
+            ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
+            ("NVML_SIM_TIME", &t),
+        ],
+        args,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    common::strip_volatile(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn assert_round_trip(name: &str) {
+    let original = common::scenario(name);
+    let recording = record_stepped(&original);
+    let dir = tempfile::tempdir().unwrap();
+    let replay = common::write_atomic(dir.path(), "recorded.toml", &recording);
+    let flags = common::every_group();
+    let args = every_group_with_processes(&flags);
+    for k in 1..SAMPLES {
+        let want = once(&original, T0 + k, &args);
+        let got = once(&replay, k, &args);
+        let differing: Vec<String> = want
+            .lines()
+            .zip(got.lines())
+            .filter(|(w, g)| w != g)
+            .take(10)
+            .map(|(w, g)| format!("- {w}\n+ {g}"))
+            .collect();
+        assert!(
+            want == got,
+            "{name}: replay at t = {k} differs from the original at t = {} ({} vs {} lines):\n{}",
+            T0 + k,
+            want.lines().count(),
+            got.lines().count(),
+            differing.join("\n")
+        );
+    }
+    // The instants differ from each other, or the comparison proves little.
+    assert_ne!(
+        once(&replay, 1, &args),
+        once(&replay, 2, &args),
+        "{name}: the recording does not change between samples"
+    );
+}
+
+#[test]
+fn replay_of_the_default_scenario_serves_the_same_metrics() {
+    assert_round_trip("h100x8");
+}
+
+#[test]
+fn replay_of_a_pcie_board_with_encoders_serves_the_same_metrics() {
+    // L4: no NVLink, no MIG, no memory temperature sensor, encoder/decoder load, steps patterns.
+    assert_round_trip("l4x2");
+}
+
+#[test]
+fn replay_of_a_board_with_fans_serves_the_same_metrics() {
+    assert_round_trip("rtx6000ada");
+}
+
+/// The saturation and pipe/media families on a running clock: nvml-record samples the default
+/// scenario for 3 s (every GPM input of it is constant, except GPU 1's graphics activity, which
+/// follows its utilization sine), and the exporter serves the same averages on the replay as on
+/// the original.
+#[test]
+fn gpm_averages_replay() {
+    let original = common::scenario("h100x8");
+    let recording = {
+        let _turn = LIBRARY.lock().unwrap_or_else(|e| e.into_inner());
+        set_env(&[
+            ("NVML_SIM_SCENARIO", Some(original.to_str().unwrap())),
+            ("NVML_SIM_TIME", None),
+            ("NVML_SIM_START", Some("60")),
+        ]);
+        let nvml = init();
+        let mut recorder = Recorder::new(&nvml, Duration::from_secs(1)).unwrap();
+        let mut gpm = GpmSamples::default();
+        let start = std::time::Instant::now();
+        for k in 0..3 {
+            // The recorder's sampling period: GPM averages need time to pass between samples.
+            let due = start + Duration::from_secs(k);
+            if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            recorder.sample(&nvml).unwrap();
+            recorder.sample_gpm(&nvml, &mut gpm);
+        }
+        drop(gpm);
+        set_env(&[("NVML_SIM_START", None)]);
+        recorder.scenario()
+    };
+    assert!(
+        recording.contains("sm_occupancy = 0.1"),
+        "GPU 1's occupancy (10 %) is recorded:\n{recording}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let replay = common::write_atomic(dir.path(), "recorded.toml", &recording);
+
+    let families = [
+        "nvidia_gpu_sm_active_ratio",
+        "nvidia_gpu_sm_occupancy_ratio",
+        "nvidia_gpu_tensor_active_ratio",
+        "nvidia_gpu_dram_active_ratio",
+        "nvidia_gpu_graphics_engine_active_ratio",
+        "nvidia_gpu_pipe_active_ratio",
+        "nvidia_gpu_media_engine_active_ratio",
+    ];
+    let flags = common::every_group();
+    let args = common::with_every_group(&flags, &[]);
+    let serve = |scenario: &Path| {
+        let e =
+            common::Exporter::start(&[("NVML_SIM_SCENARIO", scenario.to_str().unwrap())], &args);
+        let m = e.wait_metrics(Duration::from_secs(20), "GPM averages", |m| {
+            families.iter().all(|f| !m.find(f, &[]).is_empty())
+        });
+        m.series
+            .into_iter()
+            .filter(|s| families.contains(&s.name.as_str()))
+            // GPU 1's graphics activity follows a sine: its average depends on the window.
+            .filter(|s| {
+                !(s.name == "nvidia_gpu_graphics_engine_active_ratio"
+                    && s.labels.get("gpu").map(String::as_str) == Some("1"))
+            })
+            .map(|s| ((s.name, s.labels), s.value))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let want = serve(&original);
+    let got = serve(&replay);
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        got.keys().collect::<Vec<_>>(),
+        "the replay serves other GPM series"
+    );
+    for (key, w) in &want {
+        let g = got[key];
+        assert!((w - g).abs() < 1e-9, "{key:?}: original {w}, replay {g}");
+    }
+}
