@@ -233,3 +233,10 @@ fn gpm_averages_replay() {
         assert!((w - g).abs() < 1e-9, "{key:?}: original {w}, replay {g}");
     }
 }
+
+#[test]
+fn replay_of_remapped_rows_and_retired_pages_serves_the_same_metrics() {
+    // A100: row remapping (correctable, uncorrectable, pending); V100: retired pages.
+    assert_round_trip("a100x4");
+    assert_round_trip("v100x2");
+}

@@ -18,8 +18,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use nvml_wrapper::enum_wrappers::device::{
-    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, TemperatureSensor,
-    TemperatureThreshold,
+    Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, RetirementCause,
+    TemperatureSensor, TemperatureThreshold,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
 use nvml_wrapper::enums::gpm::GpmMetricId;
@@ -621,6 +621,22 @@ impl GpuRecording {
                     ("pending", Value::Boolean(pending)),
                     ("failure", Value::Boolean(failure)),
                 ]),
+            );
+        }
+
+        // Page retirement (before Ampere): the addresses; the simulator dates them all before
+        // its start.
+        let pages = |cause| {
+            d.retired_pages(cause)
+                .map(|p| Value::Array(p.iter().map(|p| int(p.address)).collect()))
+        };
+        if let (Ok(single), Ok(double)) = (
+            pages(RetirementCause::MultipleSingleBitEccErrors),
+            pages(RetirementCause::DoubleBitEccError),
+        ) {
+            put(
+                "retired_pages",
+                table([("single_bit", single), ("double_bit", double)]),
             );
         }
 
