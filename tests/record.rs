@@ -12,9 +12,8 @@
 //!   which the exporter reads as "nothing newer than last time" and leaves out (a real driver
 //!   stamps them with the wall clock, never 0);
 //! - GPM averages (SM activity, occupancy, tensor/DRAM/pipe/media activity) need two GPM samples
-//!   apart in time, which a pinned clock never gives: both sides serve none, and
-//!   [`gpm_averages_replay`] checks them on a running clock instead;
-//! - XID events are not recorded (a pinned clock delivers none on either side).
+//!   apart in time, and XID events arrive as time passes: a pinned clock gives neither, on
+//!   either side, and [`gpm_averages_and_xids_replay`] checks both on a running clock instead.
 
 #![allow(
     unsafe_code,
@@ -27,7 +26,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use nvml_record::{GpmSamples, Recorder};
+use nvml_record::{Recorder, Session};
 use nvml_wrapper::Nvml;
 
 /// The first recorded instant of the original scenario.
@@ -155,23 +154,24 @@ fn replay_of_a_board_with_fans_serves_the_same_metrics() {
     assert_round_trip("rtx6000ada");
 }
 
-/// The saturation and pipe/media families on a running clock: nvml-record samples the default
-/// scenario for 3 s (every GPM input of it is constant, except GPU 1's graphics activity, which
-/// follows its utilization sine), and the exporter serves the same averages on the replay as on
-/// the original.
+/// The saturation and pipe/media families and XIDs on a running clock: nvml-record samples the
+/// default scenario from t = 29 s for 3 s (every GPM input of it is constant, except GPU 1's
+/// graphics activity, which follows its utilization sine; GPU 6 has XID 79 at t = 30 s), and the
+/// exporter serves the same averages and the same XID on the replay as on the original from
+/// t = 29 s.
 #[test]
-fn gpm_averages_replay() {
+fn gpm_averages_and_xids_replay() {
     let original = common::scenario("h100x8");
     let recording = {
         let _turn = LIBRARY.lock().unwrap_or_else(|e| e.into_inner());
         set_env(&[
             ("NVML_SIM_SCENARIO", Some(original.to_str().unwrap())),
             ("NVML_SIM_TIME", None),
-            ("NVML_SIM_START", Some("60")),
+            ("NVML_SIM_START", Some("29")),
         ]);
         let nvml = init();
         let mut recorder = Recorder::new(&nvml, Duration::from_secs(1)).unwrap();
-        let mut gpm = GpmSamples::default();
+        let mut session = Session::new(&nvml);
         let start = std::time::Instant::now();
         for k in 0..3 {
             // The recorder's sampling period: GPM averages need time to pass between samples.
@@ -180,15 +180,23 @@ fn gpm_averages_replay() {
                 std::thread::sleep(wait);
             }
             recorder.sample(&nvml).unwrap();
-            recorder.sample_gpm(&nvml, &mut gpm);
+            recorder.sample_over_time(&mut session);
         }
-        drop(gpm);
+        drop(session);
         set_env(&[("NVML_SIM_START", None)]);
         recorder.scenario()
     };
+    let parsed: toml::Table = toml::from_str(&recording).unwrap();
+    let occupancy = parsed["gpu"][1]["load"]["sm_occupancy"].as_float();
     assert!(
-        recording.contains("sm_occupancy = 0.1"),
-        "GPU 1's occupancy (10 %) is recorded:\n{recording}"
+        occupancy.is_some_and(|o| (o - 0.1).abs() < 1e-9),
+        "GPU 1's occupancy (10 %) is recorded: {occupancy:?}"
+    );
+    let event = &parsed["event"][0];
+    assert_eq!(
+        (event["gpu"].as_integer(), event["xid"].as_integer()),
+        (Some(6), Some(79)),
+        "GPU 6's XID 79 is recorded: {event}"
     );
     let dir = tempfile::tempdir().unwrap();
     let replay = common::write_atomic(dir.path(), "recorded.toml", &recording);
@@ -204,12 +212,22 @@ fn gpm_averages_replay() {
     ];
     let flags = common::every_group();
     let args = common::with_every_group(&flags, &[]);
-    let serve = |scenario: &Path| {
-        let e =
-            common::Exporter::start(&[("NVML_SIM_SCENARIO", scenario.to_str().unwrap())], &args);
-        let m = e.wait_metrics(Duration::from_secs(20), "GPM averages", |m| {
+    let xid = [("xid", "79")];
+    let serve = |scenario: &Path, start: &str| {
+        let e = common::Exporter::start(
+            &[
+                ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
+                ("NVML_SIM_START", start),
+            ],
+            &args,
+        );
+        let m = e.wait_metrics(Duration::from_secs(20), "GPM averages and XID 79", |m| {
             families.iter().all(|f| !m.find(f, &[]).is_empty())
+                && m.gpu_value("nvidia_gpu_xid_errors_total", 6, &xid)
+                    .is_some()
         });
+        let xids = m.find("nvidia_gpu_xid_errors_total", &[]);
+        assert_eq!(xids.len(), 1, "one XID series, GPU 6's: {xids:?}");
         m.series
             .into_iter()
             .filter(|s| families.contains(&s.name.as_str()))
@@ -221,8 +239,8 @@ fn gpm_averages_replay() {
             .map(|s| ((s.name, s.labels), s.value))
             .collect::<std::collections::BTreeMap<_, _>>()
     };
-    let want = serve(&original);
-    let got = serve(&replay);
+    let want = serve(&original, "29");
+    let got = serve(&replay, "0");
     assert_eq!(
         want.keys().collect::<Vec<_>>(),
         got.keys().collect::<Vec<_>>(),

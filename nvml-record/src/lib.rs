@@ -17,13 +17,16 @@ mod raw;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     Clock, EccCounter, MemoryError, PcieUtilCounter, PerformancePolicy, RetirementCause,
     TemperatureSensor, TemperatureThreshold,
 };
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::enums::gpm::GpmMetricId;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::event::EventSet;
 use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{self as sys, field_id};
@@ -88,10 +91,41 @@ const GPM_METRICS: [(GpmMetricId, &str, f64); 19] = [
     ),
 ];
 
-/// The previous GPM sample of each GPU, kept between two [`Recorder::sample_gpm`] calls of one
-/// NVML session (a sample belongs to the session that took it).
-#[derive(Default)]
-pub struct GpmSamples<'nvml>(Vec<Option<GpmSample<'nvml>>>);
+/// What a recording keeps from one NVML session between two [`Recorder::sample_over_time`]
+/// calls: each GPU's previous GPM sample and the XID event set (both belong to the session that
+/// made them).
+pub struct Session<'nvml> {
+    nvml: &'nvml Nvml,
+    gpm: Vec<Option<GpmSample<'nvml>>>,
+    xids: Option<EventSet<'nvml>>,
+}
+
+impl<'nvml> Session<'nvml> {
+    /// Registers for the XID events of every GPU that reports them.
+    pub fn new(nvml: &'nvml Nvml) -> Session<'nvml> {
+        let mut xids = nvml.create_event_set().ok();
+        let count = nvml.device_count().unwrap_or(0);
+        for index in 0..count {
+            let Ok(device) = nvml.device_by_index(index) else {
+                continue;
+            };
+            let reports = device
+                .supported_event_types()
+                .is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR));
+            if let (true, Some(set)) = (reports, xids.take()) {
+                // A failed registration frees the set: the rest of the recording has no XIDs.
+                xids = device
+                    .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+                    .ok();
+            }
+        }
+        Session {
+            nvml,
+            gpm: Vec::new(),
+            xids,
+        }
+    }
+}
 
 /// Why recording could not start or go on.
 #[derive(Debug)]
@@ -243,6 +277,8 @@ pub struct Recorder {
     driver: Table,
     gpus: Vec<GpuRecording>,
     samples: usize,
+    /// XID events: (sample, GPU index, XID).
+    xids: Vec<(usize, u32, u64)>,
 }
 
 impl Recorder {
@@ -275,6 +311,7 @@ impl Recorder {
             driver,
             gpus,
             samples: 0,
+            xids: Vec::new(),
         })
     }
 
@@ -291,13 +328,24 @@ impl Recorder {
         Ok(())
     }
 
-    /// Takes a GPM sample of every GPU that supports GPM and records, per metric, its average
-    /// over the window since the previous call with the same `previous` (nothing on the first
-    /// call). Called right after [`Recorder::sample`], it gives the replay the GPM averages of the
-    /// periods between samples.
-    pub fn sample_gpm<'nvml>(&mut self, nvml: &'nvml Nvml, previous: &mut GpmSamples<'nvml>) {
-        previous.0.resize_with(self.gpus.len(), || None);
-        for (gpu, prev) in self.gpus.iter_mut().zip(&mut previous.0) {
+    /// What only time passing shows, since the previous call with the same `session`: each
+    /// GPU's GPM averages over the window (nothing on the first call) and the XID events that
+    /// arrived (dated at this sample). Called right after [`Recorder::sample`].
+    pub fn sample_over_time(&mut self, session: &mut Session<'_>) {
+        let k = self.samples.saturating_sub(1);
+        if let Some(set) = &session.xids {
+            while let Ok(event) = set.wait(0) {
+                let (Ok(index), Some(XidError::Value(xid))) =
+                    (event.device.index(), event.event_data)
+                else {
+                    continue;
+                };
+                self.xids.push((k, index, xid));
+            }
+        }
+        let nvml = session.nvml;
+        session.gpm.resize_with(self.gpus.len(), || None);
+        for (gpu, prev) in self.gpus.iter_mut().zip(&mut session.gpm) {
             let Ok(device) = nvml.device_by_index(gpu.index) else {
                 continue;
             };
@@ -374,6 +422,22 @@ impl Recorder {
             .map(|g| Value::Table(g.table(step, self.samples)))
             .collect();
         root.insert("gpu".into(), Value::Array(gpus));
+        // Each XID at the sample that saw it, again every pass of the replay.
+        let events: Vec<Value> = self
+            .xids
+            .iter()
+            .map(|&(k, gpu, xid)| {
+                table([
+                    ("t", float(k as f64 * step)),
+                    ("gpu", int(gpu.into())),
+                    ("xid", int(xid)),
+                    ("repeat", float(self.samples as f64 * step)),
+                ])
+            })
+            .collect();
+        if !events.is_empty() {
+            root.insert("event".into(), Value::Array(events));
+        }
         let header = format!(
             "# Recorded by nvml-record: {} GPU(s), {} samples every {} s. Replay with nvml-sim\n\
              # (NVML_SIM_SCENARIO=this file); the readings cycle, counters keep growing.\n\n",

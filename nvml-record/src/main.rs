@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use nvml_record::{GpmSamples, Recorder};
+use nvml_record::{Recorder, Session};
 use nvml_wrapper::Nvml;
 
 /// Records every GPU of this node through NVML (static facts and a sampled trace of every
@@ -88,14 +88,14 @@ fn record(args: &Args) -> Result<String, Box<dyn std::error::Error>> {
         .map_err(|e| format!("loading NVML from {}: {e}", args.nvml_lib.display()))?;
     let mut recorder = Recorder::new(&nvml, args.period)?;
     let samples = (args.duration.as_nanos() / args.period.as_nanos()) as u32;
-    let mut gpm = GpmSamples::default();
+    let mut session = Session::new(&nvml);
     let start = Instant::now();
     for k in 0..samples {
         if let Some(wait) = (start + args.period * k).checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
         recorder.sample(&nvml)?;
-        recorder.sample_gpm(&nvml, &mut gpm);
+        recorder.sample_over_time(&mut session);
     }
     for (gpu, reading, failures) in recorder.gaps() {
         eprintln!(
