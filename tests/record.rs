@@ -258,3 +258,11 @@ fn replay_of_remapped_rows_and_retired_pages_serves_the_same_metrics() {
     assert_round_trip("a100x4");
     assert_round_trip("v100x2");
 }
+
+#[test]
+fn replay_of_mig_instances_serves_the_same_metrics() {
+    // H100: four GPU instances (after the reconfiguration at t = 60 s) and a second GPU with MIG
+    // off but pending; A100: seven 1g.10gb instances. Per-instance memory, MIG devices, processes.
+    assert_round_trip("h100-mig");
+    assert_round_trip("a100-mig");
+}

@@ -97,6 +97,8 @@ const GPM_METRICS: [(GpmMetricId, &str, f64); 19] = [
 pub struct Session<'nvml> {
     nvml: &'nvml Nvml,
     gpm: Vec<Option<GpmSample<'nvml>>>,
+    /// By (GPU position, GPU instance id).
+    instance_gpm: BTreeMap<(usize, u32), GpmSample<'nvml>>,
     xids: Option<EventSet<'nvml>>,
 }
 
@@ -122,9 +124,53 @@ impl<'nvml> Session<'nvml> {
         Session {
             nvml,
             gpm: Vec::new(),
+            instance_gpm: BTreeMap::new(),
             xids,
         }
     }
+}
+
+/// Appends each GPM metric's average between `before` and `now` to its `load` key's list.
+fn gpm_window<'nvml>(
+    nvml: &'nvml Nvml,
+    before: &GpmSample<'nvml>,
+    now: &GpmSample<'nvml>,
+    into: &mut BTreeMap<&'static str, Vec<f64>>,
+) {
+    let ids: Vec<GpmMetricId> = GPM_METRICS.iter().map(|(id, _, _)| *id).collect();
+    if let Ok(results) = gpm_metrics_get(nvml, before, now, &ids) {
+        for ((_, key, divisor), result) in GPM_METRICS.iter().zip(results) {
+            if let Ok(r) = result {
+                into.entry(key).or_default().push(r.value / divisor);
+            }
+        }
+    }
+}
+
+/// GPM averages as `load` patterns: window k (between samples k and k + 1) is step k, the last
+/// step repeats the last window. Keys with a window missing are left out (the simulator's
+/// defaults stand in).
+fn gpm_load(gpm: &BTreeMap<&'static str, Vec<f64>>, step: f64, samples: usize) -> Table {
+    gpm.iter()
+        .filter(|(_, windows)| windows.len() + 1 == samples)
+        .map(|(key, windows)| {
+            let mut values = windows.clone();
+            values.push(*windows.last().expect("at least one window"));
+            let pattern = if values.iter().all(|v| *v == values[0]) {
+                float(values[0])
+            } else {
+                table([
+                    ("shape", Value::String("steps".into())),
+                    ("step", float(step)),
+                    (
+                        "values",
+                        Value::Array(values.into_iter().map(float).collect()),
+                    ),
+                ])
+            };
+            (key.to_string(), pattern)
+        })
+        .collect()
 }
 
 /// Why recording could not start or go on.
@@ -240,6 +286,8 @@ struct SeenProcess {
     used_bytes: u64,
     first: usize,
     last: usize,
+    /// (GPU instance, compute instance) on a GPU in MIG mode.
+    instance: Option<(u32, u32)>,
 }
 
 /// The readings of one GPU, one entry per sample.
@@ -259,6 +307,121 @@ impl Traces {
     }
 }
 
+/// A MIG GPU instance as it was when the recording started.
+#[derive(Debug)]
+struct InstanceRecording {
+    id: u32,
+    profile: String,
+    start: u32,
+    computes: Vec<ComputeRecording>,
+    /// Memory used, bytes, from its MIG devices.
+    memory: Trace,
+    /// GPM averages per `load` key.
+    gpm: BTreeMap<&'static str, Vec<f64>>,
+}
+
+/// A compute instance (a MIG device) of a GPU instance.
+#[derive(Debug)]
+struct ComputeRecording {
+    id: u32,
+    uuid: String,
+    /// Its compute slices and those of its GPU instance (`nvmlDeviceGetAttributes`).
+    slices: Option<(u32, u32)>,
+}
+
+/// The `load` keys a MIG instance takes: links belong to the whole board.
+fn instance_load_key(key: &str) -> bool {
+    !key.starts_with("pcie_") && !key.starts_with("nvlink_")
+}
+
+/// The MIG devices of `d` now: (GPU instance id, compute instance id, handle).
+fn mig_devices<'nvml>(d: &Device<'nvml>) -> Vec<(u32, u32, Device<'nvml>)> {
+    let max = d.mig_device_count().unwrap_or(0);
+    (0..max)
+        .filter_map(|i| {
+            let mig = d.mig_device_by_index(i).ok()?;
+            let (gi, ci) = raw::mig_ids(&mig).ok()?;
+            Some((gi, ci, mig))
+        })
+        .collect()
+}
+
+/// The GPU instances of `d` (MIG mode on) with their compute instances, by GPU instance id.
+fn read_instances(d: &Device) -> Result<Vec<InstanceRecording>, NvmlError> {
+    let profiles: BTreeMap<u32, String> = raw::gpu_instance_profiles(d).into_iter().collect();
+    let mut instances: BTreeMap<u32, InstanceRecording> = BTreeMap::new();
+    for (gi, ci, mig) in mig_devices(d) {
+        let instance = match instances.entry(gi) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(e) => {
+                let (profile_id, start) = raw::gpu_instance_placement(d, gi)?;
+                let profile = profiles.get(&profile_id).ok_or(NvmlError::NotFound)?;
+                e.insert(InstanceRecording {
+                    id: gi,
+                    profile: profile.clone(),
+                    start,
+                    computes: Vec::new(),
+                    memory: Trace::default(),
+                    gpm: BTreeMap::new(),
+                })
+            }
+        };
+        let compute = ComputeRecording {
+            id: ci,
+            uuid: mig.uuid()?,
+            slices: mig
+                .attributes()
+                .ok()
+                .map(|a| (a.compute_instance_slice_count, a.gpu_instance_slice_count)),
+        };
+        instance.computes.push(compute);
+    }
+    Ok(instances.into_values().collect())
+}
+
+impl InstanceRecording {
+    /// The `[[gpu.mig.instance]]` table.
+    fn table(&self, step: f64, samples: usize) -> Value {
+        let mut t = Table::new();
+        t.insert("id".into(), int(self.id.into()));
+        t.insert("profile".into(), Value::String(self.profile.clone()));
+        t.insert("start".into(), int(self.start.into()));
+        match self.computes.as_slice() {
+            // One compute instance spanning the GPU instance: the simulator's default.
+            [c] if c.id == 0 && c.slices.is_none_or(|(ci, gi)| ci == gi) => {
+                t.insert("uuid".into(), Value::String(c.uuid.clone()));
+            }
+            computes => {
+                let computes = computes
+                    .iter()
+                    .map(|c| {
+                        let mut ct = Table::new();
+                        ct.insert("id".into(), int(c.id.into()));
+                        ct.insert("uuid".into(), Value::String(c.uuid.clone()));
+                        if let Some((slices, _)) = c.slices {
+                            ct.insert("slices".into(), int(slices.into()));
+                        }
+                        Value::Table(ct)
+                    })
+                    .collect();
+                t.insert("compute".into(), Value::Array(computes));
+            }
+        }
+        let mut load = gpm_load(&self.gpm, step, samples);
+        load.retain(|k, _| instance_load_key(k));
+        if !load.is_empty() {
+            t.insert("load".into(), Value::Table(load));
+        }
+        if let Some(memory) = self.memory.series() {
+            t.insert(
+                "replay".into(),
+                table([("step", float(step)), ("memory_used_bytes", memory)]),
+            );
+        }
+        Value::Table(t)
+    }
+}
+
 /// One GPU being recorded.
 #[derive(Debug)]
 struct GpuRecording {
@@ -266,6 +429,10 @@ struct GpuRecording {
     /// The `[[gpu]]` keys read once.
     facts: Table,
     links: u32,
+    /// MIG mode (current, pending), when the GPU has MIG.
+    mig: Option<(bool, bool)>,
+    /// The GPU instances, when MIG mode is on.
+    instances: Vec<InstanceRecording>,
     traces: Traces,
     processes: BTreeMap<u32, SeenProcess>,
 }
@@ -357,20 +524,25 @@ impl Recorder {
                 continue;
             };
             if let Some(before) = prev.take() {
-                let ids: Vec<GpmMetricId> = GPM_METRICS.iter().map(|(id, _, _)| *id).collect();
-                if let Ok(results) = gpm_metrics_get(nvml, &before, &now, &ids) {
-                    for ((_, key, divisor), result) in GPM_METRICS.iter().zip(results) {
-                        if let Ok(r) = result {
-                            gpu.traces
-                                .gpm
-                                .entry(key)
-                                .or_default()
-                                .push(r.value / divisor);
-                        }
-                    }
-                }
+                gpm_window(nvml, &before, &now, &mut gpu.traces.gpm);
             }
             *prev = Some(now);
+        }
+        for (position, gpu) in self.gpus.iter_mut().enumerate() {
+            let Ok(device) = nvml.device_by_index(gpu.index) else {
+                continue;
+            };
+            for instance in &mut gpu.instances {
+                let key = (position, instance.id);
+                let Ok(now) = device.gpm_mig_sample(instance.id) else {
+                    session.instance_gpm.remove(&key);
+                    continue;
+                };
+                if let Some(before) = session.instance_gpm.remove(&key) {
+                    gpm_window(nvml, &before, &now, &mut instance.gpm);
+                }
+                session.instance_gpm.insert(key, now);
+            }
         }
     }
 
@@ -568,25 +740,14 @@ impl GpuRecording {
             put("bar1_total_mib", int(bar1.total / MIB));
             put("bar1_used_mib", int(bar1.used / MIB));
         }
-        match d.mig_mode() {
-            Ok(mode) => {
-                put("mig_capable", Value::Boolean(true));
-                if mode.current != 0 {
-                    eprintln!(
-                        "nvml-record: GPU {index} runs in MIG mode; its instances are not recorded \
-                         (the replay has MIG off)"
-                    );
-                }
-                put(
-                    "mig",
-                    table([
-                        ("enabled", Value::Boolean(false)),
-                        ("pending", Value::Boolean(mode.pending != 0)),
-                    ]),
-                );
+        let mig = d.mig_mode().ok().map(|m| (m.current != 0, m.pending != 0));
+        put("mig_capable", Value::Boolean(mig.is_some()));
+        let instances = match mig {
+            Some((true, _)) => {
+                read_instances(d).map_err(|e| fail(&what("reading the MIG instances"), e))?
             }
-            Err(_) => put("mig_capable", Value::Boolean(false)),
-        }
+            _ => Vec::new(),
+        };
         let fans = d.num_fans().unwrap_or(0);
         put("fans", int(fans.into()));
 
@@ -720,6 +881,8 @@ impl GpuRecording {
             index,
             facts: f,
             links,
+            mig,
+            instances,
             traces,
             processes: BTreeMap::new(),
         })
@@ -801,6 +964,19 @@ impl GpuRecording {
             }
         }
 
+        if !self.instances.is_empty() {
+            let mut used: BTreeMap<u32, u64> = BTreeMap::new();
+            for (gi, _, mig) in mig_devices(d) {
+                if let Ok(m) = mig.memory_info() {
+                    used.entry(gi).or_insert(m.used);
+                }
+            }
+            for instance in &mut self.instances {
+                let memory = used.get(&instance.id).copied().ok_or(NvmlError::NotFound);
+                instance.memory.push(memory);
+            }
+        }
+
         for (graphics, processes) in [
             (false, d.running_compute_processes()),
             (true, d.running_graphics_processes()),
@@ -817,6 +993,9 @@ impl GpuRecording {
                     used_bytes: used,
                     first: k,
                     last: k,
+                    instance: p
+                        .gpu_instance_id
+                        .map(|gi| (gi, p.compute_instance_id.unwrap_or(0))),
                 });
                 seen.last = k;
                 seen.used_bytes = used;
@@ -875,30 +1054,23 @@ impl GpuRecording {
         }
         gpu.insert("replay".into(), Value::Table(replay));
 
-        // GPM averages feed the simulator's GPM counters through `load`: window k (between
-        // samples k and k+1) is step k; the last step repeats the last window.
-        let load: Table = t
-            .gpm
-            .iter()
-            .filter(|(_, windows)| windows.len() + 1 == samples)
-            .map(|(key, windows)| {
-                let mut values = windows.clone();
-                values.push(*windows.last().expect("at least one window"));
-                let pattern = if values.iter().all(|v| *v == values[0]) {
-                    float(values[0])
-                } else {
-                    table([
-                        ("shape", Value::String("steps".into())),
-                        ("step", float(step)),
-                        (
-                            "values",
-                            Value::Array(values.into_iter().map(float).collect()),
-                        ),
-                    ])
-                };
-                (key.to_string(), pattern)
-            })
-            .collect();
+        if let Some((enabled, pending)) = self.mig {
+            let mut mig = Table::new();
+            mig.insert("enabled".into(), Value::Boolean(enabled));
+            mig.insert("pending".into(), Value::Boolean(pending));
+            let instances: Vec<Value> = self
+                .instances
+                .iter()
+                .map(|i| i.table(step, samples))
+                .collect();
+            if !instances.is_empty() {
+                mig.insert("instance".into(), Value::Array(instances));
+            }
+            gpu.insert("mig".into(), Value::Table(mig));
+        }
+
+        // GPM averages feed the simulator's GPM counters through `load`.
+        let load = gpm_load(&t.gpm, step, samples);
         if !load.is_empty() {
             gpu.insert("load".into(), Value::Table(load));
         }
@@ -922,6 +1094,10 @@ impl GpuRecording {
                 }
                 if p.last + 1 < samples {
                     table.insert("to".into(), float((p.last + 1) as f64 * step));
+                }
+                if let Some((gi, ci)) = p.instance {
+                    table.insert("gpu_instance".into(), int(gi.into()));
+                    table.insert("compute_instance".into(), int(ci.into()));
                 }
                 Value::Table(table)
             })

@@ -92,3 +92,65 @@ pub fn remapped_rows(device: &Device) -> Result<(u32, u32, bool, bool), NvmlErro
     };
     Ok((corr, unc, pending != 0, failed != 0))
 }
+
+/// (GPU instance id, compute instance id) of a MIG device handle.
+pub fn mig_ids(mig: &Device) -> Result<(u32, u32), NvmlError> {
+    let lib = mig.nvml().lib();
+    let gi_sym = nvml_sym(lib.nvmlDeviceGetGpuInstanceId.as_ref())?;
+    let ci_sym = nvml_sym(lib.nvmlDeviceGetComputeInstanceId.as_ref())?;
+    let (mut gi, mut ci) = (0, 0);
+    // SAFETY: valid MIG device handle and out-pointers.
+    unsafe {
+        nvml_try(gi_sym(mig.handle(), &mut gi))?;
+        nvml_try(ci_sym(mig.handle(), &mut ci))?;
+    }
+    Ok((gi, ci))
+}
+
+/// (profile id, placement start) of GPU instance `gi` of `device`.
+pub fn gpu_instance_placement(device: &Device, gi: u32) -> Result<(u32, u32), NvmlError> {
+    let lib = device.nvml().lib();
+    let by_id = nvml_sym(lib.nvmlDeviceGetGpuInstanceById.as_ref())?;
+    let get_info = nvml_sym(lib.nvmlGpuInstanceGetInfo.as_ref())?;
+    let mut instance: sys::nvmlGpuInstance_t = std::ptr::null_mut();
+    // SAFETY: valid device handle and out-pointer.
+    unsafe { nvml_try(by_id(device.handle(), gi, &mut instance))? };
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut info: sys::nvmlGpuInstanceInfo_t = unsafe { mem::zeroed() };
+    // SAFETY: the instance handle was just returned by NVML; the out-pointer is valid.
+    unsafe { nvml_try(get_info(instance, &mut info))? };
+    Ok((info.profileId, info.placement.start))
+}
+
+/// The GPU-instance profiles of `device` (MIG mode on): profile id → name without the "MIG "
+/// prefix ("1g.10gb"), from `nvmlDeviceGetGpuInstanceProfileInfoV`.
+pub fn gpu_instance_profiles(device: &Device) -> Vec<(u32, String)> {
+    let Ok(sym) = nvml_sym(
+        device
+            .nvml()
+            .lib()
+            .nvmlDeviceGetGpuInstanceProfileInfoV
+            .as_ref(),
+    ) else {
+        return Vec::new();
+    };
+    (0..sys::NVML_GPU_INSTANCE_PROFILE_COUNT)
+        .filter_map(|profile| {
+            // SAFETY: plain old data; all-zero is a valid value.
+            let mut info: sys::nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
+            // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2): the size, version in the top byte.
+            info.version =
+                (mem::size_of::<sys::nvmlGpuInstanceProfileInfo_v2_t>() | (2 << 24)) as u32;
+            // SAFETY: valid handle; out-pointer to a struct of the size its version word says.
+            unsafe { nvml_try(sym(device.handle(), profile, &mut info)).ok()? };
+            let name: Vec<u8> = info
+                .name
+                .iter()
+                .take_while(|&&c| c != 0)
+                .map(|&c| c as u8)
+                .collect();
+            let name = String::from_utf8_lossy(&name).into_owned();
+            Some((info.id, name.trim_start_matches("MIG ").to_owned()))
+        })
+        .collect()
+}

@@ -260,6 +260,32 @@ impl Replay {
     }
 }
 
+/// A MIG GPU instance's recorded memory use (`[gpu.mig.instance.replay]`): what its MIG devices
+/// answered in `nvmlDeviceGetMemoryInfo(_v2)`, bytes, one value per `step` seconds.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceReplay {
+    /// Seconds between two recorded values.
+    pub step: f64,
+    /// Memory used, bytes (a gauge: it cycles).
+    pub memory_used_bytes: Series,
+}
+
+impl InstanceReplay {
+    /// Checks the step and the series.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.step.is_finite() && self.step > 0.0) {
+            return Err(format!("replay.step must be > 0, got {}", self.step));
+        }
+        self.memory_used_bytes.validate("memory_used_bytes")
+    }
+
+    /// The instance's memory use at `t`, bytes.
+    pub fn memory_used(&self, t: f64) -> u64 {
+        self.memory_used_bytes.gauge(self.step, t) as u64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
