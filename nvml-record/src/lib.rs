@@ -288,6 +288,8 @@ struct SeenProcess {
     last: usize,
     /// (GPU instance, compute instance) on a GPU in MIG mode.
     instance: Option<(u32, u32)>,
+    /// `nvmlDeviceGetProcessUtilization` per sample: sm, memory, encoder, decoder (percent).
+    utilization: [Trace; 4],
 }
 
 /// The readings of one GPU, one entry per sample.
@@ -433,6 +435,8 @@ struct GpuRecording {
     mig: Option<(bool, bool)>,
     /// The GPU instances, when MIG mode is on.
     instances: Vec<InstanceRecording>,
+    /// Newest per-process utilization sample read (µs), and whether the GPU has none to give.
+    process_utilization: (u64, bool),
     traces: Traces,
     processes: BTreeMap<u32, SeenProcess>,
 }
@@ -673,7 +677,11 @@ fn brand_name(code: u32) -> &'static str {
 }
 
 fn table(pairs: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
-    Value::Table(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+    Value::Table(table_of(pairs))
+}
+
+fn table_of(pairs: impl IntoIterator<Item = (&'static str, Value)>) -> Table {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 fn watts(mw: u32) -> Value {
@@ -883,6 +891,7 @@ impl GpuRecording {
             links,
             mig,
             instances,
+            process_utilization: (0, false),
             traces,
             processes: BTreeMap::new(),
         })
@@ -977,6 +986,29 @@ impl GpuRecording {
             }
         }
 
+        // Per-process utilization: the average of the driver's samples since the last read.
+        let mut utilization: BTreeMap<u32, ([u64; 4], u64)> = BTreeMap::new();
+        match d.process_utilization_stats(self.process_utilization.0) {
+            Ok(samples) => {
+                for s in samples
+                    .iter()
+                    .filter(|s| s.timestamp > self.process_utilization.0)
+                {
+                    let (sum, n) = utilization.entry(s.pid).or_default();
+                    let values = [s.sm_util, s.mem_util, s.enc_util, s.dec_util];
+                    for (total, v) in sum.iter_mut().zip(values) {
+                        *total += u64::from(v);
+                    }
+                    *n += 1;
+                }
+                if let Some(newest) = samples.iter().map(|s| s.timestamp).max() {
+                    self.process_utilization.0 = self.process_utilization.0.max(newest);
+                }
+            }
+            Err(e) if unsupported(&e) => self.process_utilization.1 = true,
+            Err(_) => {}
+        }
+
         for (graphics, processes) in [
             (false, d.running_compute_processes()),
             (true, d.running_graphics_processes()),
@@ -996,7 +1028,21 @@ impl GpuRecording {
                     instance: p
                         .gpu_instance_id
                         .map(|gi| (gi, p.compute_instance_id.unwrap_or(0))),
+                    utilization: Default::default(),
                 });
+                let average = utilization
+                    .get(&p.pid)
+                    .map(|(sum, n)| sum.map(|total| (total + n / 2) / n));
+                for (i, trace) in seen.utilization.iter_mut().enumerate() {
+                    // Samples before the process appeared take its first known value; a
+                    // process in both lists is counted once per sample.
+                    while trace.values.len() < k {
+                        trace.values.push(None);
+                    }
+                    if trace.values.len() == k {
+                        trace.values.push(average.map(|a| a[i]));
+                    }
+                }
                 seen.last = k;
                 seen.used_bytes = used;
                 if graphics {
@@ -1098,6 +1144,22 @@ impl GpuRecording {
                 if let Some((gi, ci)) = p.instance {
                     table.insert("gpu_instance".into(), int(gi.into()));
                     table.insert("compute_instance".into(), int(ci.into()));
+                }
+                let series: Option<Vec<Value>> = p.utilization.iter().map(Trace::series).collect();
+                if let (false, Some([sm, memory, encoder, decoder])) = (
+                    self.process_utilization.1,
+                    series.and_then(|s| <[Value; 4]>::try_from(s).ok()),
+                ) {
+                    table.insert(
+                        "replay".into(),
+                        Value::Table(table_of([
+                            ("step", float(step)),
+                            ("sm", sm),
+                            ("memory", memory),
+                            ("encoder", encoder),
+                            ("decoder", decoder),
+                        ])),
+                    );
                 }
                 Value::Table(table)
             })

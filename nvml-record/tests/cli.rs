@@ -62,11 +62,15 @@ fn recording_the_replay_gives_the_recording_back() {
     assert!(!recorded.contains("fan_percent"), "{recorded}");
     assert!(recorded.contains("memory_temperature_c = "), "{recorded}");
     assert!(recorded.contains("name = \"tritonserver\""), "{recorded}");
+    assert!(recorded.contains("[gpu.process.replay]"), "{recorded}");
     assert_eq!(recorded.matches("[[gpu]]").count(), 8);
+    // The first recording is of one pinned instant, so every step of it is the same; t = 1 s
+    // rather than 0, where the simulator stamps per-process utilization samples 0, which a
+    // reader takes for "nothing new".
     let again = record_ok(
         &[
             ("NVML_SIM_SCENARIO", first.to_str().unwrap()),
-            ("NVML_SIM_TIME", "0"),
+            ("NVML_SIM_TIME", "1"),
         ],
         &second,
     );

@@ -286,6 +286,41 @@ impl InstanceReplay {
     }
 }
 
+/// A process's recorded utilization (`[gpu.process.replay]`): what
+/// `nvmlDeviceGetProcessUtilization` answered for it, percent, one value per `step` seconds.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessReplay {
+    /// Seconds between two recorded values.
+    pub step: f64,
+    /// `smUtil`.
+    pub sm: Series,
+    /// `memUtil`.
+    pub memory: Series,
+    /// `encUtil`.
+    pub encoder: Series,
+    /// `decUtil`.
+    pub decoder: Series,
+}
+
+impl ProcessReplay {
+    /// Checks the step and the series.
+    pub fn validate(&self) -> Result<(), String> {
+        if !(self.step.is_finite() && self.step > 0.0) {
+            return Err(format!("replay.step must be > 0, got {}", self.step));
+        }
+        self.sm.validate("sm")?;
+        self.memory.validate("memory")?;
+        self.encoder.validate("encoder")?;
+        self.decoder.validate("decoder")
+    }
+
+    /// (sm, memory, encoder, decoder) percent at `t`.
+    pub fn at(&self, t: f64) -> [u32; 4] {
+        [&self.sm, &self.memory, &self.encoder, &self.decoder].map(|s| s.gauge(self.step, t) as u32)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@
 
 use crate::load::Load;
 use crate::mig::{self, MigSpec};
-use crate::replay::Replay;
+use crate::replay::{ProcessReplay, Replay};
 use nvml_wrapper_sys::bindings as b;
 use serde::Deserialize;
 use std::collections::HashSet;
@@ -357,6 +357,9 @@ pub struct ProcessSpec {
     pub gpu_instance: Option<u32>,
     /// Compute instance id within that GPU instance (default 0).
     pub compute_instance: Option<u32>,
+    /// Recorded per-process utilization, in place of the GPU's split by memory share.
+    #[serde(default)]
+    pub replay: Option<ProcessReplay>,
 }
 
 fn compute() -> String {
@@ -639,6 +642,11 @@ impl GpuSpec {
             ));
         }
         for p in &self.processes {
+            if let Some(replay) = &p.replay {
+                replay
+                    .validate()
+                    .map_err(|e| format!("process {}: {e}", p.pid))?;
+            }
             if !["compute", "graphics", "both"].contains(&p.kind.as_str()) {
                 return Err(format!(
                     "process {}: kind must be compute|graphics|both",

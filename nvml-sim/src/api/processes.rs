@@ -118,13 +118,19 @@ device_fns! {
         let share = |p: &ProcessSpec, x: f64| ((x * 100.0 * p.used_memory_mib as f64 / held as f64).round()) as c_uint;
         let samples: Vec<_> = procs
             .iter()
-            .map(|p| nvmlProcessUtilizationSample_t {
-                pid: p.pid,
-                timeStamp: (c.t * 1e6) as c_ulonglong,
-                smUtil: share(p, sm),
-                memUtil: share(p, mem),
-                encUtil: share(p, enc),
-                decUtil: share(p, dec),
+            .map(|p| {
+                let [sm, mem, enc, dec] = match &p.replay {
+                    Some(recorded) => recorded.at(c.t),
+                    None => [share(p, sm), share(p, mem), share(p, enc), share(p, dec)],
+                };
+                nvmlProcessUtilizationSample_t {
+                    pid: p.pid,
+                    timeStamp: (c.t * 1e6) as c_ulonglong,
+                    smUtil: sm,
+                    memUtil: mem,
+                    encUtil: enc,
+                    decUtil: dec,
+                }
             })
             .collect();
         write_array(process_samples_count, utilization, &samples)

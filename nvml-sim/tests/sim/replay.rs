@@ -24,6 +24,15 @@ sm_mhz = 1410
 violation_ns = { power = [0, 7, 9] }
 ecc_corrected = [3, 3, 4]
 nvlink_replay = [[1, 2, 3], 0]
+[[gpu.process]]
+pid = 7
+name = "recorded"
+used_memory_mib = 1024
+replay = { step = 2, sm = [11, 37, 5], memory = 4, encoder = 0, decoder = 0 }
+[[gpu.process]]
+pid = 8
+name = "split"
+used_memory_mib = 1024
 "#;
 
 #[test]
@@ -54,6 +63,15 @@ fn replayed_readings_step_cycle_and_keep_counting() {
             .unwrap(),
         2 + 2
     );
+    // A process with its own recording answers it; one without splits the GPU's utilization
+    // (20 %) by memory share.
+    let mut stats = d.process_utilization_stats(0).unwrap();
+    stats.sort_by_key(|s| s.pid);
+    let by_pid: Vec<_> = stats
+        .iter()
+        .map(|s| (s.pid, s.sm_util, s.mem_util))
+        .collect();
+    assert_eq!(by_pid, [(7, 37, 4), (8, 10, 3)]);
     // Left out of the recording: NOT_SUPPORTED, not a simulated value.
     assert!(matches!(
         d.temperature(TemperatureSensor::Gpu),
