@@ -13,7 +13,8 @@
 //!   stamps them with the wall clock, never 0);
 //! - GPM averages (SM activity, occupancy, tensor/DRAM/pipe/media activity) need two GPM samples
 //!   apart in time, and XID events arrive as time passes: a pinned clock gives neither, on
-//!   either side, and [`gpm_averages_and_xids_replay`] checks both on a running clock instead.
+//!   either side, and [`gpm_averages_and_xids_replay`] and
+//!   [`gpm_averages_of_mig_instances_replay`] check them on a running clock instead.
 
 #![allow(
     unsafe_code,
@@ -154,38 +155,105 @@ fn replay_of_a_board_with_fans_serves_the_same_metrics() {
     assert_round_trip("rtx6000ada");
 }
 
-/// The saturation and pipe/media families and XIDs on a running clock: nvml-record samples the
-/// default scenario from t = 29 s for 3 s (every GPM input of it is constant, except GPU 1's
-/// graphics activity, which follows its utilization sine; GPU 6 has XID 79 at t = 30 s), and the
-/// exporter serves the same averages and the same XID on the replay as on the original from
-/// t = 29 s.
+/// Records `scenario` on a running clock from t = `start` s, 3 samples 1 s apart, through the
+/// recorder's session (GPM windows and XIDs).
+fn record_running(scenario: &Path, start: &str) -> String {
+    let _turn = LIBRARY.lock().unwrap_or_else(|e| e.into_inner());
+    set_env(&[
+        ("NVML_SIM_SCENARIO", Some(scenario.to_str().unwrap())),
+        ("NVML_SIM_TIME", None),
+        ("NVML_SIM_START", Some(start)),
+    ]);
+    let nvml = init();
+    let mut recorder = Recorder::new(&nvml, Duration::from_secs(1)).unwrap();
+    let mut session = Session::new(&nvml);
+    let began = std::time::Instant::now();
+    for k in 0..3 {
+        // The recorder's sampling period: GPM averages need time to pass between samples.
+        let due = began + Duration::from_secs(k);
+        if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        recorder.sample(&nvml).unwrap();
+        recorder.sample_over_time(&mut session);
+    }
+    drop(session);
+    set_env(&[("NVML_SIM_START", None)]);
+    recorder.scenario()
+}
+
+/// The GPM families, averages over time.
+const GPM_FAMILIES: [&str; 7] = [
+    "nvidia_gpu_sm_active_ratio",
+    "nvidia_gpu_sm_occupancy_ratio",
+    "nvidia_gpu_tensor_active_ratio",
+    "nvidia_gpu_dram_active_ratio",
+    "nvidia_gpu_graphics_engine_active_ratio",
+    "nvidia_gpu_pipe_active_ratio",
+    "nvidia_gpu_media_engine_active_ratio",
+];
+
+/// Serves `recording` (a running-clock recording of `original` from t = `start` s) and the
+/// original from `start`, waits until both serve every GPM family and `until` holds, and checks
+/// that they serve the same GPM series with the same values (to rounding), except `skip`
+/// ((family, GPU) whose inputs move, so their average depends on the window). Returns both
+/// expositions.
+fn assert_gpm_round_trip(
+    original: &Path,
+    start: &str,
+    recording: &str,
+    skip: &[(&str, &str)],
+    until: impl Fn(&common::Exposition) -> bool,
+) -> (common::Exposition, common::Exposition) {
+    let dir = tempfile::tempdir().unwrap();
+    let replay = common::write_atomic(dir.path(), "recorded.toml", recording);
+    let flags = common::every_group();
+    let args = common::with_every_group(&flags, &[]);
+    let serve = |scenario: &Path, start: &str| {
+        let e = common::Exporter::start(
+            &[
+                ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
+                ("NVML_SIM_START", start),
+            ],
+            &args,
+        );
+        e.wait_metrics(Duration::from_secs(20), "GPM averages", |m| {
+            GPM_FAMILIES.iter().all(|f| !m.find(f, &[]).is_empty()) && until(m)
+        })
+    };
+    let gpm = |m: &common::Exposition| {
+        m.series
+            .iter()
+            .filter(|s| GPM_FAMILIES.contains(&s.name.as_str()))
+            .filter(|s| {
+                let gpu = s.labels.get("gpu").map(String::as_str).unwrap_or_default();
+                !skip.contains(&(s.name.as_str(), gpu))
+            })
+            .map(|s| ((s.name.clone(), s.labels.clone()), s.value))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    let want_m = serve(original, start);
+    let got_m = serve(&replay, "0");
+    let (want, got) = (gpm(&want_m), gpm(&got_m));
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        got.keys().collect::<Vec<_>>(),
+        "the replay serves other GPM series"
+    );
+    for (key, w) in &want {
+        let g = got[key];
+        assert!((w - g).abs() < 1e-9, "{key:?}: original {w}, replay {g}");
+    }
+    (want_m, got_m)
+}
+
+/// GPM averages and XIDs on a running clock, on the default scenario from t = 29 s: every GPM
+/// input of it is constant except GPU 1's graphics activity (it follows the utilization sine),
+/// and GPU 6 has XID 79 at t = 30 s.
 #[test]
 fn gpm_averages_and_xids_replay() {
     let original = common::scenario("h100x8");
-    let recording = {
-        let _turn = LIBRARY.lock().unwrap_or_else(|e| e.into_inner());
-        set_env(&[
-            ("NVML_SIM_SCENARIO", Some(original.to_str().unwrap())),
-            ("NVML_SIM_TIME", None),
-            ("NVML_SIM_START", Some("29")),
-        ]);
-        let nvml = init();
-        let mut recorder = Recorder::new(&nvml, Duration::from_secs(1)).unwrap();
-        let mut session = Session::new(&nvml);
-        let start = std::time::Instant::now();
-        for k in 0..3 {
-            // The recorder's sampling period: GPM averages need time to pass between samples.
-            let due = start + Duration::from_secs(k);
-            if let Some(wait) = due.checked_duration_since(std::time::Instant::now()) {
-                std::thread::sleep(wait);
-            }
-            recorder.sample(&nvml).unwrap();
-            recorder.sample_over_time(&mut session);
-        }
-        drop(session);
-        set_env(&[("NVML_SIM_START", None)]);
-        recorder.scenario()
-    };
+    let recording = record_running(&original, "29");
     let parsed: toml::Table = toml::from_str(&recording).unwrap();
     let occupancy = parsed["gpu"][1]["load"]["sm_occupancy"].as_float();
     assert!(
@@ -198,58 +266,37 @@ fn gpm_averages_and_xids_replay() {
         (Some(6), Some(79)),
         "GPU 6's XID 79 is recorded: {event}"
     );
-    let dir = tempfile::tempdir().unwrap();
-    let replay = common::write_atomic(dir.path(), "recorded.toml", &recording);
-
-    let families = [
-        "nvidia_gpu_sm_active_ratio",
-        "nvidia_gpu_sm_occupancy_ratio",
-        "nvidia_gpu_tensor_active_ratio",
-        "nvidia_gpu_dram_active_ratio",
-        "nvidia_gpu_graphics_engine_active_ratio",
-        "nvidia_gpu_pipe_active_ratio",
-        "nvidia_gpu_media_engine_active_ratio",
-    ];
-    let flags = common::every_group();
-    let args = common::with_every_group(&flags, &[]);
     let xid = [("xid", "79")];
-    let serve = |scenario: &Path, start: &str| {
-        let e = common::Exporter::start(
-            &[
-                ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
-                ("NVML_SIM_START", start),
-            ],
-            &args,
-        );
-        let m = e.wait_metrics(Duration::from_secs(20), "GPM averages and XID 79", |m| {
-            families.iter().all(|f| !m.find(f, &[]).is_empty())
-                && m.gpu_value("nvidia_gpu_xid_errors_total", 6, &xid)
-                    .is_some()
-        });
+    let (want, got) = assert_gpm_round_trip(
+        &original,
+        "29",
+        &recording,
+        &[("nvidia_gpu_graphics_engine_active_ratio", "1")],
+        |m| {
+            m.gpu_value("nvidia_gpu_xid_errors_total", 6, &xid)
+                .is_some()
+        },
+    );
+    for m in [want, got] {
         let xids = m.find("nvidia_gpu_xid_errors_total", &[]);
         assert_eq!(xids.len(), 1, "one XID series, GPU 6's: {xids:?}");
-        m.series
-            .into_iter()
-            .filter(|s| families.contains(&s.name.as_str()))
-            // GPU 1's graphics activity follows a sine: its average depends on the window.
-            .filter(|s| {
-                !(s.name == "nvidia_gpu_graphics_engine_active_ratio"
-                    && s.labels.get("gpu").map(String::as_str) == Some("1"))
-            })
-            .map(|s| ((s.name, s.labels), s.value))
-            .collect::<std::collections::BTreeMap<_, _>>()
-    };
-    let want = serve(&original, "29");
-    let got = serve(&replay, "0");
-    assert_eq!(
-        want.keys().collect::<Vec<_>>(),
-        got.keys().collect::<Vec<_>>(),
-        "the replay serves other GPM series"
-    );
-    for (key, w) in &want {
-        let g = got[key];
-        assert!((w - g).abs() < 1e-9, "{key:?}: original {w}, replay {g}");
     }
+}
+
+/// GPM averages per MIG instance on a running clock: the H100 MIG scenario from t = 70 s, where
+/// every instance's inputs are constant until t = 80 s (GI 10's square wave is low).
+#[test]
+fn gpm_averages_of_mig_instances_replay() {
+    let original = common::scenario("h100-mig");
+    let recording = record_running(&original, "70");
+    let (want, _) = assert_gpm_round_trip(&original, "70", &recording, &[], |_| true);
+    let instances = want.find_any_labels(&[("gpu_instance", "2")]);
+    assert!(
+        instances
+            .iter()
+            .any(|s| s.name == "nvidia_gpu_sm_active_ratio"),
+        "GI 2's SM activity is among the compared series"
+    );
 }
 
 #[test]
