@@ -60,10 +60,14 @@ fn max_clock_of(c: &crate::ffi::DeviceCall, clock_type: c_uint) -> Result<f64, u
     })
 }
 
-/// Framebuffer in use on the GPU, bytes, reserved memory excluded.
+/// Framebuffer in use on the GPU, bytes, reserved memory excluded (a recording's value at most
+/// the usable memory, so that free memory never goes negative).
 fn memory_used(c: &crate::ffi::DeviceCall) -> Result<u64, u32> {
     let recorded = c.replayed(|r| r.memory_used_bytes.as_ref())?;
-    Ok(recorded.map_or_else(|| c.sample().memory_used, |v| v as u64))
+    Ok(recorded.map_or_else(
+        || c.sample().memory_used,
+        |v| (v as u64).min(c.gpu.usable_bytes()),
+    ))
 }
 
 /// (total, used) bytes of the GPU instance behind a MIG device handle.
