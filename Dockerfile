@@ -25,7 +25,7 @@ ARG NVML_EXPORTER_REVISION=unknown
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     NVML_EXPORTER_REVISION=${NVML_EXPORTER_REVISION} \
-    cargo build --release --locked --workspace \
+    cargo build --release --locked -p nvml-exporter -p nvml-sim \
     && install -D -m 0755 target/release/nvml-exporter /out/nvml-exporter \
     && install -D -m 0644 target/release/libnvml_sim.so /out/libnvml_sim.so
 

@@ -17,6 +17,7 @@ use crate::faults;
 use crate::integrals::Totals;
 use crate::mig::{MAX_CI_IDS, MAX_GI_IDS, MigDevice};
 use crate::physics::Sample;
+use crate::replay::{Replay, Series};
 use crate::scenario::{GpuSpec, MAX_GPUS};
 use crate::state::{self, Sim};
 use nvml_wrapper_sys::bindings::{self as b, nvmlDevice_t, nvmlGpuInstance_t, nvmlReturn_t};
@@ -268,6 +269,33 @@ impl DeviceCall<'_> {
         } else {
             Err(NO_PERMISSION)
         }
+    }
+
+    /// A recorded gauge: `Ok(None)` without a `replay` table (the simulation answers),
+    /// `Ok(Some(value at t))` when the recording has the reading `pick` selects, NOT_SUPPORTED
+    /// when it has not (the recorded GPU did not support it).
+    pub fn replayed(&self, pick: impl Fn(&Replay) -> Option<&Series>) -> Result<Option<f64>, u32> {
+        self.replayed_with(pick, Series::gauge)
+    }
+
+    /// A recorded counter, as [`DeviceCall::replayed`] (counters keep growing across passes).
+    pub fn replayed_counter(
+        &self,
+        pick: impl Fn(&Replay) -> Option<&Series>,
+    ) -> Result<Option<u64>, u32> {
+        Ok(self.replayed_with(pick, Series::counter)?.map(|v| v as u64))
+    }
+
+    fn replayed_with(
+        &self,
+        pick: impl Fn(&Replay) -> Option<&Series>,
+        at: fn(&Series, f64, f64) -> f64,
+    ) -> Result<Option<f64>, u32> {
+        let Some(replay) = &self.gpu.replay else {
+            return Ok(None);
+        };
+        let series = pick(replay).ok_or(NOT_SUPPORTED)?;
+        Ok(Some(at(series, replay.step, self.t)))
     }
 
     /// Fails with NOT_SUPPORTED unless `supported`.

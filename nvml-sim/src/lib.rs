@@ -21,6 +21,7 @@ mod load;
 mod mig;
 mod pattern;
 mod physics;
+mod replay;
 mod scenario;
 mod state;
 

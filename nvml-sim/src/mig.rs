@@ -8,6 +8,7 @@
 
 use crate::load::Load;
 use crate::pattern::Pattern;
+use crate::replay::InstanceReplay;
 use serde::Deserialize;
 use std::collections::HashSet;
 
@@ -290,6 +291,9 @@ pub struct GpuInstanceSpec {
     /// Compute instances; default: one (id 0) spanning the whole GPU instance.
     #[serde(default, rename = "compute")]
     pub computes: Vec<ComputeInstanceSpec>,
+    /// Recorded memory use, in place of `load.memory_used` (see `replay`).
+    #[serde(default)]
+    pub replay: Option<InstanceReplay>,
     /// The resolved profile (set by validation).
     #[serde(skip)]
     resolved: Option<&'static Profile>,
@@ -573,6 +577,9 @@ fn resolve_instance(gi: &mut GpuInstanceSpec, profiles: &'static [Profile]) -> R
         .try_into()
         .map_err(|e: toml::de::Error| format!("load: {}", e.message()))?;
     validate_patterns(&load)?;
+    if let Some(replay) = &gi.replay {
+        replay.validate()?;
+    }
     gi.activity = load;
     gi.resolved = Some(profile);
     Ok(())

@@ -111,6 +111,9 @@ pub fn instance_memory_used(gpu: &GpuSpec, gi: &GpuInstanceSpec, t: f64) -> u64 
         .filter(|p| p.gpu_instance == Some(gi.id) && p.alive(t))
         .map(|p| p.used_memory_mib * MIB)
         .sum();
+    if let Some(replay) = &gi.replay {
+        return replay.memory_used(t).min(total);
+    }
     let share = ratio(gi.activity.memory_used.at(t));
     ((share * total as f64) as u64).max(held).min(total)
 }

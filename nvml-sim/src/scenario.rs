@@ -7,6 +7,7 @@
 
 use crate::load::Load;
 use crate::mig::{self, MigSpec};
+use crate::replay::{ProcessReplay, Replay};
 use nvml_wrapper_sys::bindings as b;
 use serde::Deserialize;
 use std::collections::HashSet;
@@ -140,6 +141,9 @@ pub struct GpuSpec {
     /// Processes holding a context on this GPU.
     #[serde(default, rename = "process")]
     pub processes: Vec<ProcessSpec>,
+    /// Recorded readings played back instead of `load` and the physics (see `replay`).
+    #[serde(default)]
+    pub replay: Option<Replay>,
 }
 
 fn default_fan_min() -> f64 {
@@ -353,6 +357,9 @@ pub struct ProcessSpec {
     pub gpu_instance: Option<u32>,
     /// Compute instance id within that GPU instance (default 0).
     pub compute_instance: Option<u32>,
+    /// Recorded per-process utilization, in place of the GPU's split by memory share.
+    #[serde(default)]
+    pub replay: Option<ProcessReplay>,
 }
 
 fn compute() -> String {
@@ -635,6 +642,11 @@ impl GpuSpec {
             ));
         }
         for p in &self.processes {
+            if let Some(replay) = &p.replay {
+                replay
+                    .validate()
+                    .map_err(|e| format!("process {}: {e}", p.pid))?;
+            }
             if !["compute", "graphics", "both"].contains(&p.kind.as_str()) {
                 return Err(format!(
                     "process {}: kind must be compute|graphics|both",
@@ -650,6 +662,9 @@ impl GpuSpec {
             return Err("nvlink.down names a link beyond nvlink.links".into());
         }
         self.load.validate()?;
+        if let Some(replay) = &self.replay {
+            replay.validate(self.fans, self.nvlink.links)?;
+        }
         Ok(())
     }
 }

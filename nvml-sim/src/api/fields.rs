@@ -3,6 +3,7 @@
 //!
 //! Field ids are those of drivers before 580.82 (the sim reports 550.x by default).
 
+use crate::api::metrics::{energy_mj, pcie_replays};
 use crate::api::reliability::ecc_count;
 use crate::ffi::{DeviceCall, INVALID_ARGUMENT, NOT_SUPPORTED, SUCCESS, device_fns};
 use nvml_wrapper_sys::bindings::{self as b, field_id as f, nvmlFieldValue_t, nvmlValue_t};
@@ -17,6 +18,15 @@ fn nvlink_kib(c: &DeviceCall, scope: u32, tx: bool) -> Result<Value, u32> {
     c.require(c.gpu.has_nvlink())?;
     if scope >= c.gpu.nvlink.links {
         return Err(INVALID_ARGUMENT);
+    }
+    let link = scope as usize;
+    let recorded = if tx {
+        c.replayed_counter(|r| r.nvlink_tx_kib.as_ref().map(|l| &l[link]))?
+    } else {
+        c.replayed_counter(|r| r.nvlink_rx_kib.as_ref().map(|l| &l[link]))?
+    };
+    if let Some(kib) = recorded {
+        return Ok(Value::Ull(kib));
     }
     if c.gpu.nvlink.down.contains(&scope) {
         return Ok(Value::Ull(0));
@@ -42,15 +52,16 @@ fn field(c: &DeviceCall, id: u32, scope: u32) -> Result<Value, u32> {
         f::NVML_FI_DEV_ECC_DBE_VOL_TOTAL => ecc(1, 0),
         f::NVML_FI_DEV_ECC_SBE_AGG_TOTAL => ecc(0, 1),
         f::NVML_FI_DEV_ECC_DBE_AGG_TOTAL => ecc(1, 1),
-        f::NVML_FI_DEV_MEMORY_TEMP => c
-            .sample()
-            .memory_temperature_c(c.gpu)
-            .map(|t| Value::Uint(t.round() as u32))
-            .ok_or(NOT_SUPPORTED),
-        f::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION => {
-            Ok(Value::Ull((c.totals().energy_j * 1000.0) as u64))
-        }
-        f::NVML_FI_DEV_PCIE_REPLAY_COUNTER => Ok(Value::Ull(c.gpu.pcie.replays.at(c.t))),
+        f::NVML_FI_DEV_MEMORY_TEMP => match c.replayed(|r| r.memory_temperature_c.as_ref())? {
+            Some(recorded) => Ok(Value::Uint(recorded as u32)),
+            None => c
+                .sample()
+                .memory_temperature_c(c.gpu)
+                .map(|t| Value::Uint(t.round() as u32))
+                .ok_or(NOT_SUPPORTED),
+        },
+        f::NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION => Ok(Value::Ull(energy_mj(c)?)),
+        f::NVML_FI_DEV_PCIE_REPLAY_COUNTER => Ok(Value::Ull(pcie_replays(c)?)),
         f::NVML_FI_DEV_NVLINK_LINK_COUNT => {
             c.require(c.gpu.has_nvlink())?;
             Ok(Value::Uint(c.gpu.nvlink.links))

@@ -25,7 +25,22 @@ fn milli(x: f64) -> c_uint {
     (x * 1000.0).round() as c_uint
 }
 
+/// A recorded reading as the call's integer, or `simulated` without a recording.
+fn or_sim(recorded: Option<f64>, simulated: impl FnOnce() -> c_uint) -> c_uint {
+    recorded.map_or_else(simulated, |v| v as c_uint)
+}
+
 fn clock_of(c: &crate::ffi::DeviceCall, clock_type: c_uint) -> Result<f64, u32> {
+    let recorded = match clock_type {
+        0 => c.replayed(|r| r.graphics_mhz.as_ref())?,
+        1 => c.replayed(|r| r.sm_mhz.as_ref())?,
+        2 => c.replayed(|r| r.memory_mhz.as_ref())?,
+        3 => c.replayed(|r| r.video_mhz.as_ref())?,
+        _ => return Err(INVALID_ARGUMENT),
+    };
+    if let Some(mhz) = recorded {
+        return Ok(mhz);
+    }
     let s = c.sample();
     Ok(match clock_type {
         0 | 1 => s.sm_mhz,
@@ -45,6 +60,16 @@ fn max_clock_of(c: &crate::ffi::DeviceCall, clock_type: c_uint) -> Result<f64, u
     })
 }
 
+/// Framebuffer in use on the GPU, bytes, reserved memory excluded (a recording's value at most
+/// the usable memory, so that free memory never goes negative).
+fn memory_used(c: &crate::ffi::DeviceCall) -> Result<u64, u32> {
+    let recorded = c.replayed(|r| r.memory_used_bytes.as_ref())?;
+    Ok(recorded.map_or_else(
+        || c.sample().memory_used,
+        |v| (v as u64).min(c.gpu.usable_bytes()),
+    ))
+}
+
 /// (total, used) bytes of the GPU instance behind a MIG device handle.
 fn instance_memory(c: &crate::ffi::DeviceCall) -> Option<(u64, u64)> {
     let d = c.mig?;
@@ -54,28 +79,64 @@ fn instance_memory(c: &crate::ffi::DeviceCall) -> Option<(u64, u64)> {
     ))
 }
 
+/// Energy since the driver loaded, mJ.
+pub(crate) fn energy_mj(c: &crate::ffi::DeviceCall) -> Result<u64, u32> {
+    let recorded = c.replayed_counter(|r| r.energy_mj.as_ref())?;
+    Ok(recorded.unwrap_or_else(|| (c.totals().energy_j * 1000.0) as u64))
+}
+
+/// The PCIe replay counter.
+pub(crate) fn pcie_replays(c: &crate::ffi::DeviceCall) -> Result<u64, u32> {
+    let recorded = c.replayed_counter(|r| r.pcie_replays.as_ref())?;
+    Ok(recorded.unwrap_or_else(|| c.gpu.pcie.replays.at(c.t)))
+}
+
+fn fan_percent(c: &crate::ffi::DeviceCall, fan: c_uint) -> Result<c_uint, u32> {
+    let recorded = c.replayed(|r| r.fan_percent.as_ref().map(|f| &f[fan as usize]))?;
+    Ok(or_sim(recorded, || {
+        c.sample().fan_percent.round() as c_uint
+    }))
+}
+
+fn pstate_of(c: &crate::ffi::DeviceCall) -> Result<c_uint, u32> {
+    let recorded = c.replayed(|r| r.pstate.as_ref())?;
+    Ok(or_sim(recorded, || c.sample().pstate))
+}
+
+fn reasons_of(c: &crate::ffi::DeviceCall) -> Result<c_ulonglong, u32> {
+    let recorded = c.replayed(|r| r.clocks_event_reasons.as_ref())?;
+    Ok(recorded.map_or_else(|| c.sample().reasons, |v| v as c_ulonglong))
+}
+
 device_fns! {
     /// GPU and memory utilization, percent. NOT_SUPPORTED in MIG mode, on the GPU and on its MIG
     /// devices (`nvml.h`: "On MIG-enabled GPUs, querying device utilization rates is not
     /// currently supported").
     fn nvmlDeviceGetUtilizationRates(utilization: *mut nvmlUtilization_t) |c| {
         c.require_no_mig()?;
+        let gpu = c.replayed(|r| r.utilization.as_ref())?;
+        let memory = c.replayed(|r| r.memory_utilization.as_ref())?;
         let s = c.sample();
-        write(utilization, nvmlUtilization_t { gpu: percent(s.utilization), memory: percent(s.memory_utilization) })
+        write(utilization, nvmlUtilization_t {
+            gpu: or_sim(gpu, || percent(s.utilization)),
+            memory: or_sim(memory, || percent(s.memory_utilization)),
+        })
     }
     /// Encoder utilization, percent (NOT_SUPPORTED when the scenario says `encoder = false`, and
     /// in MIG mode).
     fn nvmlDeviceGetEncoderUtilization(utilization: *mut c_uint, sampling_period_us: *mut c_uint) |c| {
         c.require_no_mig()?;
         c.require(c.gpu.encoder)?;
-        write(utilization, percent(c.sample().encoder))?;
+        let recorded = c.replayed(|r| r.encoder.as_ref())?;
+        write(utilization, or_sim(recorded, || percent(c.sample().encoder)))?;
         write(sampling_period_us, CODEC_SAMPLING_US)
     }
     /// Decoder utilization, percent (NOT_SUPPORTED in MIG mode).
     fn nvmlDeviceGetDecoderUtilization(utilization: *mut c_uint, sampling_period_us: *mut c_uint) |c| {
         c.require_no_mig()?;
         c.require(c.gpu.decoder)?;
-        write(utilization, percent(c.sample().decoder))?;
+        let recorded = c.replayed(|r| r.decoder.as_ref())?;
+        write(utilization, or_sim(recorded, || percent(c.sample().decoder)))?;
         write(sampling_period_us, CODEC_SAMPLING_US)
     }
     /// Framebuffer memory; v1 counts the reserved memory as used. A MIG device answers its GPU
@@ -85,7 +146,7 @@ device_fns! {
             return write(memory, nvmlMemory_t { total, free: total - used, used });
         }
         let total = c.gpu.memory_total_mib * MIB;
-        let used = c.sample().memory_used + c.gpu.memory_reserved_mib * MIB;
+        let used = memory_used(c)? + c.gpu.memory_reserved_mib * MIB;
         write(memory, nvmlMemory_t { total, free: total - used, used })
     }
     /// Framebuffer memory with the reserved part separate (versioned struct, version 2).
@@ -98,7 +159,7 @@ device_fns! {
         }
         let total = c.gpu.memory_total_mib * MIB;
         let reserved = c.gpu.memory_reserved_mib * MIB;
-        let used = c.sample().memory_used;
+        let used = memory_used(c)?;
         write(memory, nvmlMemory_v2_t { version, total, reserved, free: total - reserved - used, used })
     }
     /// BAR1 aperture. A MIG device answers its GPU instance's share: the part of the GPU's
@@ -114,7 +175,10 @@ device_fns! {
         write(bar1, nvmlBAR1Memory_t { bar1Total: total, bar1Free: total - used, bar1Used: used })
     }
     /// Power draw, mW.
-    fn nvmlDeviceGetPowerUsage(power: *mut c_uint) |c| { write(power, milli(c.sample().power_w)) }
+    fn nvmlDeviceGetPowerUsage(power: *mut c_uint) |c| {
+        let recorded = c.replayed(|r| r.power_mw.as_ref())?;
+        write(power, or_sim(recorded, || milli(c.sample().power_w)))
+    }
     /// Enforced power limit, mW.
     fn nvmlDeviceGetEnforcedPowerLimit(limit: *mut c_uint) |c| { write(limit, milli(c.gpu.power.limit_w)) }
     /// Power management limit, mW.
@@ -135,14 +199,15 @@ device_fns! {
     fn nvmlDeviceGetPowerManagementMode(mode: *mut c_uint) |_c| { write(mode, 1) }
     /// Energy since the driver loaded, mJ.
     fn nvmlDeviceGetTotalEnergyConsumption(energy: *mut c_ulonglong) |c| {
-        write(energy, (c.totals().energy_j * 1000.0) as c_ulonglong)
+        write(energy, energy_mj(c)?)
     }
     /// Temperature of a sensor (only the GPU sensor exists), °C.
     fn nvmlDeviceGetTemperature(sensor: c_uint, temp: *mut c_uint) |c| {
         if sensor != 0 {
             return Err(INVALID_ARGUMENT);
         }
-        write(temp, c.sample().temperature_c.round() as c_uint)
+        let recorded = c.replayed(|r| r.temperature_c.as_ref())?;
+        write(temp, or_sim(recorded, || c.sample().temperature_c.round() as c_uint))
     }
     /// Temperature thresholds, °C (acoustic/GPS thresholds: NOT_SUPPORTED).
     fn nvmlDeviceGetTemperatureThreshold(threshold_type: c_uint, temp: *mut c_uint) |c| {
@@ -162,7 +227,7 @@ device_fns! {
     /// Fan 0 speed, percent.
     fn nvmlDeviceGetFanSpeed(speed: *mut c_uint) |c| {
         c.require(c.gpu.fans > 0)?;
-        write(speed, c.sample().fan_percent.round() as c_uint)
+        write(speed, fan_percent(c, 0)?)
     }
     /// Speed of one fan, percent.
     fn nvmlDeviceGetFanSpeed_v2(fan: c_uint, speed: *mut c_uint) |c| {
@@ -170,7 +235,7 @@ device_fns! {
         if fan >= c.gpu.fans {
             return Err(INVALID_ARGUMENT);
         }
-        write(speed, c.sample().fan_percent.round() as c_uint)
+        write(speed, fan_percent(c, fan)?)
     }
     /// Target speed of one fan, percent (the fan tracks its target exactly here).
     fn nvmlDeviceGetTargetFanSpeed(fan: c_uint, target_speed: *mut c_uint) |c| {
@@ -178,7 +243,7 @@ device_fns! {
         if fan >= c.gpu.fans {
             return Err(INVALID_ARGUMENT);
         }
-        write(target_speed, c.sample().fan_percent.round() as c_uint)
+        write(target_speed, fan_percent(c, fan)?)
     }
     /// Current clock of a domain (graphics, SM, memory, video), MHz.
     fn nvmlDeviceGetClockInfo(clock_type: c_uint, clock: *mut c_uint) |c| {
@@ -206,16 +271,16 @@ device_fns! {
         write(clock, mhz(max_clock_of(c, clock_type)?))
     }
     /// Performance state (P0 busy, the board's idle P-state otherwise).
-    fn nvmlDeviceGetPerformanceState(pstate: *mut c_uint) |c| { write(pstate, c.sample().pstate) }
+    fn nvmlDeviceGetPerformanceState(pstate: *mut c_uint) |c| { write(pstate, pstate_of(c)?) }
     /// Performance state (older name).
-    fn nvmlDeviceGetPowerState(pstate: *mut c_uint) |c| { write(pstate, c.sample().pstate) }
+    fn nvmlDeviceGetPowerState(pstate: *mut c_uint) |c| { write(pstate, pstate_of(c)?) }
     /// Active clock-event reasons (bitmask).
     fn nvmlDeviceGetCurrentClocksEventReasons(reasons: *mut c_ulonglong) |c| {
-        write(reasons, c.sample().reasons)
+        write(reasons, reasons_of(c)?)
     }
     /// Active clock-event reasons (bitmask; the pre-12.2 name).
     fn nvmlDeviceGetCurrentClocksThrottleReasons(reasons: *mut c_ulonglong) |c| {
-        write(reasons, c.sample().reasons)
+        write(reasons, reasons_of(c)?)
     }
     /// Clock-event reasons this board can report.
     fn nvmlDeviceGetSupportedClocksEventReasons(reasons: *mut c_ulonglong) |_c| {
@@ -227,6 +292,14 @@ device_fns! {
     }
     /// Time spent under a performance policy limit, ns; reference time in µs of simulated time.
     fn nvmlDeviceGetViolationStatus(policy: c_uint, violation: *mut nvmlViolationTime_t) |c| {
+        if let Some(replay) = &c.gpu.replay {
+            let series = replay.violation_ns.policy(policy).map_err(|()| INVALID_ARGUMENT)?;
+            let ns = series.ok_or(NOT_SUPPORTED)?.counter(replay.step, c.t);
+            return write(
+                violation,
+                nvmlViolationTime_t { referenceTime: (c.t * 1e6) as c_ulonglong, violationTime: ns as c_ulonglong },
+            );
+        }
         let totals = c.totals();
         let seconds = match policy {
             0 => totals.power_s,
@@ -247,17 +320,18 @@ device_fns! {
     }
     /// PCIe throughput (0 = TX, 1 = RX), KB/s.
     fn nvmlDeviceGetPcieThroughput(counter: c_uint, value: *mut c_uint) |c| {
-        let s = c.sample();
-        let bytes = match counter {
-            0 => s.pcie_tx,
-            1 => s.pcie_rx,
+        let recorded = match counter {
+            0 => c.replayed(|r| r.pcie_tx_kb_s.as_ref())?,
+            1 => c.replayed(|r| r.pcie_rx_kb_s.as_ref())?,
             _ => return Err(INVALID_ARGUMENT),
         };
-        write(value, (bytes / 1000.0).round() as c_uint)
+        let s = c.sample();
+        let bytes = if counter == 0 { s.pcie_tx } else { s.pcie_rx };
+        write(value, or_sim(recorded, || (bytes / 1000.0).round() as c_uint))
     }
     /// PCIe replay counter.
     fn nvmlDeviceGetPcieReplayCounter(value: *mut c_uint) |c| {
-        write(value, c.gpu.pcie.replays.at(c.t) as c_uint)
+        write(value, pcie_replays(c)? as c_uint)
     }
     /// Current PCIe link generation.
     fn nvmlDeviceGetCurrPcieLinkGeneration(gen_: *mut c_uint) |c| {

@@ -5,6 +5,7 @@
 //! answers anyone.
 
 use crate::ffi::{DeviceCall, NOT_FOUND, device_fns, read, write_array};
+use crate::replay::{Replay, Series};
 use crate::scenario::{MIB, ProcessSpec};
 use nvml_wrapper_sys::bindings::{
     nvmlProcessInfo_v1_t, nvmlProcessInfo_v2_t, nvmlProcessUtilizationSample_t,
@@ -106,16 +107,30 @@ device_fns! {
             return Err(NOT_FOUND);
         }
         let s = c.sample();
+        // A recording has no per-process figures: its device readings are split the same way.
+        let device = |pick: fn(&Replay) -> Option<&Series>, simulated: f64| {
+            c.replayed(pick).ok().flatten().map_or(simulated, |percent| percent / 100.0)
+        };
+        let sm = device(|r| r.utilization.as_ref(), s.utilization);
+        let mem = device(|r| r.memory_utilization.as_ref(), s.memory_utilization);
+        let enc = device(|r| r.encoder.as_ref(), s.encoder);
+        let dec = device(|r| r.decoder.as_ref(), s.decoder);
         let share = |p: &ProcessSpec, x: f64| ((x * 100.0 * p.used_memory_mib as f64 / held as f64).round()) as c_uint;
         let samples: Vec<_> = procs
             .iter()
-            .map(|p| nvmlProcessUtilizationSample_t {
-                pid: p.pid,
-                timeStamp: (c.t * 1e6) as c_ulonglong,
-                smUtil: share(p, s.utilization),
-                memUtil: share(p, s.memory_utilization),
-                encUtil: share(p, s.encoder),
-                decUtil: share(p, s.decoder),
+            .map(|p| {
+                let [sm, mem, enc, dec] = match &p.replay {
+                    Some(recorded) => recorded.at(c.t),
+                    None => [share(p, sm), share(p, mem), share(p, enc), share(p, dec)],
+                };
+                nvmlProcessUtilizationSample_t {
+                    pid: p.pid,
+                    timeStamp: (c.t * 1e6) as c_ulonglong,
+                    smUtil: sm,
+                    memUtil: mem,
+                    encUtil: enc,
+                    decUtil: dec,
+                }
             })
             .collect();
         write_array(process_samples_count, utilization, &samples)

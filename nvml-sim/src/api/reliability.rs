@@ -58,9 +58,15 @@ pub(crate) fn ecc_count(
         1 => (&ecc.uncorrected, ecc.lifetime_uncorrected),
         _ => return Err(INVALID_ARGUMENT),
     };
+    let recorded = if error_type == 0 {
+        c.replayed_counter(|r| r.ecc_corrected.as_ref())?
+    } else {
+        c.replayed_counter(|r| r.ecc_uncorrected.as_ref())?
+    };
+    let volatile = recorded.unwrap_or_else(|| volatile.at(c.t));
     match counter_type {
-        0 => Ok(volatile.at(c.t)),
-        1 => Ok(lifetime + volatile.at(c.t)),
+        0 => Ok(volatile),
+        1 => Ok(lifetime + volatile),
         _ => Err(INVALID_ARGUMENT),
     }
 }
@@ -142,7 +148,17 @@ device_fns! {
     }
     /// NVLink error counter (0 replay, 1 recovery, 2 CRC flit, 3 CRC data, 4 ECC data).
     fn nvmlDeviceGetNvLinkErrorCounter(link_index: c_uint, counter: c_uint, counter_value: *mut c_ulonglong) |c| {
-        link(c, link_index)?;
+        let l = link(c, link_index)? as usize;
+        let recorded = match counter {
+            0 => c.replayed_counter(|r| r.nvlink_replay.as_ref().map(|s| &s[l]))?,
+            1 => c.replayed_counter(|r| r.nvlink_recovery.as_ref().map(|s| &s[l]))?,
+            2 => c.replayed_counter(|r| r.nvlink_crc_flit.as_ref().map(|s| &s[l]))?,
+            3 => c.replayed_counter(|r| r.nvlink_crc_data.as_ref().map(|s| &s[l]))?,
+            _ => None,
+        };
+        if let Some(value) = recorded {
+            return write(counter_value, value);
+        }
         let e = &c.gpu.nvlink.errors;
         let value = match counter {
             0 => e.replay.at(c.t),

@@ -27,5 +27,6 @@ mod mig_h100_reconfigure;
 mod mig_unprivileged;
 mod other_scenarios;
 mod reload;
+mod replay;
 mod support_matrix;
 mod xid_events;
