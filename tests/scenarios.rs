@@ -119,7 +119,8 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
     // XID series need an event, and GPM averages two samples an interval apart, which `--once`
     // never has: both are covered by tests of the running exporter (faults.rs, saturation.rs).
     // nvidia_gpu_pod_info needs a kubelet: covered by kubernetes.rs.
-    // Process and per-pod usage series need --processes: covered by processes.rs.
+    // Process and per-pod usage series need --processes, memory outside allocations also a
+    // kubelet: covered by processes.rs.
     // HPC job series need a job mapping directory: covered by jobs.rs.
     let event_driven = [
         "nvidia_gpu_job_info",
@@ -130,6 +131,7 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
         "nvidia_gpu_process_sm_utilization_ratio",
         "nvidia_gpu_pod_memory_used_bytes",
         "nvidia_gpu_pod_sm_utilization_ratio",
+        "nvidia_gpu_memory_outside_allocation_bytes",
     ];
     let gpm_values: Vec<&str> = CATALOG
         .iter()
