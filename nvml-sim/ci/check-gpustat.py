@@ -367,6 +367,21 @@ def check_against_exporter(exporter, lib, env, want, theirs):
                               f"{their_name} says {b}")
     if compared < len(want):
         errors.append(f"only {compared} values compared with nvitop-exporter")
+    # Each MIG device nvitop-exporter lists, against its GPU instance's series of ours (found by
+    # the MIG UUID; a MIG device's memory is its GPU instance's).
+    gi_of = {lb["mig_uuid"]: (lb["uuid"], lb["gpu_instance"])
+             for n, lb, _ in ours if n == "nvidia_gpu_mig_instance_info"}
+    instance = {(n, lb.get("uuid"), lb["gpu_instance"]): v for n, lb, v in ours if lb.get("gpu_instance")}
+    for mig_uuid in sorted({lb["uuid"] for _, lb, _ in theirs if lb.get("uuid", "").startswith("MIG-")}):
+        if mig_uuid not in gi_of:
+            errors.append(f"nvml-exporter serves no MIG device {mig_uuid}, nvitop-exporter does")
+            continue
+        for our_name, their_name, factor in SAME_VALUES[:2]:
+            a = instance.get((our_name, *gi_of[mig_uuid]))
+            b = other.get((their_name, mig_uuid), float("nan")) * factor
+            if a is None or b != b or abs(a - b) > 1e-6 * max(1.0, abs(a)):
+                errors.append(f"MIG device {mig_uuid}: {our_name} is {a}, nvitop-exporter's "
+                              f"{their_name} says {b}")
     return errors
 
 
