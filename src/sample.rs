@@ -272,6 +272,29 @@ pub struct DeviceSample {
     /// The GPU instances of a GPU in MIG mode, by GI id; empty when MIG is off or unsupported.
     /// Enumerated every tick, so a reconfiguration shows at the next tick.
     pub mig_instances: Vec<MigInstanceSample>,
+
+    /// Busy time integrated by the sampler over this NVML session's readings (not read from
+    /// NVML): the `_seconds_total` counters.
+    pub busy: BusySeconds,
+}
+
+/// Busy time of a GPU or MIG GPU instance, integrated by the sampler: each reading times the
+/// time since the previous reading, added up, never across a gap (a device unanswered, lost, or
+/// read more than an interval and a deadline after its previous reading). Each field is `None`
+/// until a reading had the value it integrates, and then only grows; it restarts at 0 with the
+/// NVML session (a driver restart, a restart of the exporter).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BusySeconds {
+    /// Seconds in which a kernel ran: ∫ [`DeviceSample::utilization`].
+    pub utilization: Option<f64>,
+    /// SM-seconds with a warp resident, as a share of the SMs: ∫ [`GpmMetrics::sm_active`].
+    pub sm_active: Option<f64>,
+    /// ∫ [`GpmMetrics::sm_occupancy`].
+    pub sm_occupancy: Option<f64>,
+    /// ∫ [`GpmMetrics::tensor_active`].
+    pub tensor_active: Option<f64>,
+    /// ∫ [`GpmMetrics::dram_active`].
+    pub dram_active: Option<f64>,
 }
 
 /// One MIG GPU instance (GI) of a GPU, read through its MIG device handles. Memory and GPM belong
@@ -290,6 +313,8 @@ pub struct MigInstanceSample {
     pub gpm: Option<GpmMetrics>,
     /// Its compute instances (the MIG devices CUDA sees), by CI id.
     pub compute_instances: Vec<ComputeInstanceSample>,
+    /// The instance's own busy time (from its GPM readings), integrated by the sampler.
+    pub busy: BusySeconds,
 }
 
 /// One MIG device: a compute instance of a GPU instance.

@@ -366,6 +366,15 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     device!(
         Utilization,
+        "nvidia_gpu_utilization_seconds_total",
+        Counter,
+        "seconds",
+        "Seconds in which at least one kernel ran: each reading of nvidia_gpu_utilization_ratio times the time since the previous one, added up by the exporter at every tick (never across a tick the GPU was unreadable or stale), so rate() over any window is the mean utilization, whatever the scrape interval. Exact when --interval is at most NVML's utilization sample period (1/6 s to 1 s by product); sampled at that period when longer. Starts at 0 when the exporter (or NVML) starts.",
+        [],
+        |_, d, out| out.opt(d.busy.utilization)
+    ),
+    device!(
+        Utilization,
         "nvidia_gpu_memory_utilization_ratio",
         Gauge,
         "ratio",
@@ -446,6 +455,17 @@ pub static CATALOG: &[MetricDef] = &[
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_active))
     ),
+    // In the pipes group, off by default, with the other GPM integrals: on by default it would
+    // put a demo H100 that saw an XID at 41 series, over the budget of 40.
+    device!(
+        Pipes,
+        "nvidia_gpu_sm_active_seconds_total",
+        Counter,
+        "seconds",
+        "nvidia_gpu_sm_active_ratio integrated over time (GPM): seconds of the whole GPU's SMs with a warp resident, added up at every tick over the exact window of each GPM reading (never across a tick the GPU was unreadable or stale). rate() over any window is the mean SM activity, whatever the scrape interval. Starts at 0 when the exporter (or NVML) starts.",
+        [],
+        |_, d, out| out.opt(d.busy.sm_active)
+    ),
     device!(
         Saturation,
         "nvidia_gpu_sm_occupancy_ratio",
@@ -525,6 +545,33 @@ pub static CATALOG: &[MetricDef] = &[
             }
         }),
     },
+    device!(
+        Pipes,
+        "nvidia_gpu_sm_occupancy_seconds_total",
+        Counter,
+        "seconds",
+        "nvidia_gpu_sm_occupancy_ratio integrated over time (GPM), as nvidia_gpu_sm_active_seconds_total: rate() is the mean occupancy over any window.",
+        [],
+        |_, d, out| out.opt(d.busy.sm_occupancy)
+    ),
+    device!(
+        Pipes,
+        "nvidia_gpu_tensor_active_seconds_total",
+        Counter,
+        "seconds",
+        "Seconds in which a tensor-core pipe was active: nvidia_gpu_tensor_active_ratio integrated over time (GPM), as nvidia_gpu_sm_active_seconds_total.",
+        [],
+        |_, d, out| out.opt(d.busy.tensor_active)
+    ),
+    device!(
+        Pipes,
+        "nvidia_gpu_dram_active_seconds_total",
+        Counter,
+        "seconds",
+        "Seconds in which the device memory interface was busy: nvidia_gpu_dram_active_ratio integrated over time (GPM), as nvidia_gpu_sm_active_seconds_total.",
+        [],
+        |_, d, out| out.opt(d.busy.dram_active)
+    ),
     device!(
         Bandwidth,
         "nvidia_gpu_pcie_gpm_transmit_bytes_per_second",

@@ -15,13 +15,13 @@ use std::fmt;
 pub enum Group {
     /// `nvidia_gpu_info`, `nvidia_gpu_up`, `nvidia_gpu_pod_info` and `nvml_exporter_*`.
     Core,
-    /// GPU and memory-controller utilization.
+    /// GPU and memory-controller utilization, and its busy-time counter.
     Utilization,
     /// Video encoder and decoder utilization and each media engine's activity (GPM).
     Media,
     /// GPM engine activity: graphics engine, SMs, tensor cores, DRAM.
     Saturation,
-    /// GPM activity of each SM pipe.
+    /// GPM activity of each SM pipe; the GPM busy-time counters.
     Pipes,
     /// PCIe and NVLink bandwidth averaged over the sampling interval (GPM).
     Bandwidth,
@@ -88,7 +88,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::Utilization,
         "utilization",
         true,
-        "GPU and memory-controller utilization",
+        "GPU and memory-controller utilization, and the seconds a kernel ran",
     ),
     info(
         Group::Saturation,
@@ -193,7 +193,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::Pipes,
         "pipes",
         false,
-        "GPM activity of each SM pipe (FP64, FP32, FP16, integer, tensor pipes)",
+        "GPM activity of each SM pipe (FP64, FP32, FP16, integer, tensor pipes), and the SM-active, SM-occupancy, tensor and DRAM busy-time counters",
     ),
     info(
         Group::Media,

@@ -137,7 +137,7 @@ fn only<'a>(containers: &[&'a ContainerRef]) -> Option<&'a ContainerRef> {
 }
 
 /// A GPU instance of `parent` as a device reading that holds only the instance's own readings
-/// (memory, GPM), so that no family invents a series for it from the GPU's readings.
+/// (memory, GPM and the busy time integrated from it), so that no family invents a series for it from the GPU's readings.
 pub(crate) fn instance_sample(parent: &DeviceSample, instance: &MigInstanceSample) -> DeviceSample {
     DeviceSample {
         index: parent.index,
@@ -145,6 +145,7 @@ pub(crate) fn instance_sample(parent: &DeviceSample, instance: &MigInstanceSampl
         up: true,
         memory: instance.memory,
         gpm: instance.gpm.clone(),
+        busy: instance.busy,
         ..DeviceSample::default()
     }
 }

@@ -141,6 +141,8 @@ impl MigReader {
                         d.compute
                     })
                     .collect(),
+                // Integrated by the sampler's session.
+                busy: Default::default(),
             });
         }
         gpm.retain_instances(&alive);

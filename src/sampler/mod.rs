@@ -6,6 +6,7 @@
 //!   a fixed schedule, publishing.
 //! - `session.rs`: one NVML initialisation: its devices, their staleness, one tick's answers and
 //!   its snapshot.
+//! - `busy.rs`: busy-time counters, each device's readings integrated over time.
 //! - `readers.rs`: the reader threads, and the job queue and answers channel that connect them to
 //!   the session.
 //! - `threads.rs`: a group of threads joined within a time bound, hung ones left detached.
@@ -20,6 +21,7 @@
 //! each read carries the tick number and each device keeps its previous GPM sample; a device
 //! that missed a tick starts a new window.
 
+mod busy;
 mod coordinator;
 mod readers;
 mod session;

@@ -38,6 +38,7 @@ fn mig_device() -> DeviceSample {
                     uuid: "MIG-b".into(),
                 },
             ],
+            busy: BusySeconds::default(),
         },
         MigInstanceSample {
             gpu_instance: 9,
@@ -53,6 +54,7 @@ fn mig_device() -> DeviceSample {
                 compute_instance: 0,
                 uuid: "MIG-c".into(),
             }],
+            busy: BusySeconds::default(),
         },
     ];
     d

@@ -142,6 +142,18 @@ fn full_device(index: u32) -> DeviceSample {
         ],
         // MIG off: no instances.
         mig_instances: Vec::new(),
+        busy: full_busy(),
+    }
+}
+
+/// Busy-time totals with every counter present.
+fn full_busy() -> BusySeconds {
+    BusySeconds {
+        utilization: Some(3600.5),
+        sm_active: Some(1800.25),
+        sm_occupancy: Some(900.125),
+        tensor_active: Some(450.0),
+        dram_active: Some(225.5),
     }
 }
 
@@ -167,6 +179,10 @@ fn full_mig_device(index: u32) -> DeviceSample {
             memory: Some(memory(42_412_802_048.0, 1_073_741_824.0)),
             gpm: Some(full_gpm()),
             compute_instances: vec![ci(0, 1)],
+            busy: BusySeconds {
+                utilization: None,
+                ..full_busy()
+            },
         },
         MigInstanceSample {
             gpu_instance: 5,
@@ -174,6 +190,7 @@ fn full_mig_device(index: u32) -> DeviceSample {
             memory: Some(memory(21_072_183_296.0, 0.0)),
             gpm: None,
             compute_instances: vec![ci(0, 5), ci(1, 5)],
+            busy: BusySeconds::default(),
         },
     ];
     d
