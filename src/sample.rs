@@ -35,6 +35,28 @@ pub struct Snapshot {
     /// The HPC job mapping files (`--hpc-job-mapping-dir`), read when the snapshot is
     /// published; `None` when off.
     pub jobs: Option<JobsState>,
+    /// GPU-seconds per container and GPU (or MIG instance) the kubelet assigned it, split from
+    /// the devices' busy time when a tick is published (`--kubernetes`); `None` when off.
+    pub workloads: Option<Arc<[WorkloadSeconds]>>,
+}
+
+/// What one container used of one GPU or MIG GPU instance it holds, in GPU-seconds (a MIG
+/// instance counts as its fraction of the GPU; a GPU several containers hold is split between
+/// them), since the exporter first saw it hold the device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadSeconds {
+    /// The GPU's NVML index.
+    pub gpu: u32,
+    /// The MIG GPU instance; `None` for a whole GPU.
+    pub gpu_instance: Option<u32>,
+    /// The container.
+    pub container: ContainerRef,
+    /// GPU-seconds held.
+    pub held: f64,
+    /// GPU-seconds held while the device was idle.
+    pub idle: f64,
+    /// SM-active GPU-seconds; `None` without GPM.
+    pub sm_active: Option<f64>,
 }
 
 /// The HPC jobs on each GPU, as the mapping directory said at the last read.
@@ -295,6 +317,13 @@ pub struct BusySeconds {
     pub tensor_active: Option<f64>,
     /// ∫ [`GpmMetrics::dram_active`].
     pub dram_active: Option<f64>,
+    /// Seconds integrated over (the sum of the time each reading counted for); not served, but
+    /// what the GPU-seconds per workload are split from.
+    pub sampled: f64,
+    /// Of those, seconds in which the reading's activity (SM activity where GPM gave it, else
+    /// utilization) was below the idle threshold (`--idle-threshold`); a reading with neither is
+    /// not idle. Not served.
+    pub idle: f64,
 }
 
 /// One MIG GPU instance (GI) of a GPU, read through its MIG device handles. Memory and GPM belong
@@ -315,6 +344,9 @@ pub struct MigInstanceSample {
     pub compute_instances: Vec<ComputeInstanceSample>,
     /// The instance's own busy time (from its GPM readings), integrated by the sampler.
     pub busy: BusySeconds,
+    /// The share of the GPU it is: its compute slices over the GPU's (the largest profile of the
+    /// board's table), e.g. 3/7 for a 3g.40gb of an H100; `None` when a profile name does not say.
+    pub gpu_fraction: Option<f64>,
 }
 
 /// One MIG device: a compute instance of a GPU instance.

@@ -121,6 +121,7 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
     // nvidia_gpu_pod_info needs a kubelet: covered by kubernetes.rs.
     // Process and per-pod usage series need --processes: covered by processes.rs.
     // HPC job series need a job mapping directory: covered by jobs.rs.
+    // GPU-seconds per workload need a kubelet and time: covered by workloads.rs.
     let event_driven = [
         "nvidia_gpu_job_info",
         "nvidia_gpu_xid_errors_total",
@@ -130,6 +131,9 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
         "nvidia_gpu_process_sm_utilization_ratio",
         "nvidia_gpu_pod_memory_used_bytes",
         "nvidia_gpu_pod_sm_utilization_ratio",
+        "nvidia_gpu_pod_gpu_seconds_total",
+        "nvidia_gpu_pod_idle_gpu_seconds_total",
+        "nvidia_gpu_pod_sm_active_gpu_seconds_total",
     ];
     let gpm_values: Vec<&str> = CATALOG
         .iter()

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use crate::sample::{
     ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, JobsError, KubeletError,
     MediaEngine, NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
+    WorkloadSeconds,
 };
 
 use super::groups::Group;
@@ -45,6 +46,9 @@ impl MetricKind {
 /// and values. The encoder adds the identity labels `gpu` and `uuid`.
 pub type DeviceReader = fn(&SystemInfo, &DeviceSample, &mut Samples);
 
+/// Reads a per-container family from one container's GPU-seconds on one device.
+pub type WorkloadReader = fn(&WorkloadSeconds) -> Option<f64>;
+
 /// Reads an exporter-wide family from the snapshot.
 pub type ExporterReader = fn(&Snapshot, &mut Samples);
 
@@ -70,6 +74,9 @@ pub enum Source {
     /// Per GPU, one series per HPC job on it (`Snapshot::jobs`), labelled `hpc_job`; a MIG GPU
     /// instance's jobs with [`MIG_LABELS`] after it.
     Jobs,
+    /// Per GPU, one series per container holding it now (`Snapshot::workloads`), labelled with
+    /// [`POD_LABELS`]; then per (MIG instance, container), with [`MIG_LABELS`] before them.
+    Workloads(WorkloadReader),
     /// One family for the exporter, from the snapshot.
     Exporter(ExporterReader),
     /// Kept by the encoder's own registry (state that outlives a snapshot: histograms, counters
@@ -88,6 +95,7 @@ impl Source {
                 | Source::Processes(_)
                 | Source::PodProcesses(_)
                 | Source::Jobs
+                | Source::Workloads(_)
         )
     }
 }
@@ -1446,6 +1454,40 @@ pub static CATALOG: &[MetricDef] = &[
         closed_labels: &[],
         dcgm: &[],
         source: Source::PodProcesses(ProcessField::SmUtilization),
+    },
+    // --- GPU-seconds per workload (--kubernetes) ----------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_pod_gpu_seconds_total",
+        group: Group::Workloads,
+        help: "GPU-seconds the container held the GPU or MIG GPU instance (with --kubernetes): the time the exporter read it, a MIG instance counting as its compute slices over the GPU's, a GPU several containers hold split by their own SM utilization (--processes) or else evenly. Counted from when the exporter saw the container hold it; the series ends when the container lets go (its pod ended or is gone).",
+        kind: MetricKind::Counter,
+        unit: "seconds",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Workloads(|w| Some(w.held)),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pod_idle_gpu_seconds_total",
+        group: Group::Workloads,
+        help: "Of nvidia_gpu_pod_gpu_seconds_total, the GPU-seconds in which the device was idle: its SM activity, or its utilization where GPM does not answer, below --idle-threshold (default 0.05) at the reading that counted them. Idle GPU-hours per namespace over 30 days: sum by (namespace) (increase(nvidia_gpu_pod_idle_gpu_seconds_total[30d])) / 3600.",
+        kind: MetricKind::Counter,
+        unit: "seconds",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Workloads(|w| Some(w.idle)),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pod_sm_active_gpu_seconds_total",
+        group: Group::Workloads,
+        help: "SM-active GPU-seconds of the container: the device's SM activity (GPM) integrated over time and split as nvidia_gpu_pod_gpu_seconds_total; its rate over that one's is the container's mean SM activity. Absent without GPM.",
+        kind: MetricKind::Counter,
+        unit: "seconds",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Workloads(|w| w.sm_active),
     },
     // --- HPC jobs ---------------------------------------------------------------------------
     MetricDef {

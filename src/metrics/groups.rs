@@ -61,6 +61,8 @@ pub enum Group {
     Processes,
     /// The HPC jobs on each GPU (`--hpc-job-mapping-dir`).
     Jobs,
+    /// GPU-seconds held, held idle and SM-active per container (`--kubernetes`).
+    Workloads,
 }
 
 /// What the docs, `--help` and the error for an unknown name say of a group.
@@ -151,6 +153,12 @@ pub const GROUPS: &[GroupInfo] = &[
         "jobs",
         true,
         "the HPC jobs on each GPU (served with --hpc-job-mapping-dir)",
+    ),
+    info(
+        Group::Workloads,
+        "workloads",
+        true,
+        "GPU-seconds each container held, held idle and kept SMs active (served with --kubernetes)",
     ),
     info(
         Group::NvlinkLinks,
@@ -259,6 +267,7 @@ impl fmt::Display for Group {
 pub const DROP_ORDER: &[Group] = &[
     Group::Processes,
     Group::Jobs,
+    Group::Workloads,
     Group::NvlinkLinks,
     Group::Media,
     Group::Pipes,
@@ -389,7 +398,7 @@ mod tests {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             );
         }
-        assert_eq!(GROUPS.len(), Group::Jobs as usize + 1);
+        assert_eq!(GROUPS.len(), Group::Workloads as usize + 1);
     }
 
     #[test]

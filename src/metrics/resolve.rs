@@ -21,6 +21,7 @@ use crate::kubernetes::mapping;
 use crate::processes::attribution::{GpuProcesses, Owners, summarize};
 use crate::sample::{
     ContainerRef, DeviceSample, JobAssignment, MigInstanceSample, PodIdentity, Snapshot,
+    WorkloadSeconds,
 };
 
 use super::MetricsOptions;
@@ -47,6 +48,8 @@ pub(crate) struct DeviceView<'a> {
     pub processes: GpuProcesses<'a>,
     /// The HPC jobs on the whole GPU (`--hpc-job-mapping-dir`), sorted.
     pub jobs: Vec<&'a str>,
+    /// The GPU-seconds of the containers that hold the whole GPU now, by container.
+    pub workloads: Vec<&'a WorkloadSeconds>,
 }
 
 /// One MIG GPU instance of a device as its series are written.
@@ -65,6 +68,8 @@ pub(crate) struct InstanceView<'a> {
     pub owner: Option<&'a ContainerRef>,
     /// The HPC jobs on the instance, sorted.
     pub jobs: Vec<&'a str>,
+    /// The GPU-seconds of the containers that hold the instance now, by container.
+    pub workloads: Vec<&'a WorkloadSeconds>,
 }
 
 /// The views of every device of `snap`, in `gpu` index order.
@@ -80,6 +85,15 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
             .filter(|j| j.gpu == gpu && j.gpu_instance == gpu_instance)
             .map(|j| j.job.as_str())
             .collect()
+    };
+    let workloads: &[WorkloadSeconds] = snap.workloads.as_deref().unwrap_or(&[]);
+    // Only of containers that hold the device now: a republish after a pod ended drops them.
+    let workloads_of = |gpu: u32, gpu_instance: Option<u32>, holders: &[&ContainerRef]| {
+        workloads
+            .iter()
+            .filter(|w| w.gpu == gpu && w.gpu_instance == gpu_instance)
+            .filter(|w| holders.contains(&&w.container))
+            .collect::<Vec<_>>()
     };
     let containers = mapping::attribute(assignments, &devices);
     let instance_containers = mapping::attribute_instances(assignments, &devices);
@@ -104,6 +118,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                     gpu_instance: instance.gpu_instance.to_string(),
                     profile: &instance.profile,
                     owner: only(&containers).filter(|_| opts.pod_labels),
+                    workloads: workloads_of(sample.index, Some(instance.gpu_instance), &containers),
                     containers,
                     jobs: jobs_on(sample.index, Some(instance.gpu_instance)),
                 })
@@ -119,6 +134,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                 ),
                 gpu,
                 owner: single.filter(|_| opts.pod_labels),
+                workloads: workloads_of(sample.index, None, &containers),
                 containers,
                 instances,
                 processes,

@@ -20,6 +20,15 @@ use std::time::{Duration, Instant};
 
 use crate::sample::{BusySeconds, DeviceSample, GpmMetrics};
 
+/// How readings are integrated.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Busy {
+    /// The longest time between two readings that is integrated over.
+    pub max_gap: Duration,
+    /// Below this activity a reading counts as idle.
+    pub idle_threshold: f64,
+}
+
 /// The busy-time totals of one device and of its MIG GPU instances.
 #[derive(Debug, Default)]
 pub(super) struct BusyClock {
@@ -33,20 +42,22 @@ pub(super) struct BusyClock {
 
 impl BusyClock {
     /// Counts a reading made at `at`: each value it has times the time since the previous
-    /// reading, when that is at most `max_gap`. Writes the totals into the reading and its
+    /// reading, when that is at most `busy.max_gap`. Writes the totals into the reading and its
     /// instances.
-    pub(super) fn add(&mut self, sample: &mut DeviceSample, at: Instant, max_gap: Duration) {
+    pub(super) fn add(&mut self, sample: &mut DeviceSample, at: Instant, busy: Busy) {
         let dt = self
             .last
             .map(|last| at.saturating_duration_since(last))
-            .filter(|dt| *dt <= max_gap)
+            .filter(|dt| *dt <= busy.max_gap)
             .map_or(0.0, |dt| dt.as_secs_f64());
         self.last = Some(at);
+        let threshold = busy.idle_threshold;
         integrate(
             &mut self.totals,
             sample.utilization,
             sample.gpm.as_ref(),
             dt,
+            threshold,
         );
         sample.busy = self.totals;
         let mut previous = std::mem::take(&mut self.instances);
@@ -56,7 +67,7 @@ impl BusyClock {
             let (mut totals, dt) = previous
                 .remove(&key)
                 .map_or((BusySeconds::default(), 0.0), |t| (t, dt));
-            integrate(&mut totals, None, instance.gpm.as_ref(), dt);
+            integrate(&mut totals, None, instance.gpm.as_ref(), dt, threshold);
             instance.busy = totals;
             self.instances.insert(key, totals);
         }
@@ -69,12 +80,14 @@ impl BusyClock {
     }
 }
 
-/// Adds each value times `dt` to its total; a value present starts its total at 0.
+/// Adds each value times `dt` to its total (a value present starts its total at 0), `dt` to the
+/// time sampled, and to the idle time when the activity is below `idle_threshold`.
 fn integrate(
     totals: &mut BusySeconds,
     utilization: Option<f64>,
     gpm: Option<&GpmMetrics>,
     dt: f64,
+    idle_threshold: f64,
 ) {
     fn add(total: &mut Option<f64>, share: Option<f64>, dt: f64) {
         // A share of time: NaN or outside 0..=1 is clamped, so the counter never goes down.
@@ -93,6 +106,14 @@ fn integrate(
     add(&mut totals.sm_occupancy, g(|g| g.sm_occupancy), dt);
     add(&mut totals.tensor_active, g(|g| g.tensor_active), dt);
     add(&mut totals.dram_active, g(|g| g.dram_active), dt);
+    totals.sampled += dt;
+    // SM activity says idle better than utilization (a kernel that runs on one SM is "utilized").
+    if g(|g| g.sm_active)
+        .or(utilization)
+        .is_some_and(|activity| activity < idle_threshold)
+    {
+        totals.idle += dt;
+    }
 }
 
 #[cfg(test)]
@@ -100,7 +121,10 @@ mod tests {
     use super::*;
     use crate::sample::MigInstanceSample;
 
-    const MAX_GAP: Duration = Duration::from_secs(2);
+    const BUSY: Busy = Busy {
+        max_gap: Duration::from_secs(2),
+        idle_threshold: 0.05,
+    };
 
     fn reading(utilization: Option<f64>, sm_active: Option<f64>) -> DeviceSample {
         DeviceSample {
@@ -116,7 +140,7 @@ mod tests {
 
     /// Adds a reading at `ms` milliseconds after `t0` and returns its totals.
     fn add(clock: &mut BusyClock, t0: Instant, ms: u64, mut s: DeviceSample) -> DeviceSample {
-        clock.add(&mut s, t0 + Duration::from_millis(ms), MAX_GAP);
+        clock.add(&mut s, t0 + Duration::from_millis(ms), BUSY);
         s
     }
 
@@ -164,6 +188,23 @@ mod tests {
     }
 
     #[test]
+    fn idle_time_is_the_time_activity_was_below_the_threshold() {
+        let t0 = Instant::now();
+        let mut c = BusyClock::default();
+        add(&mut c, t0, 0, reading(Some(0.0), None));
+        // Utilization where GPM gave nothing; SM activity where it did, whatever utilization says.
+        let s = add(&mut c, t0, 1000, reading(Some(0.01), None));
+        assert_eq!((s.busy.sampled, s.busy.idle), (1.0, 1.0));
+        let s = add(&mut c, t0, 2000, reading(Some(1.0), Some(0.04)));
+        assert_eq!((s.busy.sampled, s.busy.idle), (2.0, 2.0));
+        let s = add(&mut c, t0, 3000, reading(Some(0.0), Some(0.05)));
+        assert_eq!((s.busy.sampled, s.busy.idle), (3.0, 2.0));
+        // Neither reading: not idle, though sampled.
+        let s = add(&mut c, t0, 4000, reading(None, None));
+        assert_eq!((s.busy.sampled, s.busy.idle), (4.0, 2.0));
+    }
+
+    #[test]
     fn shares_outside_zero_to_one_never_make_a_counter_go_down() {
         let t0 = Instant::now();
         let mut c = BusyClock::default();
@@ -205,8 +246,8 @@ mod tests {
         let busy = s.mig_instances[0].busy;
         assert_eq!((busy.sm_active, busy.tensor_active), (Some(0.8), Some(0.4)));
         assert_eq!(
-            s.busy,
-            BusySeconds::default(),
+            (s.busy.utilization, s.busy.sm_active),
+            (None, None),
             "the GPU itself read nothing"
         );
         // GI 1 re-created as 1g.10gb, and GI 2 created: both from 0.

@@ -64,10 +64,14 @@ pub struct SamplerOptions {
     pub processes: Option<PathBuf>,
     /// The collector groups: the NVML calls only other groups need are not made.
     pub groups: Groups,
+    /// Below this activity (SM activity, or utilization without GPM) a reading is idle
+    /// (`--idle-threshold`): the busy-time totals count its time as idle.
+    pub idle_threshold: f64,
 }
 
 impl Default for SamplerOptions {
-    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace, every group.
+    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace, every group, idle
+    /// below 5 %.
     fn default() -> Self {
         SamplerOptions {
             nvml_lib: PathBuf::from("libnvidia-ml.so.1"),
@@ -76,6 +80,7 @@ impl Default for SamplerOptions {
             stale_grace: Duration::from_secs(5),
             processes: None,
             groups: Groups::all(),
+            idle_threshold: 0.05,
         }
     }
 }

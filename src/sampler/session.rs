@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use nvml_wrapper::Nvml;
 
-use super::busy::BusyClock;
+use super::busy::{Busy, BusyClock};
 use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
@@ -60,6 +60,8 @@ pub(super) struct Session {
     /// The longest time between two readings of a device that busy time is integrated over: an
     /// interval and a device deadline (see [`super::busy`]).
     max_busy_gap: Duration,
+    /// Below this activity a reading counts as idle (`--idle-threshold`).
+    idle_threshold: f64,
     /// What the XID thread needs, to start it when the `xid` group is turned on.
     nvml: Arc<Nvml>,
     errors: Arc<ErrorCounter>,
@@ -102,6 +104,7 @@ impl Session {
             processes: None,
             groups: Groups::none(),
             max_busy_gap: opts.interval + opts.device_timeout,
+            idle_threshold: opts.idle_threshold,
             nvml,
             errors: Arc::clone(errors),
             xid_log: xids.cloned(),
@@ -116,6 +119,7 @@ impl Session {
     pub(super) fn configure(&mut self, opts: &SamplerOptions) {
         self.groups = opts.groups;
         self.max_busy_gap = opts.interval + opts.device_timeout;
+        self.idle_threshold = opts.idle_threshold;
         self.processes = opts
             .processes
             .clone()
@@ -225,7 +229,10 @@ impl Session {
             answer.outcome,
             answer.at,
             tick == Some(answer.tick),
-            self.max_busy_gap,
+            Busy {
+                max_gap: self.max_busy_gap,
+                idle_threshold: self.idle_threshold,
+            },
         );
         slot.device = Some(answer.device);
     }
@@ -276,6 +283,7 @@ impl Session {
             // Attached when the snapshot is published: the sampler only reads NVML.
             kubernetes: None,
             jobs: None,
+            workloads: None,
         }
     }
 
@@ -328,19 +336,13 @@ impl Slot {
 
     /// Takes a read made at `at`, of the current tick when `this_tick`. An unanswered read is no
     /// reading: the last one stays, ageing towards the grace, and the device is not fresh. A
-    /// reading of a device that is up adds to its busy time (over at most `max_busy_gap`); any
-    /// other read is a gap in it.
-    fn take(
-        &mut self,
-        mut reading: ReadOutcome,
-        at: Instant,
-        this_tick: bool,
-        max_busy_gap: Duration,
-    ) {
+    /// reading of a device that is up adds to its busy time (as `busy` says); any other read is
+    /// a gap in it.
+    fn take(&mut self, mut reading: ReadOutcome, at: Instant, this_tick: bool, busy: Busy) {
         self.driver_gone = reading.verdict == Verdict::DriverGone;
         self.vanished = reading.vanished;
         if reading.verdict == Verdict::Up {
-            self.busy.add(&mut reading.sample, at, max_busy_gap);
+            self.busy.add(&mut reading.sample, at, busy);
         } else {
             self.busy.gap();
         }
@@ -403,8 +405,11 @@ impl Slot {
 mod tests {
     use super::*;
 
-    /// The longest busy-time stretch, for [`Slot::take`].
-    const GAP: Duration = Duration::from_secs(2);
+    /// How [`Slot::take`] integrates busy time.
+    const GAP: Busy = Busy {
+        max_gap: Duration::from_secs(2),
+        idle_threshold: 0.05,
+    };
 
     fn outcome(up: bool, power: f64) -> ReadOutcome {
         ReadOutcome {

@@ -39,6 +39,7 @@ fn mig_device() -> DeviceSample {
                 },
             ],
             busy: BusySeconds::default(),
+            gpu_fraction: None,
         },
         MigInstanceSample {
             gpu_instance: 9,
@@ -55,6 +56,7 @@ fn mig_device() -> DeviceSample {
                 uuid: "MIG-c".into(),
             }],
             busy: BusySeconds::default(),
+            gpu_fraction: None,
         },
     ];
     d
