@@ -126,11 +126,15 @@ impl Publisher {
             .as_mut()
             .map(|reader| reader.read(&snapshot.devices));
         let opts = self.encoder.options();
+        let mut ledger = self.workloads.lock().unwrap_or_else(|e| e.into_inner());
         if snapshot.kubernetes.is_some() && opts.groups.contains(Group::Workloads) {
             // Only here, once a tick: a republish serves these totals again, never adds to them.
-            let mut ledger = self.workloads.lock().unwrap_or_else(|e| e.into_inner());
             snapshot.workloads = Some(ledger.tick(&snapshot, &opts));
+        } else {
+            // Off (a reload can turn it on again): what the devices gain meanwhile is nobody's.
+            *ledger = WorkloadLedger::default();
         }
+        drop(ledger);
         let snapshot = Arc::new(snapshot);
         let mut last = self.lock_last();
         if let Some(seconds) = snapshot.tick_duration_seconds {
@@ -301,6 +305,46 @@ mod tests {
         p.set_job_mapping_dir(None);
         p.tick(snapshot());
         assert!(p.current().snapshot.jobs.is_none());
+    }
+
+    #[test]
+    fn gpu_seconds_are_counted_only_while_attribution_is_on() {
+        let mut state = KubernetesState::new();
+        state.up = true;
+        state.assignments = Arc::from(vec![PodAssignment {
+            container: ContainerRef {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "main".into(),
+            },
+            device: DeviceRef::GpuUuid("GPU-abc".into()),
+        }]);
+        let kubelet = StateHandle::from(state);
+        let after = |sampled: f64| {
+            let mut s = snapshot();
+            Arc::make_mut(&mut s.devices[0]).busy.sampled = sampled;
+            s
+        };
+        let held = |p: &Publisher| -> Vec<f64> {
+            let snapshot = &p.current().snapshot;
+            snapshot
+                .workloads
+                .iter()
+                .flat_map(|w| w.iter().map(|w| w.held))
+                .collect()
+        };
+        let p = publisher(Some(kubelet.clone()));
+        p.tick(after(0.0));
+        p.tick(after(1.0));
+        assert_eq!(held(&p), [1.0]);
+        // A reload turns attribution off for 10 s, then on again: those 10 s are nobody's.
+        p.reconfigure(MetricsOptions::default(), None);
+        p.tick(after(11.0));
+        assert!(p.current().snapshot.workloads.is_none());
+        p.reconfigure(MetricsOptions::default(), Some(kubelet));
+        p.tick(after(11.0));
+        p.tick(after(12.0));
+        assert_eq!(held(&p), [1.0], "counted again from its first tick back");
     }
 
     #[test]
