@@ -8,7 +8,10 @@
 #   5. the alert rules: promtool's unit tests, and a real Prometheus scraping the demo exporter;
 #   6. the Kubernetes manifests: rendered with kubectl kustomize and validated.
 #   7. the Grafana dashboards: structure, PromQL and metric names, then every panel query against a
-#      live Prometheus scraping the demo with pods from the fake kubelet.
+#      live Prometheus scraping the demo with pods from the fake kubelet;
+#   8. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
+#      against a known square wave, across an exporter restart (scripts/e2e-busy.sh, which runs
+#      next to steps 3 to 7: it mostly waits).
 # Installs what is missing (Debian's prometheus for promtool and tmux, gpustat, nvidia-ml-py,
 # nvitop and nvitop-exporter from PyPI, the real driver library from Debian non-free, unpacked
 # under target/) when run as root.
@@ -94,11 +97,26 @@ lint_dcgm_scenarios() {
   return $ok
 }
 step "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
+# The busy-time check needs five and a half minutes of scrapes and almost no CPU: it runs next to
+# the steps below and is waited for after them.
+busy_log=$(mktemp)
+scripts/e2e-busy.sh "$bin" >"$busy_log" 2>&1 &
+busy_pid=$!
+lib_pids+=("$busy_pid")
+wait_busy() {
+  local rc=0
+  wait "$busy_pid" || rc=$?
+  cat "$busy_log"
+  rm -f "$busy_log"
+  return $rc
+}
+
 step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ours" python3 nvml-sim/ci/check-gpustat.py "$sim" "$bin"
 step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
+step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" wait_busy
 
 echo "checks: $steps_passed passed, ${#steps_failed[@]} failed"
 [ ${#steps_failed[@]} = 0 ]

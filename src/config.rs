@@ -108,6 +108,16 @@ pub struct Config {
     #[serde(deserialize_with = "some_duration_text")]
     pub stale_grace: Option<Duration>,
 
+    /// A GPU (or MIG instance) whose SM activity, or utilization where GPM does not answer, is
+    /// below this ratio is idle: its holders' GPU-seconds count as idle (0 to 1)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_IDLE_THRESHOLD",
+        value_name = "RATIO",
+        default_value_t = 0.05
+    )]
+    pub idle_threshold: f64,
+
     /// NVML library to load: a path or a soname
     #[arg(long, env = "NVML_EXPORTER_NVML_LIB", value_name = "PATH",
           default_value = DEFAULT_NVML_LIB)]
@@ -514,6 +524,12 @@ impl Config {
                     fmt_duration(device_timeout),
                     fmt_duration(interval)
                 ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.idle_threshold) {
+            return Err(invalid(
+                "idle_threshold",
+                format!("{} is not a ratio from 0 to 1", self.idle_threshold),
             ));
         }
         let stale_grace = self.stale_grace();
@@ -1762,6 +1778,28 @@ mod tests {
         );
         let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
         assert_eq!(c.kubernetes_api_url().to_string(), "https://api:443/");
+    }
+
+    #[test]
+    fn idle_threshold_defaults_overrides_and_refusals() {
+        assert_eq!(load_args(&[]).unwrap().idle_threshold, 0.05);
+        assert_eq!(
+            load_args(&["--idle-threshold", "0.2"])
+                .unwrap()
+                .idle_threshold,
+            0.2
+        );
+        let f = file("idle_threshold = 0\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.idle_threshold, 0.0);
+        for bad in ["1.5", "-0.1", "NaN"] {
+            let e = err(&[&format!("--idle-threshold={bad}")]);
+            assert!(
+                e.contains("--idle-threshold") && e.contains("not a ratio from 0 to 1"),
+                "{bad}: {e}"
+            );
+        }
+        assert!(err(&["--idle-threshold", "lots"]).contains("--idle-threshold"));
     }
 
     #[test]

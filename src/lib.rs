@@ -57,6 +57,7 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
         stale_grace: config.stale_grace(),
         processes: config.processes.then(|| config.host_proc.clone()),
         groups: config.sampled_groups(),
+        idle_threshold: config.idle_threshold,
     }
 }
 

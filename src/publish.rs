@@ -1,7 +1,8 @@
 //! The current exposition: what every request is served until the next one replaces it.
 //!
 //! The sampler hands each tick's snapshot to [`Publisher::tick`], which attaches the kubelet's
-//! latest answer and the HPC job mapping files (read there, [`crate::jobs`]), counts the tick,
+//! latest answer and the HPC job mapping files (read there, [`crate::jobs`]), splits the
+//! devices' busy time among the containers holding them ([`WorkloadLedger`]), counts the tick,
 //! encodes it and swaps the result in. When the kubelet's
 //! assignments change between ticks, [`Publisher::republish`] encodes the last snapshot
 //! again with them, so pod labels follow the kubelet within one refresh. HTTP only reads
@@ -21,6 +22,8 @@ use tokio::task::JoinError;
 
 use crate::jobs::JobReader;
 use crate::kubernetes::StateHandle;
+use crate::metrics::groups::Group;
+use crate::metrics::workloads::WorkloadLedger;
 use crate::metrics::{Encoder, MetricsOptions};
 use crate::sample::Snapshot;
 
@@ -83,6 +86,8 @@ pub struct Publisher {
     kubelet: Mutex<Option<StateHandle>>,
     /// The reader of `--hpc-job-mapping-dir`, read at every tick.
     jobs: Mutex<Option<JobReader>>,
+    /// GPU-seconds per container, added to at every tick (with `--kubernetes`).
+    workloads: Mutex<WorkloadLedger>,
     /// The last snapshot from the sampler, kept to encode again when the kubelet's assignments
     /// change. Its lock also orders encodings, so a newer exposition never gets replaced by an
     /// older one.
@@ -105,6 +110,7 @@ impl Publisher {
             encoder,
             kubelet: Mutex::new(kubelet),
             jobs: Mutex::new(None),
+            workloads: Mutex::new(WorkloadLedger::default()),
             last: Mutex::new(None),
             current: RwLock::new(Arc::new(placeholder)),
         })
@@ -119,6 +125,16 @@ impl Publisher {
             .unwrap_or_else(|e| e.into_inner())
             .as_mut()
             .map(|reader| reader.read(&snapshot.devices));
+        let opts = self.encoder.options();
+        let mut ledger = self.workloads.lock().unwrap_or_else(|e| e.into_inner());
+        if snapshot.kubernetes.is_some() && opts.groups.contains(Group::Workloads) {
+            // Only here, once a tick: a republish serves these totals again, never adds to them.
+            snapshot.workloads = Some(ledger.tick(&snapshot, &opts));
+        } else {
+            // Off (a reload can turn it on again): what the devices gain meanwhile is nobody's.
+            *ledger = WorkloadLedger::default();
+        }
+        drop(ledger);
         let snapshot = Arc::new(snapshot);
         let mut last = self.lock_last();
         if let Some(seconds) = snapshot.tick_duration_seconds {
@@ -289,6 +305,47 @@ mod tests {
         p.set_job_mapping_dir(None);
         p.tick(snapshot());
         assert!(p.current().snapshot.jobs.is_none());
+    }
+
+    #[test]
+    fn gpu_seconds_are_counted_only_while_attribution_is_on() {
+        let mut state = KubernetesState::new();
+        state.up = true;
+        state.assignments = Arc::from(vec![PodAssignment {
+            container: ContainerRef {
+                namespace: "ml".into(),
+                pod: "train-0".into(),
+                container: "main".into(),
+            },
+            device: DeviceRef::GpuUuid("GPU-abc".into()),
+            claim: String::new(),
+        }]);
+        let kubelet = StateHandle::from(state);
+        let after = |sampled: f64| {
+            let mut s = snapshot();
+            Arc::make_mut(&mut s.devices[0]).busy.sampled = sampled;
+            s
+        };
+        let held = |p: &Publisher| -> Vec<f64> {
+            let snapshot = &p.current().snapshot;
+            snapshot
+                .workloads
+                .iter()
+                .flat_map(|w| w.iter().map(|w| w.held))
+                .collect()
+        };
+        let p = publisher(Some(kubelet.clone()));
+        p.tick(after(0.0));
+        p.tick(after(1.0));
+        assert_eq!(held(&p), [1.0]);
+        // A reload turns attribution off for 10 s, then on again: those 10 s are nobody's.
+        p.reconfigure(MetricsOptions::default(), None);
+        p.tick(after(11.0));
+        assert!(p.current().snapshot.workloads.is_none());
+        p.reconfigure(MetricsOptions::default(), Some(kubelet));
+        p.tick(after(11.0));
+        p.tick(after(12.0));
+        assert_eq!(held(&p), [1.0], "counted again from its first tick back");
     }
 
     #[test]

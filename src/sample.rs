@@ -35,6 +35,28 @@ pub struct Snapshot {
     /// The HPC job mapping files (`--hpc-job-mapping-dir`), read when the snapshot is
     /// published; `None` when off.
     pub jobs: Option<JobsState>,
+    /// GPU-seconds per container and GPU (or MIG instance) the kubelet assigned it, split from
+    /// the devices' busy time when a tick is published (`--kubernetes`); `None` when off.
+    pub workloads: Option<Arc<[WorkloadSeconds]>>,
+}
+
+/// What one container used of one GPU or MIG GPU instance it holds, in GPU-seconds (a MIG
+/// instance counts as its fraction of the GPU; a GPU several containers hold is split between
+/// them), since the exporter first saw it hold the device.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WorkloadSeconds {
+    /// The GPU's NVML index.
+    pub gpu: u32,
+    /// The MIG GPU instance; `None` for a whole GPU.
+    pub gpu_instance: Option<u32>,
+    /// The container.
+    pub container: ContainerRef,
+    /// GPU-seconds held.
+    pub held: f64,
+    /// GPU-seconds held while the device was idle.
+    pub idle: f64,
+    /// SM-active GPU-seconds; `None` without GPM.
+    pub sm_active: Option<f64>,
 }
 
 /// The HPC jobs on each GPU, as the mapping directory said at the last read.
@@ -285,6 +307,36 @@ pub struct DeviceSample {
     /// The GPU instances of a GPU in MIG mode, by GI id; empty when MIG is off or unsupported.
     /// Enumerated every tick, so a reconfiguration shows at the next tick.
     pub mig_instances: Vec<MigInstanceSample>,
+
+    /// Busy time integrated by the sampler over this NVML session's readings (not read from
+    /// NVML): the `_seconds_total` counters.
+    pub busy: BusySeconds,
+}
+
+/// Busy time of a GPU or MIG GPU instance, integrated by the sampler: each reading times the
+/// time since the previous reading, added up, never across a gap (a device unanswered, lost, or
+/// read more than an interval and a deadline after its previous reading). Each field is `None`
+/// until a reading had the value it integrates, and then only grows; it restarts at 0 with the
+/// NVML session (a driver restart, a restart of the exporter).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct BusySeconds {
+    /// Seconds in which a kernel ran: ∫ [`DeviceSample::utilization`].
+    pub utilization: Option<f64>,
+    /// SM-seconds with a warp resident, as a share of the SMs: ∫ [`GpmMetrics::sm_active`].
+    pub sm_active: Option<f64>,
+    /// ∫ [`GpmMetrics::sm_occupancy`].
+    pub sm_occupancy: Option<f64>,
+    /// ∫ [`GpmMetrics::tensor_active`].
+    pub tensor_active: Option<f64>,
+    /// ∫ [`GpmMetrics::dram_active`].
+    pub dram_active: Option<f64>,
+    /// Seconds integrated over (the sum of the time each reading counted for); not served, but
+    /// what the GPU-seconds per workload are split from.
+    pub sampled: f64,
+    /// Of those, seconds in which the reading's activity (SM activity where GPM gave it, else
+    /// utilization) was below the idle threshold (`--idle-threshold`); a reading with neither is
+    /// not idle. Not served.
+    pub idle: f64,
 }
 
 /// One MIG GPU instance (GI) of a GPU, read through its MIG device handles. Memory and GPM belong
@@ -306,6 +358,11 @@ pub struct MigInstanceSample {
     pub gpm: Option<GpmMetrics>,
     /// Its compute instances (the MIG devices CUDA sees), by CI id.
     pub compute_instances: Vec<ComputeInstanceSample>,
+    /// The instance's own busy time (from its GPM readings), integrated by the sampler.
+    pub busy: BusySeconds,
+    /// The share of the GPU it is: its compute slices over the GPU's (the largest profile of the
+    /// board's table), e.g. 3/7 for a 3g.40gb of an H100; `None` when a profile name does not say.
+    pub gpu_fraction: Option<f64>,
 }
 
 /// One MIG device: a compute instance of a GPU instance.

@@ -559,7 +559,7 @@ fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
     );
 
     // infer-b's process exits: its usage series go at once; while the kubelet still assigns it a
-    // GPU, only that assignment (`nvidia_gpu_pod_info`) is left.
+    // GPU, only that assignment (`nvidia_gpu_pod_info`) and its GPU-seconds are left.
     let infer_series = |m: &Exposition| -> Vec<String> {
         m.find_any_labels(&[("pod", "infer-b")])
             .iter()
@@ -569,7 +569,17 @@ fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
     let m = e.wait_metrics(Duration::from_secs(30), "infer-b's process gone", |m| {
         memory(m, 610101).is_none()
     });
-    assert_eq!(infer_series(&m), ["nvidia_gpu_pod_info"], "{}", m.text);
+    assert_eq!(
+        infer_series(&m),
+        [
+            "nvidia_gpu_pod_info",
+            "nvidia_gpu_pod_gpu_seconds_total",
+            "nvidia_gpu_pod_idle_gpu_seconds_total",
+            "nvidia_gpu_pod_sm_active_gpu_seconds_total"
+        ],
+        "{}",
+        m.text
+    );
     // Then the kubelet forgets the pod: GPU0 now belongs to train-a alone, whose series keep
     // their values, and the host process is still nobody's.
     fs::remove_dir_all(proc_root.join("610101")).unwrap();

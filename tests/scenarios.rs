@@ -122,6 +122,7 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
     // Process and per-pod usage series need --processes, memory outside allocations also a
     // kubelet: covered by processes.rs.
     // HPC job series need a job mapping directory: covered by jobs.rs.
+    // GPU-seconds per workload need a kubelet and time: covered by workloads.rs.
     let event_driven = [
         "nvidia_gpu_job_info",
         "nvidia_gpu_xid_errors_total",
@@ -132,6 +133,9 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
         "nvidia_gpu_pod_memory_used_bytes",
         "nvidia_gpu_pod_sm_utilization_ratio",
         "nvidia_gpu_memory_outside_allocation_bytes",
+        "nvidia_gpu_pod_gpu_seconds_total",
+        "nvidia_gpu_pod_idle_gpu_seconds_total",
+        "nvidia_gpu_pod_sm_active_gpu_seconds_total",
     ];
     let gpm_values: Vec<&str> = CATALOG
         .iter()

@@ -11,6 +11,7 @@ use std::borrow::Cow;
 use crate::sample::{
     ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, JobsError, KubeletError,
     MediaEngine, NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
+    WorkloadSeconds,
 };
 
 use super::groups::Group;
@@ -45,6 +46,9 @@ impl MetricKind {
 /// and values. The encoder adds the identity labels `gpu` and `uuid`.
 pub type DeviceReader = fn(&SystemInfo, &DeviceSample, &mut Samples);
 
+/// Reads a per-container family from one container's GPU-seconds on one device.
+pub type WorkloadReader = fn(&WorkloadSeconds) -> Option<f64>;
+
 /// Reads an exporter-wide family from the snapshot.
 pub type ExporterReader = fn(&Snapshot, &mut Samples);
 
@@ -73,6 +77,9 @@ pub enum Source {
     /// Per GPU, one series per HPC job on it (`Snapshot::jobs`), labelled `hpc_job`; a MIG GPU
     /// instance's jobs with [`MIG_LABELS`] after it.
     Jobs,
+    /// Per GPU, one series per container holding it now (`Snapshot::workloads`), labelled with
+    /// [`POD_LABELS`]; then per (MIG instance, container), with [`MIG_LABELS`] before them.
+    Workloads(WorkloadReader),
     /// One family for the exporter, from the snapshot.
     Exporter(ExporterReader),
     /// Kept by the encoder's own registry (state that outlives a snapshot: histograms, counters
@@ -92,6 +99,7 @@ impl Source {
                 | Source::PodProcesses(_)
                 | Source::OutsideAllocation
                 | Source::Jobs
+                | Source::Workloads(_)
         )
     }
 }
@@ -370,6 +378,15 @@ pub static CATALOG: &[MetricDef] = &[
     ),
     device!(
         Utilization,
+        "nvidia_gpu_utilization_seconds_total",
+        Counter,
+        "seconds",
+        "Seconds in which at least one kernel ran: each reading of nvidia_gpu_utilization_ratio times the time since the previous one, added up by the exporter at every tick (never across a tick the GPU was unreadable or stale), so rate() over any window is the mean utilization, whatever the scrape interval. Exact when --interval is at most NVML's utilization sample period (1/6 s to 1 s by product); sampled at that period when longer. Starts at 0 when the exporter (or NVML) starts.",
+        [],
+        |_, d, out| out.opt(d.busy.utilization)
+    ),
+    device!(
+        Utilization,
         "nvidia_gpu_memory_utilization_ratio",
         Gauge,
         "ratio",
@@ -450,6 +467,17 @@ pub static CATALOG: &[MetricDef] = &[
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_active))
     ),
+    // In the pipes group, off by default, with the other GPM integrals: on by default it would
+    // put a demo H100 that saw an XID at 41 series, over the budget of 40.
+    device!(
+        Pipes,
+        "nvidia_gpu_sm_active_seconds_total",
+        Counter,
+        "seconds",
+        "nvidia_gpu_sm_active_ratio integrated over time (GPM): seconds of the whole GPU's SMs with a warp resident, added up at every tick over the exact window of each GPM reading (never across a tick the GPU was unreadable or stale). rate() over any window is the mean SM activity, whatever the scrape interval. Starts at 0 when the exporter (or NVML) starts.",
+        [],
+        |_, d, out| out.opt(d.busy.sm_active)
+    ),
     device!(
         Saturation,
         "nvidia_gpu_sm_occupancy_ratio",
@@ -529,6 +557,33 @@ pub static CATALOG: &[MetricDef] = &[
             }
         }),
     },
+    device!(
+        Pipes,
+        "nvidia_gpu_sm_occupancy_seconds_total",
+        Counter,
+        "seconds",
+        "nvidia_gpu_sm_occupancy_ratio integrated over time (GPM), as nvidia_gpu_sm_active_seconds_total: rate() is the mean occupancy over any window.",
+        [],
+        |_, d, out| out.opt(d.busy.sm_occupancy)
+    ),
+    device!(
+        Pipes,
+        "nvidia_gpu_tensor_active_seconds_total",
+        Counter,
+        "seconds",
+        "Seconds in which a tensor-core pipe was active: nvidia_gpu_tensor_active_ratio integrated over time (GPM), as nvidia_gpu_sm_active_seconds_total.",
+        [],
+        |_, d, out| out.opt(d.busy.tensor_active)
+    ),
+    device!(
+        Pipes,
+        "nvidia_gpu_dram_active_seconds_total",
+        Counter,
+        "seconds",
+        "Seconds in which the device memory interface was busy: nvidia_gpu_dram_active_ratio integrated over time (GPM), as nvidia_gpu_sm_active_seconds_total.",
+        [],
+        |_, d, out| out.opt(d.busy.dram_active)
+    ),
     device!(
         Bandwidth,
         "nvidia_gpu_pcie_gpm_transmit_bytes_per_second",
@@ -1414,6 +1469,40 @@ pub static CATALOG: &[MetricDef] = &[
         closed_labels: &[],
         dcgm: &[],
         source: Source::OutsideAllocation,
+    },
+    // --- GPU-seconds per workload (--kubernetes) ----------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_pod_gpu_seconds_total",
+        group: Group::Workloads,
+        help: "GPU-seconds the container held the GPU or MIG GPU instance (with --kubernetes): the time the exporter read it, a MIG instance counting as its compute slices over the GPU's, a GPU several containers hold split by their own SM utilization (--processes) or else evenly. Counted from when the exporter saw the container hold it; the series ends when the container lets go (its pod ended or is gone).",
+        kind: MetricKind::Counter,
+        unit: "seconds",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Workloads(|w| Some(w.held)),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pod_idle_gpu_seconds_total",
+        group: Group::Workloads,
+        help: "Of nvidia_gpu_pod_gpu_seconds_total, the GPU-seconds in which the device was idle: its SM activity, or its utilization where GPM does not answer, below --idle-threshold (default 0.05) at the reading that counted them. Idle GPU-hours per namespace over 30 days: sum by (namespace) (increase(nvidia_gpu_pod_idle_gpu_seconds_total[30d])) / 3600.",
+        kind: MetricKind::Counter,
+        unit: "seconds",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Workloads(|w| Some(w.idle)),
+    },
+    MetricDef {
+        name: "nvidia_gpu_pod_sm_active_gpu_seconds_total",
+        group: Group::Workloads,
+        help: "SM-active GPU-seconds of the container: the device's SM activity (GPM) integrated over time and split as nvidia_gpu_pod_gpu_seconds_total; its rate over that one's is the container's mean SM activity. Absent without GPM.",
+        kind: MetricKind::Counter,
+        unit: "seconds",
+        labels: POD_LABELS,
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Workloads(|w| w.sm_active),
     },
     // --- HPC jobs ---------------------------------------------------------------------------
     MetricDef {

@@ -15,13 +15,13 @@ use std::fmt;
 pub enum Group {
     /// `nvidia_gpu_info`, `nvidia_gpu_up`, `nvidia_gpu_pod_info` and `nvml_exporter_*`.
     Core,
-    /// GPU and memory-controller utilization.
+    /// GPU and memory-controller utilization, and its busy-time counter.
     Utilization,
     /// Video encoder and decoder utilization and each media engine's activity (GPM).
     Media,
     /// GPM engine activity: graphics engine, SMs, tensor cores, DRAM.
     Saturation,
-    /// GPM activity of each SM pipe.
+    /// GPM activity of each SM pipe; the GPM busy-time counters.
     Pipes,
     /// PCIe and NVLink bandwidth averaged over the sampling interval (GPM).
     Bandwidth,
@@ -61,6 +61,8 @@ pub enum Group {
     Processes,
     /// The HPC jobs on each GPU (`--hpc-job-mapping-dir`).
     Jobs,
+    /// GPU-seconds held, held idle and SM-active per container (`--kubernetes`).
+    Workloads,
 }
 
 /// What the docs, `--help` and the error for an unknown name say of a group.
@@ -88,7 +90,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::Utilization,
         "utilization",
         true,
-        "GPU and memory-controller utilization",
+        "GPU and memory-controller utilization, and the seconds a kernel ran",
     ),
     info(
         Group::Saturation,
@@ -153,6 +155,12 @@ pub const GROUPS: &[GroupInfo] = &[
         "the HPC jobs on each GPU (served with --hpc-job-mapping-dir)",
     ),
     info(
+        Group::Workloads,
+        "workloads",
+        true,
+        "GPU-seconds each container held, held idle and kept SMs active (served with --kubernetes)",
+    ),
+    info(
         Group::NvlinkLinks,
         "nvlink-links",
         false,
@@ -193,7 +201,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::Pipes,
         "pipes",
         false,
-        "GPM activity of each SM pipe (FP64, FP32, FP16, integer, tensor pipes)",
+        "GPM activity of each SM pipe (FP64, FP32, FP16, integer, tensor pipes), and the SM-active, SM-occupancy, tensor and DRAM busy-time counters",
     ),
     info(
         Group::Media,
@@ -259,6 +267,7 @@ impl fmt::Display for Group {
 pub const DROP_ORDER: &[Group] = &[
     Group::Processes,
     Group::Jobs,
+    Group::Workloads,
     Group::NvlinkLinks,
     Group::Media,
     Group::Pipes,
@@ -389,7 +398,7 @@ mod tests {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             );
         }
-        assert_eq!(GROUPS.len(), Group::Jobs as usize + 1);
+        assert_eq!(GROUPS.len(), Group::Workloads as usize + 1);
     }
 
     #[test]

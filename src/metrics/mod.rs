@@ -23,6 +23,7 @@ pub mod groups;
 pub(crate) mod resolve;
 pub mod samples;
 mod text;
+pub mod workloads;
 mod write;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -21,6 +21,7 @@ use crate::kubernetes::mapping;
 use crate::processes::attribution::{GpuProcesses, Owners, summarize};
 use crate::sample::{
     ContainerRef, DeviceSample, JobAssignment, MigInstanceSample, PodIdentity, Snapshot,
+    WorkloadSeconds,
 };
 
 use super::MetricsOptions;
@@ -47,6 +48,8 @@ pub(crate) struct DeviceView<'a> {
     pub processes: GpuProcesses<'a>,
     /// The HPC jobs on the whole GPU (`--hpc-job-mapping-dir`), sorted.
     pub jobs: Vec<&'a str>,
+    /// The GPU-seconds of the containers that hold the whole GPU now, by container.
+    pub workloads: Vec<&'a WorkloadSeconds>,
 }
 
 /// One MIG GPU instance of a device as its series are written.
@@ -67,6 +70,8 @@ pub(crate) struct InstanceView<'a> {
     pub owner: Option<&'a ContainerRef>,
     /// The HPC jobs on the instance, sorted.
     pub jobs: Vec<&'a str>,
+    /// The GPU-seconds of the containers that hold the instance now, by container.
+    pub workloads: Vec<&'a WorkloadSeconds>,
 }
 
 /// The views of every device of `snap`, in `gpu` index order.
@@ -82,6 +87,15 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
             .filter(|j| j.gpu == gpu && j.gpu_instance == gpu_instance)
             .map(|j| j.job.as_str())
             .collect()
+    };
+    let workloads: &[WorkloadSeconds] = snap.workloads.as_deref().unwrap_or(&[]);
+    // Only of containers that hold the device now: a republish after a pod ended drops them.
+    let workloads_of = |gpu: u32, gpu_instance: Option<u32>, holders: &[&ContainerRef]| {
+        workloads
+            .iter()
+            .filter(|w| w.gpu == gpu && w.gpu_instance == gpu_instance)
+            .filter(|w| holders.contains(&&w.container))
+            .collect::<Vec<_>>()
     };
     let containers = mapping::attribute(assignments, &devices);
     let instance_containers = mapping::attribute_instances(assignments, &devices);
@@ -108,6 +122,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                     gpu_instance: instance.gpu_instance.to_string(),
                     profile: &instance.profile,
                     owner: only(&containers).filter(|_| opts.pod_labels),
+                    workloads: workloads_of(sample.index, Some(instance.gpu_instance), &containers),
                     containers,
                     jobs: jobs_on(sample.index, Some(instance.gpu_instance)),
                 })
@@ -123,6 +138,7 @@ pub(crate) fn resolve<'a>(snap: &'a Snapshot, opts: &MetricsOptions) -> Vec<Devi
                 ),
                 gpu,
                 owner: single.filter(|_| opts.pod_labels),
+                workloads: workloads_of(sample.index, None, &containers),
                 containers,
                 instances,
                 processes,
@@ -141,7 +157,7 @@ fn only<'a>(containers: &[&'a ContainerRef]) -> Option<&'a ContainerRef> {
 }
 
 /// A GPU instance of `parent` as a device reading that holds only the instance's own readings
-/// (memory, GPM), so that no family invents a series for it from the GPU's readings.
+/// (memory, GPM and the busy time integrated from it), so that no family invents a series for it from the GPU's readings.
 pub(crate) fn instance_sample(parent: &DeviceSample, instance: &MigInstanceSample) -> DeviceSample {
     DeviceSample {
         index: parent.index,
@@ -149,6 +165,7 @@ pub(crate) fn instance_sample(parent: &DeviceSample, instance: &MigInstanceSampl
         up: true,
         memory: instance.memory,
         gpm: instance.gpm.clone(),
+        busy: instance.busy,
         ..DeviceSample::default()
     }
 }

@@ -17,7 +17,7 @@ use crate::sample::{ContainerRef, DeviceSample, PodMeta, Snapshot};
 
 use super::catalog::{
     CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
-    Source,
+    Source, WorkloadReader,
 };
 use super::groups::{Group, Groups};
 use super::resolve::{DeviceView, container_labels};
@@ -84,6 +84,7 @@ pub(super) fn families(
             Source::PodProcesses(field) => pod_processes(out, def, field, devices),
             Source::OutsideAllocation => outside_allocation(out, def, devices),
             Source::Jobs => jobs(out, def, devices),
+            Source::Workloads(read) => workloads(out, def, read, devices),
             Source::Exporter(read) => exporter_series(out, def, read, snap, &mut samples),
             Source::Registry => {}
         }
@@ -216,6 +217,35 @@ fn jobs(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
             for job in &instance.jobs {
                 let labels = def.labels.iter().copied().zip([*job]).chain(mig.clone());
                 text::line(out, def.name, &d.identity, labels, 1.0);
+            }
+        }
+    }
+}
+
+/// One series per container holding each GPU, then each MIG GPU instance, with its GPU-seconds.
+fn workloads(out: &mut Vec<u8>, def: &MetricDef, read: WorkloadReader, devices: &[DeviceView<'_>]) {
+    for d in devices {
+        for w in &d.workloads {
+            if let Some(value) = read(w) {
+                text::line(
+                    out,
+                    def.name,
+                    &d.identity,
+                    pod_pairs(Some(&w.container)),
+                    value,
+                );
+            }
+        }
+        for instance in &d.instances {
+            let mig = MIG_LABELS
+                .iter()
+                .copied()
+                .zip([instance.gpu_instance.as_str(), instance.profile]);
+            for w in &instance.workloads {
+                if let Some(value) = read(w) {
+                    let labels = mig.clone().chain(pod_pairs(Some(&w.container)));
+                    text::line(out, def.name, &d.identity, labels, value);
+                }
             }
         }
     }

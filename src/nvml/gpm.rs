@@ -57,20 +57,20 @@ pub enum Target {
 }
 
 impl Target {
-    /// The collector group of the family the metric is served in.
-    fn group(self) -> Group {
+    /// The collector groups of the families the metric is served in: asked for when one is on.
+    fn groups(self) -> &'static [Group] {
         match self {
-            Target::GraphicsEngine
-            | Target::SmActive
-            | Target::SmOccupancy
-            | Target::Tensor
-            | Target::Dram => Group::Saturation,
-            Target::Pipe(_) => Group::Pipes,
+            Target::GraphicsEngine => &[Group::Saturation],
+            // Their time integrals are in the pipes group.
+            Target::SmActive | Target::SmOccupancy | Target::Tensor | Target::Dram => {
+                &[Group::Saturation, Group::Pipes]
+            }
+            Target::Pipe(_) => &[Group::Pipes],
             Target::PcieTransmit
             | Target::PcieReceive
             | Target::NvLinkTransmit
-            | Target::NvLinkReceive => Group::Bandwidth,
-            Target::Media(_) => Group::Media,
+            | Target::NvLinkReceive => &[Group::Bandwidth],
+            Target::Media(_) => &[Group::Media],
         }
     }
 
@@ -230,7 +230,7 @@ impl Buffers {
         } = self;
         requested.clear();
         requested.extend(METRICS.iter().copied().filter(|(id, target)| {
-            groups.is_none_or(|g| g.contains(target.group()))
+            groups.is_none_or(|g| g.any(target.groups()))
                 && !t.is_unsupported(METRICS_GET, arg_base | id.as_c())
         }));
         let request = request.get_or_insert_with(GpmRequest::default);

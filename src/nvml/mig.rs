@@ -125,8 +125,10 @@ impl MigReader {
                 }
                 _ => None,
             };
+            let gpu_fraction = self.gpu_fraction(&profile);
             out.push(MigInstanceSample {
                 gpu_instance: gi,
+                gpu_fraction,
                 profile,
                 placement_start: info.map(|i| i.placement.start),
                 memory,
@@ -142,10 +144,23 @@ impl MigReader {
                         d.compute
                     })
                     .collect(),
+                // Integrated by the sampler's session.
+                busy: Default::default(),
             });
         }
         gpm.retain_instances(&alive);
         (out, handles)
+    }
+
+    /// The share of the GPU an instance of `profile` is: its compute slices over the largest
+    /// profile's of the board's table (7 on an H100 or A100, 4 on an A30).
+    fn gpu_fraction(&self, profile: &str) -> Option<f64> {
+        let whole = self
+            .profile_names
+            .values()
+            .filter_map(|p| compute_slices(p))
+            .max()?;
+        Some(f64::from(compute_slices(profile)?) / f64::from(whole))
     }
 
     /// The name of profile `profile_id`, reading the board's profile table the first time.
@@ -224,6 +239,13 @@ fn profile_info(device: &Device, profile: u32) -> Result<Option<(u32, String)>, 
     Ok(raw::gpu_instance_profile(device, profile)?.map(|(id, name)| (id, profile_label(&name))))
 }
 
+/// The compute slices of a profile by its label, the number before "g": "3g.40gb" → 3,
+/// "1g.10gb+me" → 1.
+pub fn compute_slices(label: &str) -> Option<u32> {
+    let (slices, _) = label.split_once('g')?;
+    slices.parse().ok().filter(|n| *n > 0)
+}
+
 /// The `mig_profile` label of a profile name: "MIG 1g.10gb" → "1g.10gb".
 pub fn profile_label(name: &str) -> String {
     let name = name.trim();
@@ -233,6 +255,16 @@ pub fn profile_label(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compute_slices_are_the_number_before_g() {
+        assert_eq!(compute_slices("3g.40gb"), Some(3));
+        assert_eq!(compute_slices("1g.10gb+me"), Some(1));
+        assert_eq!(compute_slices("7g.80gb"), Some(7));
+        assert_eq!(compute_slices(""), None);
+        assert_eq!(compute_slices("0g.1gb"), None);
+        assert_eq!(compute_slices("big"), None);
+    }
 
     #[test]
     fn profile_names_lose_the_mig_prefix() {

@@ -6,6 +6,7 @@
 //!   a fixed schedule, publishing.
 //! - `session.rs`: one NVML initialisation: its devices, their staleness, one tick's answers and
 //!   its snapshot.
+//! - `busy.rs`: busy-time counters, each device's readings integrated over time.
 //! - `readers.rs`: the reader threads, and the job queue and answers channel that connect them to
 //!   the session.
 //! - `threads.rs`: a group of threads joined within a time bound, hung ones left detached.
@@ -20,6 +21,7 @@
 //! each read carries the tick number and each device keeps its previous GPM sample; a device
 //! that missed a tick starts a new window.
 
+mod busy;
 mod coordinator;
 mod readers;
 mod session;
@@ -62,10 +64,14 @@ pub struct SamplerOptions {
     pub processes: Option<PathBuf>,
     /// The collector groups: the NVML calls only other groups need are not made.
     pub groups: Groups,
+    /// Below this activity (SM activity, or utilization without GPM) a reading is idle
+    /// (`--idle-threshold`): the busy-time totals count its time as idle.
+    pub idle_threshold: f64,
 }
 
 impl Default for SamplerOptions {
-    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace, every group.
+    /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace, every group, idle
+    /// below 5 %.
     fn default() -> Self {
         SamplerOptions {
             nvml_lib: PathBuf::from("libnvidia-ml.so.1"),
@@ -74,6 +80,7 @@ impl Default for SamplerOptions {
             stale_grace: Duration::from_secs(5),
             processes: None,
             groups: Groups::all(),
+            idle_threshold: 0.05,
         }
     }
 }

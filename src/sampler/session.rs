@@ -9,6 +9,9 @@
 //! known) only, down. A late reading is taken whenever it arrives and served (stale) at the next
 //! snapshot.
 //!
+//! Each slot also integrates its device's busy time over the readings it takes (see
+//! [`super::busy`]), so the counters live as long as the session and flow out with the readings.
+//!
 //! A tick is *complete* when at least one device answered within its deadline (or there are no
 //! devices): only then does `last_tick_timestamp_seconds` advance, so `/readyz` turns 503 when
 //! every device hangs or fails every call.
@@ -20,6 +23,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use nvml_wrapper::Nvml;
 
+use super::busy::{Busy, BusyClock};
 use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
@@ -53,6 +57,11 @@ pub(super) struct Session {
     processes: Option<PathBuf>,
     /// The collector groups whose calls devices make (see [`Session::configure`]).
     groups: Groups,
+    /// The longest time between two readings of a device that busy time is integrated over: an
+    /// interval and a device deadline (see [`super::busy`]).
+    max_busy_gap: Duration,
+    /// Below this activity a reading counts as idle (`--idle-threshold`).
+    idle_threshold: f64,
     /// What the XID thread needs, to start it when the `xid` group is turned on.
     nvml: Arc<Nvml>,
     errors: Arc<ErrorCounter>,
@@ -94,6 +103,8 @@ impl Session {
             last_complete: None,
             processes: None,
             groups: Groups::none(),
+            max_busy_gap: opts.interval + opts.device_timeout,
+            idle_threshold: opts.idle_threshold,
             nvml,
             errors: Arc::clone(errors),
             xid_log: xids.cloned(),
@@ -107,6 +118,8 @@ impl Session {
     /// device reads belongs here, not only in [`Session::start`].
     pub(super) fn configure(&mut self, opts: &SamplerOptions) {
         self.groups = opts.groups;
+        self.max_busy_gap = opts.interval + opts.device_timeout;
+        self.idle_threshold = opts.idle_threshold;
         self.processes = opts
             .processes
             .clone()
@@ -212,7 +225,15 @@ impl Session {
         let Some(slot) = self.slots.get_mut(answer.device.index() as usize) else {
             return;
         };
-        slot.take(answer.outcome, answer.at, tick == Some(answer.tick));
+        slot.take(
+            answer.outcome,
+            answer.at,
+            tick == Some(answer.tick),
+            Busy {
+                max_gap: self.max_busy_gap,
+                idle_threshold: self.idle_threshold,
+            },
+        );
         slot.device = Some(answer.device);
     }
 
@@ -262,6 +283,7 @@ impl Session {
             // Attached when the snapshot is published: the sampler only reads NVML.
             kubernetes: None,
             jobs: None,
+            workloads: None,
         }
     }
 
@@ -293,6 +315,8 @@ struct Slot {
     driver_gone: bool,
     vanished: bool,
     last_at: Option<Instant>,
+    /// The device's busy time, added to by each reading it takes.
+    busy: BusyClock,
 }
 
 impl Slot {
@@ -306,14 +330,22 @@ impl Slot {
             driver_gone: false,
             vanished: false,
             last_at: None,
+            busy: BusyClock::default(),
         }
     }
 
     /// Takes a read made at `at`, of the current tick when `this_tick`. An unanswered read is no
-    /// reading: the last one stays, ageing towards the grace, and the device is not fresh.
-    fn take(&mut self, reading: ReadOutcome, at: Instant, this_tick: bool) {
+    /// reading: the last one stays, ageing towards the grace, and the device is not fresh. A
+    /// reading of a device that is up adds to its busy time (as `busy` says); any other read is
+    /// a gap in it.
+    fn take(&mut self, mut reading: ReadOutcome, at: Instant, this_tick: bool, busy: Busy) {
         self.driver_gone = reading.verdict == Verdict::DriverGone;
         self.vanished = reading.vanished;
+        if reading.verdict == Verdict::Up {
+            self.busy.add(&mut reading.sample, at, busy);
+        } else {
+            self.busy.gap();
+        }
         if reading.verdict == Verdict::Unanswered {
             self.fresh = false;
             if self.unpublished.is_none() && self.published.is_none() {
@@ -373,6 +405,12 @@ impl Slot {
 mod tests {
     use super::*;
 
+    /// How [`Slot::take`] integrates busy time.
+    const GAP: Busy = Busy {
+        max_gap: Duration::from_secs(2),
+        idle_threshold: 0.05,
+    };
+
     fn outcome(up: bool, power: f64) -> ReadOutcome {
         ReadOutcome {
             sample: DeviceSample {
@@ -411,6 +449,7 @@ mod tests {
             driver_gone: false,
             vanished: false,
             last_at: None,
+            busy: BusyClock::default(),
         }
     }
 
@@ -426,7 +465,7 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let grace = Duration::from_secs(5);
         let mut slot = slot();
-        slot.take(outcome(true, 100.0), t0, true);
+        slot.take(outcome(true, 100.0), t0, true, GAP);
         let fresh = served(&mut slot, t0, grace);
         assert!(fresh.up && !fresh.stale);
 
@@ -445,7 +484,7 @@ mod tests {
 
         // A late answer arrives between ticks: the next snapshot serves it (stale, but within
         // the grace again) rather than the older reading the last snapshot had.
-        slot.take(outcome(true, 200.0), at(7), false);
+        slot.take(outcome(true, 200.0), at(7), false, GAP);
         let late = served(&mut slot, at(8), grace);
         assert!(late.up && late.stale);
         assert_eq!(late.power_watts, Some(200.0));
@@ -455,7 +494,7 @@ mod tests {
     fn a_fresh_reading_is_shared_with_the_snapshot_not_copied() {
         let t0 = Instant::now();
         let mut slot = slot();
-        slot.take(outcome(true, 100.0), t0, true);
+        slot.take(outcome(true, 100.0), t0, true, GAP);
         let fresh = served(&mut slot, t0, Duration::from_secs(5));
         assert!(Arc::ptr_eq(&fresh, slot.published.as_ref().unwrap()));
     }
@@ -481,27 +520,27 @@ mod tests {
         let at = |s: u64| t0 + Duration::from_secs(s);
         let grace = Duration::from_secs(5);
         let mut slot = slot();
-        slot.take(outcome(true, 100.0), t0, true);
+        slot.take(outcome(true, 100.0), t0, true, GAP);
         assert!(served(&mut slot, t0, grace).up);
 
         // Every tick from 1 s on is answered in time, but every call of it failed: not fresh,
         // served from the last good reading until the grace is over, then down.
         for s in 1..=5 {
             slot.fresh = false;
-            slot.take(unanswered(), at(s), true);
+            slot.take(unanswered(), at(s), true, GAP);
             let d = served(&mut slot, at(s), grace);
             assert!(d.up && d.stale, "{s} s: {d:?}");
             assert_eq!(d.power_watts, Some(100.0), "{s} s: the last good reading");
         }
         slot.fresh = false;
-        slot.take(unanswered(), at(6), true);
+        slot.take(unanswered(), at(6), true, GAP);
         let down = served(&mut slot, at(6), grace);
         assert!(!down.up && down.stale, "{down:?}");
         assert_eq!(down.uuid, "GPU-x");
 
         // It answers again: fresh and up at once.
         slot.fresh = false;
-        slot.take(outcome(true, 300.0), at(7), true);
+        slot.take(outcome(true, 300.0), at(7), true, GAP);
         let back = served(&mut slot, at(7), grace);
         assert!(back.up && !back.stale, "{back:?}");
         assert_eq!(back.power_watts, Some(300.0));
@@ -512,11 +551,11 @@ mod tests {
         let now = Instant::now();
         let grace = Duration::from_secs(5);
         let mut slot = slot();
-        slot.take(unanswered(), now, true);
+        slot.take(unanswered(), now, true, GAP);
         assert!(!slot.fresh);
         let d = served(&mut slot, now, grace);
         assert_eq!((d.up, d.stale, d.uuid.as_str()), (false, true, "GPU-x"));
-        slot.take(unanswered(), now + grace, true);
+        slot.take(unanswered(), now + grace, true, GAP);
         let d = served(&mut slot, now + grace * 2, grace);
         assert_eq!((d.up, d.power_watts), (false, None));
     }

@@ -17,6 +17,11 @@ pub const GPM_FAMILIES: &[&str] = &[
     "nvidia_gpu_nvlink_gpm_transmit_bytes_per_second",
     "nvidia_gpu_nvlink_gpm_receive_bytes_per_second",
     "nvidia_gpu_media_engine_active_ratio",
+    // Their time integrals, from the same readings.
+    "nvidia_gpu_sm_active_seconds_total",
+    "nvidia_gpu_sm_occupancy_seconds_total",
+    "nvidia_gpu_tensor_active_seconds_total",
+    "nvidia_gpu_dram_active_seconds_total",
 ];
 
 pub fn is_gpm_family(name: &str) -> bool {

@@ -39,6 +39,8 @@ fn mig_device() -> DeviceSample {
                     uuid: "MIG-b".into(),
                 },
             ],
+            busy: BusySeconds::default(),
+            gpu_fraction: None,
         },
         MigInstanceSample {
             gpu_instance: 9,
@@ -55,6 +57,8 @@ fn mig_device() -> DeviceSample {
                 compute_instance: 0,
                 uuid: "MIG-c".into(),
             }],
+            busy: BusySeconds::default(),
+            gpu_fraction: None,
         },
     ];
     d

@@ -10,6 +10,7 @@ mod kubernetes;
 mod mig;
 mod processes;
 mod self_metrics;
+mod workloads;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -142,6 +143,20 @@ fn full_device(index: u32) -> DeviceSample {
         ],
         // MIG off: no instances.
         mig_instances: Vec::new(),
+        busy: full_busy(),
+    }
+}
+
+/// Busy-time totals with every counter present.
+fn full_busy() -> BusySeconds {
+    BusySeconds {
+        utilization: Some(3600.5),
+        sm_active: Some(1800.25),
+        sm_occupancy: Some(900.125),
+        tensor_active: Some(450.0),
+        dram_active: Some(225.5),
+        sampled: 7200.0,
+        idle: 3600.0,
     }
 }
 
@@ -168,6 +183,11 @@ fn full_mig_device(index: u32) -> DeviceSample {
             memory: Some(memory(42_412_802_048.0, 1_073_741_824.0)),
             gpm: Some(full_gpm()),
             compute_instances: vec![ci(0, 1)],
+            busy: BusySeconds {
+                utilization: None,
+                ..full_busy()
+            },
+            gpu_fraction: Some(4.0 / 7.0),
         },
         MigInstanceSample {
             gpu_instance: 5,
@@ -176,6 +196,8 @@ fn full_mig_device(index: u32) -> DeviceSample {
             memory: Some(memory(21_072_183_296.0, 0.0)),
             gpm: None,
             compute_instances: vec![ci(0, 5), ci(1, 5)],
+            busy: BusySeconds::default(),
+            gpu_fraction: None,
         },
     ];
     d
@@ -252,6 +274,33 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
         kubernetes: Some(kubelet(&[("nvidia0", "ml", "train-0", "main")])),
         // On MIG GPU instance 1, which only a full device has.
         jobs: Some(jobs(&[(0, Some(1), "4242")])),
+        // The assigned GPU's container, and one that no longer holds a GPU (not served).
+        workloads: Some(Arc::from([
+            WorkloadSeconds {
+                gpu: 0,
+                gpu_instance: None,
+                container: ContainerRef {
+                    namespace: "ml".into(),
+                    pod: "train-0".into(),
+                    container: "main".into(),
+                },
+                held: 120.0,
+                idle: 30.5,
+                sm_active: Some(45.25),
+            },
+            WorkloadSeconds {
+                gpu: 0,
+                gpu_instance: None,
+                container: ContainerRef {
+                    namespace: "ml".into(),
+                    pod: "ended".into(),
+                    container: "main".into(),
+                },
+                held: 60.0,
+                idle: 60.0,
+                sm_active: Some(0.0),
+            },
+        ])),
     }
 }
 

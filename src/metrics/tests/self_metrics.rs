@@ -160,9 +160,14 @@ fn max_series_leaves_out_the_most_detailed_groups_first_and_counts_them() {
     let links = served(&full, "nvlink-links") as usize;
     let processes = served(&full, "processes") as usize;
     assert!(links > 0);
+    // The groups dropped before the per-link series.
+    let before: usize = ["processes", "jobs", "workloads"]
+        .iter()
+        .map(|g| served(&full, g) as usize)
+        .sum();
 
-    // Room for all but the per-link series (and the processes, dropped before them).
-    let max = total - links;
+    // Room for all but the per-link series and the groups dropped before them.
+    let max = total - links - before;
     let enc = Encoder::new(MetricsOptions {
         max_series: Some(max),
         ..MetricsOptions::default()
