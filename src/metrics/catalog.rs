@@ -439,8 +439,10 @@ pub static CATALOG: &[MetricDef] = &[
         [],
         |_, d, out| out.opt_flag(d.gpm_supported)
     ),
+    // In the pipes group, off by default: like utilization it says busy, not saturated, and the
+    // default budget (40 series per GPU) goes to the SM-active integral instead.
     device!(
-        Saturation,
+        Pipes,
         "nvidia_gpu_graphics_engine_active_ratio",
         Gauge,
         "ratio",
@@ -467,10 +469,8 @@ pub static CATALOG: &[MetricDef] = &[
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_active))
     ),
-    // In the pipes group, off by default, with the other GPM integrals: on by default it would
-    // put a demo H100 that saw an XID at 41 series, over the budget of 40.
     device!(
-        Pipes,
+        Saturation,
         "nvidia_gpu_sm_active_seconds_total",
         Counter,
         "seconds",

@@ -96,7 +96,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::Saturation,
         "saturation",
         true,
-        "GPM engine activity: graphics engine, SM active and occupancy, tensor cores, DRAM (Hopper and newer)",
+        "GPM activity: SM active (and its busy-time counter) and occupancy, tensor cores, DRAM (Hopper and newer)",
     ),
     info(
         Group::Memory,
@@ -201,7 +201,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::Pipes,
         "pipes",
         false,
-        "GPM activity of each SM pipe (FP64, FP32, FP16, integer, tensor pipes), and the SM-active, SM-occupancy, tensor and DRAM busy-time counters",
+        "GPM activity of each SM pipe (FP64, FP32, FP16, integer, tensor pipes) and of the graphics engine, and the SM-occupancy, tensor and DRAM busy-time counters",
     ),
     info(
         Group::Media,

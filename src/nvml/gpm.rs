@@ -60,12 +60,11 @@ impl Target {
     /// The collector groups of the families the metric is served in: asked for when one is on.
     fn groups(self) -> &'static [Group] {
         match self {
-            Target::GraphicsEngine => &[Group::Saturation],
-            // Their time integrals are in the pipes group.
+            Target::GraphicsEngine | Target::Pipe(_) => &[Group::Pipes],
+            // SM activity's time integral is in the saturation group, the others' in pipes.
             Target::SmActive | Target::SmOccupancy | Target::Tensor | Target::Dram => {
                 &[Group::Saturation, Group::Pipes]
             }
-            Target::Pipe(_) => &[Group::Pipes],
             Target::PcieTransmit
             | Target::PcieReceive
             | Target::NvLinkTransmit
