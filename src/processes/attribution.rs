@@ -188,7 +188,9 @@ pub fn summarize<'a>(
                 (None, Some(_)) => !pods.is_empty(),
             })
             .filter_map(|s| s.process.used_memory_bytes)
-            .sum()
+            // The sum of nothing is -0.0, which the exposition would write as "-0".
+            .sum::<f64>()
+            + 0.0
     });
     let pod_usage = sums
         .into_iter()

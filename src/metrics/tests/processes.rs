@@ -100,7 +100,12 @@ fn memory_outside_allocations_counts_host_processes_and_ended_pods_leftovers() {
     Arc::make_mut(&mut snap.devices[0])
         .processes
         .retain(|p| p.pid == 300);
-    assert_eq!(outside(&encode_with(opts(), &snap)), Some(0.0));
+    let text = encode_with(opts(), &snap);
+    assert_eq!(outside(&text), Some(0.0));
+    assert!(
+        text.contains("nvidia_gpu_memory_outside_allocation_bytes{gpu=\"0\",uuid=\"GPU-0\"} 0\n"),
+        "written as 0, not -0: {text}"
+    );
     // Not measured without --processes or without the kubelet.
     let no_processes = MetricsOptions {
         processes: false,
