@@ -846,16 +846,17 @@ MIG_80GB_PROFILES = [("1g.10gb", 9728), ("1g.20gb", 19968), ("3g.40gb", 40192), 
 
 
 def mig_profile_mappings():
-    """Grafana value mappings by range (bytes, both ends inclusive) to each profile's name."""
+    """Grafana value mappings by range (bytes) to each profile's name. Both ends of a range match
+    and the first mapping that matches wins, so a peak of exactly a profile's size gets it."""
     mappings, low = [], 0
     for i, (name, mib) in enumerate(MIG_80GB_PROFILES):
         high = mib * 2**20
         mappings.append({"type": "range", "options": {
             "from": low, "to": high, "result": {"text": name, "index": i}}})
-        low = high + 1
-    # No upper bound: Grafana reads a missing `to` as none.
+        low = high
+    # An upper bound far past any GPU's memory (1 PiB): Grafana's editor rewrites a missing one as 0.
     mappings.append({"type": "range", "options": {
-        "from": low, "result": {"text": "none: more than a whole GPU", "index": len(mappings)}}})
+        "from": low, "to": 2**50, "result": {"text": "none: more than a whole GPU", "index": len(mappings)}}})
     return mappings
 
 
