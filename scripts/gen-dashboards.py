@@ -869,9 +869,10 @@ FUNNEL_DEF = (
     " nodes they can exceed the GPUs present."
 )
 IDLE_SAMPLED = (
-    " Idle is judged by the rules at each evaluation (every minute) from the latest SM activity"
-    " (utilization without GPM) reading, a gauge: a GPU busy only between readings counts as idle,"
-    " and one idle between them as busy. These are samples, not measured GPU-seconds."
+    " Idle is judged by the rules once a minute from the SM activity (utilization without GPM) of"
+    " the latest scrape, a gauge that covers only the exporter's last sampling interval: work in"
+    " the rest of the minute is not seen, so a GPU busy in bursts counts as idle or as busy by"
+    " chance. These are samples, not measured GPU-seconds."
 )
 
 
@@ -917,7 +918,7 @@ def waste():
 
         panel(l, "timeseries", "Funnel over time",
               "The four steps of the funnel over the dashboard range: the gap between two lines is"
-              " GPUs lost at that step." + FUNNEL_DEF + PER_NODE,
+              " what drops out at that step." + FUNNEL_DEF + PER_NODE,
               "none", targets(*[(f"{e} or vector(0)", legend) for e, legend in funnel]), 16, 8),
         panel(l, "stat", "Funnel in GPU-hours over the range",
               "GPU-hours of each step of the funnel over the dashboard range: present, allocated,"
@@ -1002,8 +1003,9 @@ def waste():
               "Device memory on each GPU held by processes of no pod the GPU (or their MIG instance)"
               " is assigned to: host processes, leftovers of ended pods, pods that see the GPU"
               " without requesting it (nvidia_gpu_memory_outside_allocation_bytes). Served only by"
-              " exporters run with --processes and --kubernetes (and the RBAC of"
-              " deploy/kubernetes/processes); other nodes have no rows. The 20 GPUs with the highest"
+              " exporters run with --processes and --kubernetes (deploy/kubernetes/processes; a"
+              " process whose cgroup cannot be read counts for nobody); other nodes have no rows."
+              " The 20 GPUs with the highest"
               " peak over the range, and their value now; the NvidiaGpuMemoryOutsideAllocation alert"
               " fires above 1 GiB for 15 minutes. An instant query over the range: each GPU's series"
               " is read once, not at every step.",
