@@ -878,7 +878,8 @@ IDLE_SAMPLED = (
 
 def waste():
     l = Layout()
-    present = f"sum(instance:nvidia_gpu_up:sum{{{NODE}}} + instance:nvidia_gpu_lost:sum{{{NODE}}})"
+    # Summed before they are added: one series per step to match, not one per node.
+    present = f"(sum(instance:nvidia_gpu_up:sum{{{NODE}}}) + sum(instance:nvidia_gpu_lost:sum{{{NODE}}}))"
     allocated = f"sum(instance:nvidia_gpu_allocated:count{{{NODE}}})"
     active = f"({allocated} - sum(instance:nvidia_gpu_allocated_idle:count{{{NODE}}}))"
     saturated = f"sum(instance:nvidia_gpu_allocated_saturated:count{{{NODE}}})"
