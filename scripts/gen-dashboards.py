@@ -865,8 +865,8 @@ FUNNEL_DEF = (
     " activity, or utilization where the GPU has no GPM, at least 5 %) → saturated (allocated with"
     " SM activity at least 0.5, half of the SMs with work; GPM only, so a GPU without GPM, Ampere"
     " and older or Ada, is never counted saturated). Present counts physical GPUs, a GPU in MIG"
-    " mode once; the later steps count what pods are given, each MIG instance as one, so on MIG"
-    " nodes they can exceed the GPUs present."
+    " mode once; the later steps count allocations, each MIG instance as one, so on MIG nodes"
+    " they can exceed the GPUs present."
 )
 IDLE_SAMPLED = (
     " Idle is judged by the rules once a minute from the SM activity (utilization without GPM) of"
