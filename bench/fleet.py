@@ -18,9 +18,9 @@ default every --collector.NAME of the exporter's --help), and 10,240 GPUs with t
    (scrape_body_size_bytes, and each exporter's gzip body fetched once), the exporters' and
    Prometheus's CPU (from /proc), each rule group's evaluation time (every evaluation's
    prometheus_rule_group_last_duration_seconds, and each rule's from /api/v1/rules).
-2. History: every series the fleet and workloads dashboards read (their metric names, recorded
-   series included) is captured from the running Prometheus (/federate) and written back, value
-   for value every --history-step seconds (15) over the dashboards' default range, as OpenMetrics;
+2. History: every series the fleet, workloads and waste dashboards read (their metric names,
+   recorded series included) is captured from the running Prometheus (/federate) and written back,
+   value for value every --history-step seconds (15) over the dashboards' default range, as OpenMetrics;
    `promtool tsdb create-blocks-from openmetrics` turns it into blocks, and a second Prometheus
    starts on those blocks and scrapes the same fleet with the same rules.
 3. Queries: once its rules have run, every query of the dashboards as Grafana issues them: the
@@ -53,7 +53,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "bench" / "scenarios" / "h100x64-fleet.toml"
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
-DASHBOARDS = [ROOT / "dashboards" / "gpu-fleet.json", ROOT / "dashboards" / "workloads.json"]
+DASHBOARDS = [ROOT / "dashboards" / name for name in ("gpu-fleet.json", "workloads.json", "waste.json")]
 GPUS_PER_EXPORTER = 64
 INTERVAL = 15  # seconds: scrape, rule evaluation and the exporters' sampling interval
 DEFAULT_CONFIGS = ["1024-default=16", "1024-all=16:{all}", "10240-default=160"]

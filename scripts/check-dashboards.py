@@ -18,6 +18,9 @@
      its own usage where per-pod series exist and the GPU's value elsewhere;
   5. grouping (workloads.json): the controller and queue panels, run the same way, group pods by
      the controller and queue labels of nvidia_gpu_pod_info, a pod without them by its namespace;
+  6. waste (waste.json): the funnel stats and the per-pod columns, run the same way, count and
+     measure a made-up node's GPUs as their descriptions say, and the right-sizing table's MIG
+     profile mappings name the smallest 80 GB profile that holds each peak;
   and first, a self-test: a broken dashboard (typo in a metric name, unparsable expr, panel
   without a unit) must fail each of the three, so the checks themselves cannot silently pass.
 
@@ -543,6 +546,106 @@ def grouping_errors(promtool, source):
     return []
 
 
+GIB = 2**30
+# The waste panels (title, refId) and what they must give on the node of WASTE_GPUS: GPU 0 is
+# nobody's, busy (0.9) but not allocated; pod train holds GPUs 1-4, one of them idle (1 idle of 4:
+# partially idle), two at SM activity 0.5 or more (the threshold counts); pod bare holds GPU 5, on
+# which no GPM answers (utilization 0.8: active, never saturated, no mean SM activity).
+WASTE_PANELS = {
+    ("GPUs present", "A"): [("", 6)],
+    ("GPUs allocated", "A"): [("", 5)],
+    ("GPUs active", "A"): [("", 4)],
+    ("GPUs saturated", "A"): [("", 2)],
+    ("Top partially idle workloads", "A"): [('namespace="ml",pod="train"', 4)],
+    ("Top partially idle workloads", "B"): [('namespace="ml",pod="train"', 1)],
+    ("Right-sizing per workload", "A"): [('namespace="ml",pod="bare"', 1), ('namespace="ml",pod="train"', 4)],
+    ("Right-sizing per workload", "C"): [('namespace="ml",pod="train"', 0.375)],
+    ("Right-sizing per workload", "D"): [('namespace="ml",pod="bare"', 3 * GIB),
+                                        ('namespace="ml",pod="train"', 26 * GIB)],
+}
+# (GPU, pod, SM activity or None without GPM, utilization, memory used: promtool series values).
+# The panels cover the last three minutes (a $__range of 180 s at 10m). Pod train's memory is 16 GiB
+# but at 8m, when GPU 4 holds 10 GiB more: its peak is 26 GiB, not what it holds at the end.
+WASTE_GPUS = [
+    ("0", "", "0.9", "1", "0+0x10"),
+    ("1", "train", "0.25", "1", f"{4 * GIB}+0x10"),
+    ("2", "train", "0.5", "1", f"{4 * GIB}+0x10"),
+    ("3", "train", "0.75", "1", f"{8 * GIB}+0x10"),
+    ("4", "train", "0", "0", f"0+0x7 {10 * GIB}+0x0 0+0x2"),
+    ("5", "bare", None, "0.8", f"{3 * GIB}+0x10"),
+]
+# Peak memory and the profile the right-sizing table must name for it (A100/H100 80GB).
+MIG_PROFILE_CASES = [
+    (0, "1g.10gb"), (9.5 * GIB, "1g.10gb"), (9.5 * GIB + 1, "1g.20gb"), (19.5 * GIB, "1g.20gb"),
+    (20 * GIB, "3g.40gb"), (39.25 * GIB, "3g.40gb"), (40 * GIB, "7g.80gb"),
+    (79.25 * GIB, "7g.80gb"), (80 * GIB, "none: more than a whole GPU"),
+]
+
+
+def grafana_mapping(mappings, value):
+    """The text Grafana shows for `value` under range value mappings: the first that matches,
+    both ends included (getValueMappingResult in @grafana/data)."""
+    for m in mappings:
+        o = m["options"]
+        if m["type"] == "range" and o.get("from", float("-inf")) <= value <= o.get("to", float("inf")):
+            return o["result"]["text"]
+    return None
+
+
+def waste_errors(promtool, source):
+    """Check 6: the waste panels of WASTE_PANELS, as recording rules next to the shipped ones, on the
+    node of WASTE_GPUS (`promtool test rules`), and the MIG profile column's value mappings."""
+    errors = []
+    d = json.loads(Path(source.path).read_text())
+    table = next((p for p in d["panels"] if p.get("title") == "Right-sizing per workload"), None)
+    mappings = [prop["value"] for o in (table or {}).get("fieldConfig", {}).get("overrides", [])
+                for prop in o["properties"] if prop["id"] == "mappings"]
+    if len(mappings) != 1:
+        errors.append("Right-sizing per workload: expected one column with value mappings")
+    else:
+        for peak, want in MIG_PROFILE_CASES:
+            got = grafana_mapping(mappings[0], peak)
+            if got != want:
+                errors.append(f"MIG profile for a peak of {peak / GIB:g} GiB: {got!r}, expected {want!r}")
+    variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
+    values = builtins(180) | {v["name"]: "$__all" for v in variables}
+    exprs = {(t["title"], t["ref"]): interpolate(t["expr"], values, variables)
+             for t in source.targets if (t["title"], t["ref"]) in WASTE_PANELS}
+    missing = sorted(set(WASTE_PANELS) - set(exprs))
+    if missing:
+        return errors + [f"no target {t!r}" for t in missing]
+    names = {key: f"panel_{i}" for i, key in enumerate(WASTE_PANELS)}
+    rules = {"groups": [{"name": "waste", "rules": [
+        {"record": names[k], "expr": e} for k, e in exprs.items()]}]}
+    input_series = []
+    for gpu, pod, sm, util, memory in WASTE_GPUS:
+        labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
+        series = {"nvidia_gpu_up": "1+0x10", "nvidia_gpu_utilization_ratio": f"{util}+0x10",
+                  "nvidia_gpu_memory_used_bytes": memory}
+        if sm is not None:
+            series["nvidia_gpu_sm_active_ratio"] = f"{sm}+0x10"
+        input_series += [{"series": f"{m}{{{labels}}}", "values": v} for m, v in series.items()]
+        if pod:
+            pod_labels = f'{labels},namespace="ml",pod="{pod}",container="main"'
+            input_series.append({"series": f"nvidia_gpu_pod_info{{{pod_labels}}}", "values": "1+0x10"})
+    tests = {"rule_files": [str(ROOT / "deploy/prometheus/alerts.yaml"), "rules.yml"],
+             "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": input_series,
+        "promql_expr_test": [
+            {"expr": names[k], "eval_time": "10m", "exp_samples": [
+                {"labels": f"{names[k]}{{{labels}}}", "value": v} for labels, v in want]}
+            for k, want in WASTE_PANELS.items()],
+    }]}
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "rules.yml").write_text(json.dumps(rules))  # JSON is YAML
+        (Path(tmp) / "test.yml").write_text(json.dumps(tests))
+        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True)
+    if run.returncode != 0:
+        errors += [ln.strip() for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
+    return errors
+
+
 def run_static(args):
     failed = 0
 
@@ -575,6 +678,9 @@ def run_static(args):
                    pod_usage_errors(args.promtool, s))
             report(f"{s.name}: controller and queue panels group pods by their labels (promtool"
                    " test rules)", grouping_errors(args.promtool, s))
+        if s.name == "waste.json":
+            report(f"{s.name}: funnel and per-pod panels count a made-up node as they say, MIG"
+                   " profiles by peak memory (promtool test rules)", waste_errors(args.promtool, s))
     return 1 if failed else 0
 
 

@@ -33,13 +33,14 @@ source scripts/lib.sh
 # The first exporter serves both namings, so the same run checks dcgm-exporter's own dashboard
 # (Grafana 12239, its queries in tests/fixtures/dcgm/) against --dcgm-compat. The second runs the
 # shared.toml scenario with --processes and a kubelet of its own ($shared_pods), so the Workloads
-# panels' per-pod branch (nvidia_gpu_pod_*) is queried live next to the whole-GPU fallback. The
+# panels' per-pod branch (nvidia_gpu_pod_*) is queried live next to the whole-GPU fallback, and
+# the waste dashboard's memory held outside allocations (served with --processes) has series. The
 # third is a MIG node: h100-mig.toml (GPU 0 in MIG mode, four instances; GPU 1 whole) serving both
 # namings, with a kubelet of its own ($mig_pods) assigning MIG devices by MIG UUID, so every query
 # meets a GPU's series next to its instances' (a join that ignores gpu_instance fails there).
 # All files are checked against everything Prometheus scrapes, so each is named once.
 checks=(
-  "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json tests/fixtures/dcgm/dashboard-12239.promql"
+  "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json dashboards/waste.json tests/fixtures/dcgm/dashboard-12239.promql"
   "NVML_SIM_SCENARIO=nvml-sim/scenarios/shared.toml --processes --host-proc \$work/proc --pod-resources-socket \$work/kubelet-shared.sock | dashboards/workloads.json"
   "NVML_SIM_SCENARIO=nvml-sim/scenarios/h100-mig.toml --dcgm-compat=both --pod-resources-socket \$work/kubelet-mig.sock |"
 )
@@ -48,9 +49,10 @@ checks+=("${extra[@]}")
 
 # The pods the fake kubelet assigns, by device name nvidiaN (the GPU of minor number N). GPU 7 is
 # the scenario's allocated-but-idle GPU; GPU 4 is shared by two containers of two namespaces;
-# GPUs 0, 5 and 6 are not assigned.
+# trainer-0 trains on GPUs 2 and 3 and holds the idle GPU 0 too (partially idle: the waste
+# dashboard's table of such pods); GPUs 5 and 6 are not assigned.
 pods=(
-  ml/trainer-0/train=nvidia2,nvidia3
+  ml/trainer-0/train=nvidia2,nvidia3,nvidia0
   ml/notebook/jupyter=nvidia7
   ml/etl/worker=nvidia4
   inference/triton-0/server=nvidia1
@@ -78,24 +80,29 @@ mig_pods=(
 seconds=60
 # What the stats must say about the three nodes. GPUs: the demo's 8, shared.toml's 2 and
 # h100-mig.toml's 2 (a GPU in MIG mode counts once, not once per instance), all up. Allocation is
-# counted per assignable device, a whole GPU or a MIG instance: the demo's GPUs 1, 2, 3, 4 and 7
+# counted per assignable device, a whole GPU or a MIG instance: the demo's GPUs 0, 1, 2, 3, 4 and 7
 # (the pods make the node a Kubernetes one, so memory held elsewhere does not count), both of
-# shared.toml's, and on the MIG node GI 2, GI 9, GI 10 and GPU 1: 11. GPU 0 of the MIG node is
-# never allocated itself (its instances are), though its memory is in use. Idle: the demo's GPU 7
-# and the MIG node's GI 9, as NvidiaGpuIdleWhileAllocated says. Shared: the demo's GPU 4 and
-# shared.toml's GPU 0; the MIG GPU whose three instances three pods hold is not shared. Pods: 5 + 3
-# + 4. Only without --check lines, which add GPUs.
+# shared.toml's, and on the MIG node GI 2, GI 9, GI 10 and GPU 1: 12. GPU 0 of the MIG node is
+# never allocated itself (its instances are), though its memory is in use. Idle: the demo's GPUs 0
+# and 7 and the MIG node's GI 9, as NvidiaGpuIdleWhileAllocated says; active, the other 9. Shared:
+# the demo's GPU 4 and shared.toml's GPU 0; the MIG GPU whose three instances three pods hold is
+# not shared. Pods: 5 + 3 + 4. The waste dashboard's funnel reads the same from the rules; its
+# saturated step is not pinned: GI 10's SM activity steps between 0.1 and the threshold 0.5.
+# Only without --check lines, which add GPUs.
 expect=(
   "gpu-fleet.json:GPUs=12"
   "gpu-fleet.json:GPUs up=12"
   "gpu-fleet.json:GPUs lost=0"
-  "gpu-fleet.json:GPUs allocated=11"
-  "gpu-fleet.json:Allocated but idle now=2"
+  "gpu-fleet.json:GPUs allocated=12"
+  "gpu-fleet.json:Allocated but idle now=3"
   "gpu-fleet.json:XID events over the range=1"
   "workloads.json:Pods holding GPUs=12"
-  "workloads.json:GPUs held=11"
+  "workloads.json:GPUs held=12"
   "workloads.json:Shared GPUs=2"
-  "workloads.json:Held GPUs idle now=2"
+  "workloads.json:Held GPUs idle now=3"
+  "waste.json:GPUs present=12"
+  "waste.json:GPUs allocated=12"
+  "waste.json:GPUs active=9"
 )
 
 need_prometheus

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the Grafana dashboards in dashboards/ (gpu-fleet.json, gpu-node.json, workloads.json).
+"""Writes the Grafana dashboards in dashboards/ (gpu-fleet.json, gpu-node.json, workloads.json,
+waste.json).
 
     scripts/gen-dashboards.py           # rewrite dashboards/*.json
     scripts/gen-dashboards.py --check   # exit 1 if a committed dashboard differs from this script
@@ -832,7 +833,236 @@ def workloads():
         panels)
 
 
-DASHBOARDS = {"gpu-fleet.json": fleet, "gpu-node.json": node, "workloads.json": workloads}
+# ---------------------------------------------------------------------------------------------
+# 4. Waste
+
+# The smallest MIG profile whose memory holds a peak, on the 80 GB A100 and H100 (the profile
+# names of NVIDIA's MIG user guide, the same on both): by memory alone, so of two profiles with
+# the same memory the one with fewer compute slices (1g.20gb before 2g.20gb, 3g.40gb before
+# 4g.40gb). Each size is the profile's memory as `nvidia-smi mig -lgip` lists it, the smaller of
+# the two models' (A100 80GB: 9.50, 19.50, 39.25 and 79.25 GiB; H100 80GB has 9.75, 19.62, 39.50
+# and 79.25), so a peak that fits says the same on either. In MiB, as nvml-sim/src/mig.rs has them.
+MIG_80GB_PROFILES = [("1g.10gb", 9728), ("1g.20gb", 19968), ("3g.40gb", 40192), ("7g.80gb", 81152)]
+
+
+def mig_profile_mappings():
+    """Grafana value mappings by range (bytes) to each profile's name. Both ends of a range match
+    and the first mapping that matches wins, so a peak of exactly a profile's size gets it."""
+    mappings, low = [], 0
+    for i, (name, mib) in enumerate(MIG_80GB_PROFILES):
+        high = mib * 2**20
+        mappings.append({"type": "range", "options": {
+            "from": low, "to": high, "result": {"text": name, "index": i}}})
+        low = high
+    # An upper bound far past any GPU's memory (1 PiB): Grafana's editor rewrites a missing one as 0.
+    mappings.append({"type": "range", "options": {
+        "from": low, "to": 2**50, "result": {"text": "none: more than a whole GPU", "index": len(mappings)}}})
+    return mappings
+
+
+FUNNEL_DEF = (
+    " The funnel: GPUs present (up or lost) → allocated → active (allocated and not idle: SM"
+    " activity, or utilization where the GPU has no GPM, at least 5 %) → saturated (allocated with"
+    " SM activity at least 0.5, half of the SMs with work; GPM only, so a GPU without GPM, Ampere"
+    " and older or Ada, is never counted saturated). Present counts physical GPUs, a GPU in MIG"
+    " mode once; the later steps count allocations, each MIG instance as one, so on MIG nodes"
+    " they can exceed the GPUs present."
+)
+IDLE_SAMPLED = (
+    " Idle is judged by the rules once a minute from the SM activity (utilization without GPM) of"
+    " the latest scrape, a gauge that covers only the exporter's last sampling interval: work in"
+    " the rest of the minute is not seen, so a GPU busy in bursts counts as idle or as busy by"
+    " chance. These are samples, not measured GPU-seconds."
+)
+
+
+def waste():
+    l = Layout()
+    # Summed before they are added: one series per step to match, not one per node.
+    present = f"(sum(instance:nvidia_gpu_up:sum{{{NODE}}}) + sum(instance:nvidia_gpu_lost:sum{{{NODE}}}))"
+    allocated = f"sum(instance:nvidia_gpu_allocated:count{{{NODE}}})"
+    active = f"({allocated} - sum(instance:nvidia_gpu_allocated_idle:count{{{NODE}}}))"
+    saturated = f"sum(instance:nvidia_gpu_allocated_saturated:count{{{NODE}}})"
+    funnel = [
+        (present, "present"), (allocated, "allocated"), (active, "active"), (saturated, "saturated"),
+    ]
+    now_doc = " As of the rules' last evaluation (every minute)." + FUNNEL_DEF + PER_NODE
+
+    ns_held = f"sum by (namespace) (instance_namespace:nvidia_gpu_held:count{{{NODE_NS}}})"
+    ns_idle = f"sum by (namespace) (instance_namespace:nvidia_gpu_held_idle:count{{{NODE_NS}}})"
+    ns_idle_hours = f"{gpu_hours(ns_idle)} or on (namespace) ({gpu_hours(ns_held)} * 0)"
+
+    pod = "namespace, pod"
+    partial = f"sum by ({pod}) (pod:nvidia_gpu_partially_idle:count{{{NODE_NS}}})"
+    top_partial = f"topk(10, {gpu_hours(partial)})"
+
+    def pod_max(rule):
+        return f"max by ({pod}) (max_over_time({rule}{{{NODE_NS}}}[$__range]))"
+    peak_memory = pod_max("pod:nvidia_gpu_pod_memory_used_bytes:sum_or_memory_used")
+
+    outside_key = "node, instance, gpu, uuid"
+    outside = f"max by ({outside_key}) (nvidia_gpu_memory_outside_allocation_bytes{{{DEV}}})"
+    outside_peak = (f"topk(20, max by ({outside_key})"
+                    f" (max_over_time(nvidia_gpu_memory_outside_allocation_bytes{{{DEV}}}[$__range])))")
+
+    panels = [
+        stat(l, "GPUs present", "GPUs the selected exporters report, up or lost: the funnel's first"
+             " step." + now_doc, "none", f"{present} or vector(0)", w=6),
+        stat(l, "GPUs allocated", "GPUs (or MIG instances) allocated: the funnel's second step."
+             + ALLOC_DEF + now_doc, "none", f"{allocated} or vector(0)", w=6),
+        stat(l, "GPUs active", "Allocated GPUs (or MIG instances) that are not idle: SM activity, or"
+             " utilization where the GPU has no GPM, at least 5 % (allocated minus"
+             " instance:nvidia_gpu_allocated_idle:count)." + now_doc, "none", f"{active} or vector(0)", w=6),
+        stat(l, "GPUs saturated", "Allocated GPUs (or MIG instances) whose SM activity is at least"
+             " 0.5 (the rule instance:nvidia_gpu_allocated_saturated:count). GPUs without GPM have no"
+             " SM activity and never count here." + now_doc, "none", f"{saturated} or vector(0)", w=6),
+
+        panel(l, "timeseries", "Funnel over time",
+              "The four steps of the funnel over the dashboard range: the gap between two lines is"
+              " what drops out at that step." + FUNNEL_DEF + PER_NODE,
+              "none", targets(*[(f"{e} or vector(0)", legend) for e, legend in funnel]), 16, 8),
+        panel(l, "stat", "Funnel in GPU-hours over the range",
+              "GPU-hours of each step of the funnel over the dashboard range: present, allocated,"
+              " active, saturated." + FUNNEL_DEF + HOURS_DEF + PER_NODE,
+              "suffix: GPU-h",
+              targets(*[(gpu_hours(f"{e} or vector(0)"), legend) for e, legend in funnel], instant=True),
+              8, 8),
+
+        panel(l, "table", "Idle GPU-hours by namespace",
+              "Per namespace over the dashboard range: GPU-hours its pods held, those of them idle"
+              " (SM activity, or utilization without GPM, under 5 %) and the idle share. A GPU shared"
+              " by two namespaces counts in full for each." + IDLE_SAMPLED + HOURS_DEF + NS_PER_NODE,
+              "none", targets(
+                  (gpu_hours(ns_held), ""),
+                  (ns_idle_hours, ""),
+                  (f"({ns_idle_hours}) / ({gpu_hours(ns_held)})", ""),
+                  instant=True, fmt="table"),
+              12, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {
+                          "Value #A": "GPU-hours", "Value #B": "idle GPU-hours", "Value #C": "idle share",
+                      },
+                  }},
+              ]),
+        panel(l, "table", "Top partially idle workloads",
+              "Pods that hold two or more GPUs (or MIG instances) and left some idle while they used"
+              " the others (pod:nvidia_gpu_partially_idle:count, the NvidiaGpuWorkloadPartiallyIdle"
+              " condition without its 30 minutes): the ten with the most GPU-hours left idle that way"
+              " over the range, the most GPUs they held and the most left idle at once. A pod whose"
+              " GPUs are all idle is not here (NvidiaGpuIdleWhileAllocated covers it)."
+              + IDLE_SAMPLED + HOURS_DEF + POD_RULES,
+              "none", targets(
+                  (f"{pod_max('pod:nvidia_gpu_held:count')} and on ({pod}) {top_partial}", ""),
+                  (f"{pod_max('pod:nvidia_gpu_partially_idle:count')} and on ({pod}) {top_partial}", ""),
+                  (top_partial, ""),
+                  instant=True, fmt="table"),
+              12, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {
+                          "Value #A": "GPUs held", "Value #B": "most idle at once",
+                          "Value #C": "idle GPU-hours while partially idle",
+                      },
+                  }},
+              ]),
+
+        panel(l, "table", "Right-sizing per workload",
+              "Per pod over the dashboard range: the most GPUs (or MIG instances) it held at once, the"
+              " GPU-hours it held, its mean SM activity (the average over its GPUs, a shared GPU's"
+              " whole value; empty on GPUs without GPM), its peak device memory (summed over its GPUs:"
+              " its own where --processes gives per-pod usage, else the memory used on the GPUs or MIG"
+              " instances it holds) and the smallest MIG profile whose memory would hold that peak."
+              " The profile column is valid for the 80 GB A100 and H100 only (profiles 1g.10gb,"
+              " 1g.20gb, 3g.40gb, 7g.80gb, sized as nvidia-smi mig -lgip lists them for the A100 80GB,"
+              " the smaller of the two): it weighs memory alone, so a pod that needs more compute"
+              " than one or three slices needs 2g.20gb or 4g.40gb instead, and for a pod holding"
+              " several GPUs it says whether all its memory would fit in one instance. Mean and peak"
+              " are over the rules' evaluations (every minute): a peak shorter than that can be"
+              " missed." + HOURS_DEF + POD_RULES,
+              "none", targets(
+                  (pod_max("pod:nvidia_gpu_held:count"), ""),
+                  (gpu_hours(f"sum by ({pod}) (pod:nvidia_gpu_held:count{{{NODE_NS}}})"), ""),
+                  (f"avg by ({pod}) (avg_over_time(pod:nvidia_gpu_sm_active_ratio:avg{{{NODE_NS}}}[$__range]))", ""),
+                  (peak_memory, ""),
+                  (peak_memory, ""),
+                  instant=True, fmt="table"),
+              24, 10, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {
+                          "Value #A": "GPUs held", "Value #B": "GPU-hours", "Value #C": "mean SM activity",
+                          "Value #D": "peak memory", "Value #E": "smallest MIG profile (A100/H100 80GB)",
+                      },
+                  }},
+              ]),
+
+        panel(l, "table", "Memory held outside allocations",
+              "Device memory on each GPU held by processes of no pod the GPU (or their MIG instance)"
+              " is assigned to: host processes, leftovers of ended pods, pods that see the GPU"
+              " without requesting it (nvidia_gpu_memory_outside_allocation_bytes). Served only by"
+              " exporters run with --processes and --kubernetes (deploy/kubernetes/processes; a"
+              " process whose cgroup cannot be read counts for nobody); other nodes have no rows."
+              " The 20 GPUs with the highest"
+              " peak over the range, and their value now; the NvidiaGpuMemoryOutsideAllocation alert"
+              " fires above 1 GiB for 15 minutes. An instant query over the range: each GPU's series"
+              " is read once, not at every step.",
+              "bytes", targets(
+                  (f"{outside} and on ({outside_key}) {outside_peak}", ""),
+                  (outside_peak, ""),
+                  instant=True, fmt="table"),
+              24, 8, transformations=[
+                  {"id": "merge", "options": {}},
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {"Value #A": "now", "Value #B": "peak over the range"},
+                  }},
+              ]),
+    ]
+    by_title = {p["title"]: p for p in panels}
+    hours = {"id": "unit", "value": "suffix: GPU-h"}
+    by_title["Idle GPU-hours by namespace"]["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byRegexp", "options": "GPU-hours|idle GPU-hours"},
+         "properties": [hours, {"id": "decimals", "value": 2}]},
+        {"matcher": {"id": "byName", "options": "idle share"},
+         "properties": [{"id": "unit", "value": "percentunit"}]},
+    ]
+    by_title["Idle GPU-hours by namespace"]["options"]["sortBy"] = [
+        {"displayName": "idle GPU-hours", "desc": True}]
+    by_title["Top partially idle workloads"]["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": "idle GPU-hours while partially idle"},
+         "properties": [hours, {"id": "decimals", "value": 2}]},
+    ]
+    by_title["Top partially idle workloads"]["options"]["sortBy"] = [
+        {"displayName": "idle GPU-hours while partially idle", "desc": True}]
+    right_sizing = by_title["Right-sizing per workload"]
+    right_sizing["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": "GPU-hours"},
+         "properties": [hours, {"id": "decimals", "value": 2}]},
+        {"matcher": {"id": "byName", "options": "mean SM activity"},
+         "properties": [{"id": "unit", "value": "percentunit"}]},
+        {"matcher": {"id": "byName", "options": "peak memory"},
+         "properties": [{"id": "unit", "value": "bytes"}]},
+        {"matcher": {"id": "byName", "options": "smallest MIG profile (A100/H100 80GB)"},
+         "properties": [{"id": "mappings", "value": mig_profile_mappings()}]},
+    ]
+    right_sizing["options"]["sortBy"] = [{"displayName": "GPU-hours", "desc": True}]
+    by_title["Memory held outside allocations"]["options"]["sortBy"] = [
+        {"displayName": "peak over the range", "desc": True}]
+    return dashboard(
+        "nvml-waste", "GPU waste",
+        "Where GPUs are paid for and doing little, and whose they are: the fleet funnel (present,"
+        " allocated, active, saturated), idle GPU-hours per namespace, pods that leave some of their"
+        " GPUs idle, memory held outside allocations and a right-sizing table per pod.",
+        panels)
+
+
+DASHBOARDS = {
+    "gpu-fleet.json": fleet, "gpu-node.json": node, "workloads.json": workloads, "waste.json": waste,
+}
 
 
 def render(build):
