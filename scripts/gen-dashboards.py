@@ -303,6 +303,20 @@ QUEUE_NEEDS = (
     " scheduler's label, edit the query's label. Without them, or for pods in no queue, the GPUs"
     " fall in one row with an empty queue."
 )
+# GPU-seconds per namespace from the exporter's per-container counters (recorded per node).
+NS_GPU_SECONDS = f"sum by (namespace) (instance_namespace:nvidia_gpu_pod_gpu_seconds:rate5m{{{NODE_NS}}})"
+NS_IDLE_GPU_SECONDS = f"sum by (namespace) (instance_namespace:nvidia_gpu_pod_idle_gpu_seconds:rate5m{{{NODE_NS}}})"
+NS_COUNTED = (
+    " Measured, not sampled: from the exporter's per-container counters (with --kubernetes; the"
+    " workloads group), which add up every sampling tick, so a GPU busy in bursts between scrapes"
+    " counts for what it did. A GPU containers share is split between them (by their own SM"
+    " utilization with --processes, else evenly), not counted in full for each. Idle: SM activity,"
+    " or utilization without GPM, under --idle-threshold (5 %). Read from the per-node,"
+    " per-namespace rules instance_namespace:nvidia_gpu_pod_gpu_seconds:rate5m and"
+    " ..._idle_gpu_seconds:rate5m of deploy/prometheus/alerts.yaml (GPUs held, averaged over 5"
+    " minutes), so that it stays fast on thousands of GPUs: the Node, Instance and Namespace"
+    " selections apply, GPU does not."
+)
 HOURS_DEF = (
     " GPU-hours over the dashboard range: the count is sampled every $__interval over $__range"
     " (a subquery) and each sample weighs the step in hours: sum_over_time(count[$__range:$__interval])"
@@ -393,20 +407,14 @@ def fleet():
              f" and {xid} offset $__range) or max_over_time({xid}[$__range])) or vector(0)",
              h=8, thresholds=warn_if_above(1)),
         panel(l, "table", "Top namespaces by GPU-hours",
-              "GPU-hours each namespace held over the dashboard range (nvidia_gpu_pod_info, with"
-              " --kubernetes). A GPU shared by containers of two namespaces counts in full for each."
-              + HOURS_DEF + NS_PER_NODE,
+              "GPU-hours each namespace's pods held over the dashboard range." + NS_COUNTED + HOURS_DEF,
               "suffix: GPU-h", [target(
-                  "topk(10, " + gpu_hours(
-                      f"sum by (namespace) (instance_namespace:nvidia_gpu_held:count{{{NODE_NS}}})") + ")",
-                  instant=True, fmt="table")], 8, 8),
+                  "topk(10, " + gpu_hours(NS_GPU_SECONDS) + ")", instant=True, fmt="table")], 8, 8),
         panel(l, "table", "Top namespaces by idle GPU-hours",
-              "GPU-hours each namespace held GPUs that were idle, over the dashboard range."
-              + ALLOC_DEF + HOURS_DEF + NS_PER_NODE,
+              "GPU-hours each namespace's pods held GPUs that were idle, over the dashboard range."
+              + NS_COUNTED + HOURS_DEF,
               "suffix: GPU-h", [target(
-                  "topk(10, " + gpu_hours(
-                      f"sum by (namespace) (instance_namespace:nvidia_gpu_held_idle:count{{{NODE_NS}}})") + ")",
-                  instant=True, fmt="table")], 8, 8),
+                  "topk(10, " + gpu_hours(NS_IDLE_GPU_SECONDS) + ")", instant=True, fmt="table")], 8, 8),
 
         panel(l, "table", "XID events by GPU",
               "XID codes each GPU reported, with the count since the exporter started"
@@ -888,8 +896,7 @@ def waste():
     ]
     now_doc = " As of the rules' last evaluation (every minute)." + FUNNEL_DEF + PER_NODE
 
-    ns_held = f"sum by (namespace) (instance_namespace:nvidia_gpu_held:count{{{NODE_NS}}})"
-    ns_idle = f"sum by (namespace) (instance_namespace:nvidia_gpu_held_idle:count{{{NODE_NS}}})"
+    ns_held, ns_idle = NS_GPU_SECONDS, NS_IDLE_GPU_SECONDS
     ns_idle_hours = f"{gpu_hours(ns_idle)} or on (namespace) ({gpu_hours(ns_held)} * 0)"
 
     pod = "namespace, pod"
@@ -930,8 +937,7 @@ def waste():
 
         panel(l, "table", "Idle GPU-hours by namespace",
               "Per namespace over the dashboard range: GPU-hours its pods held, those of them idle"
-              " (SM activity, or utilization without GPM, under 5 %) and the idle share. A GPU shared"
-              " by two namespaces counts in full for each." + IDLE_SAMPLED + HOURS_DEF + NS_PER_NODE,
+              " and the idle share." + NS_COUNTED + HOURS_DEF,
               "none", targets(
                   (gpu_hours(ns_held), ""),
                   (ns_idle_hours, ""),
