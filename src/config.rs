@@ -477,6 +477,58 @@ impl Config {
     /// from; trims the resource names and drops empty ones.
     fn validate(&mut self, origins: &Origins<'_>) -> Result<(), ConfigError> {
         let invalid = |id: &str, msg: String| origins.invalid(id, msg);
+        self.validate_pod_metadata(origins)?;
+        self.validate_timing(origins)?;
+        if !(0.0..=1.0).contains(&self.idle_threshold) {
+            return Err(invalid(
+                "idle_threshold",
+                format!("{} is not a ratio from 0 to 1", self.idle_threshold),
+            ));
+        }
+        // Only a value someone wrote conflicts with --demo; the default library does not.
+        if self.demo && origins.of("nvml_lib") != Origin::Default {
+            return Err(ConfigError::Invalid(format!(
+                "--nvml-lib ({}) and --demo ({}) cannot be used together: --demo loads the simulated library",
+                origins.of("nvml_lib"),
+                origins.of("demo")
+            )));
+        }
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
+            return Err(invalid(
+                "log_level",
+                format!("{}: {e}", quote(&self.log_level)),
+            ));
+        }
+        self.validate_kubernetes(origins)?;
+        if self.max_series == Some(0) {
+            return Err(invalid("max_series", "must be at least 1".into()));
+        }
+        if self.max_processes_per_gpu == 0 {
+            return Err(invalid(
+                "max_processes_per_gpu",
+                "must be at least 1".into(),
+            ));
+        }
+        let paths = [
+            ("web_config", self.web_config.as_deref()),
+            ("nvml_lib", Some(self.nvml_lib.as_path())),
+            ("pod_resources_socket", Some(&self.pod_resources_socket)),
+            ("kubelet_token_file", Some(&self.kubelet_token_file)),
+            ("kubelet_ca_file", Some(&self.kubelet_ca_file)),
+            ("kubernetes_api_ca_file", Some(&self.kubernetes_api_ca_file)),
+            ("host_proc", Some(&self.host_proc)),
+        ];
+        for (id, path) in paths {
+            if path.is_some_and(|p| p.as_os_str().is_empty()) {
+                return Err(invalid(id, "the path is empty".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pod labels and annotations to copy: no empty key, no two served under one name.
+    fn validate_pod_metadata(&self, origins: &Origins<'_>) -> Result<(), ConfigError> {
+        let invalid = |id: &str, msg: String| origins.invalid(id, msg);
         let mut names = std::collections::BTreeMap::new();
         for (key, annotation, name) in self.copied_pod_metadata() {
             let id = if annotation {
@@ -494,6 +546,12 @@ impl Config {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// The interval within its bounds, and the per-device deadline and staleness grace against it.
+    fn validate_timing(&self, origins: &Origins<'_>) -> Result<(), ConfigError> {
+        let invalid = |id: &str, msg: String| origins.invalid(id, msg);
         let interval = self.interval;
         if interval < MIN_INTERVAL {
             return Err(invalid(
@@ -526,12 +584,6 @@ impl Config {
                 ),
             ));
         }
-        if !(0.0..=1.0).contains(&self.idle_threshold) {
-            return Err(invalid(
-                "idle_threshold",
-                format!("{} is not a ratio from 0 to 1", self.idle_threshold),
-            ));
-        }
         let stale_grace = self.stale_grace();
         if stale_grace < interval {
             return Err(invalid(
@@ -543,20 +595,13 @@ impl Config {
                 ),
             ));
         }
-        // Only a value someone wrote conflicts with --demo; the default library does not.
-        if self.demo && origins.of("nvml_lib") != Origin::Default {
-            return Err(ConfigError::Invalid(format!(
-                "--nvml-lib ({}) and --demo ({}) cannot be used together: --demo loads the simulated library",
-                origins.of("nvml_lib"),
-                origins.of("demo")
-            )));
-        }
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&self.log_level) {
-            return Err(invalid(
-                "log_level",
-                format!("{}: {e}", quote(&self.log_level)),
-            ));
-        }
+        Ok(())
+    }
+
+    /// The Kubernetes options: refresh and timeout, URLs, the DRA driver and node name (trimmed),
+    /// and the resource names (trimmed, empty ones dropped).
+    fn validate_kubernetes(&mut self, origins: &Origins<'_>) -> Result<(), ConfigError> {
+        let invalid = |id: &str, msg: String| origins.invalid(id, msg);
         if let Some(refresh) = self.kubernetes_refresh.filter(|r| *r < MIN_INTERVAL) {
             return Err(invalid(
                 "kubernetes_refresh",
@@ -605,29 +650,6 @@ impl Config {
                 "kubernetes_resource_names",
                 format!("'{bad}' is not a resource name (e.g. example.com/gpu)"),
             ));
-        }
-        if self.max_series == Some(0) {
-            return Err(invalid("max_series", "must be at least 1".into()));
-        }
-        if self.max_processes_per_gpu == 0 {
-            return Err(invalid(
-                "max_processes_per_gpu",
-                "must be at least 1".into(),
-            ));
-        }
-        let paths = [
-            ("web_config", self.web_config.as_deref()),
-            ("nvml_lib", Some(self.nvml_lib.as_path())),
-            ("pod_resources_socket", Some(&self.pod_resources_socket)),
-            ("kubelet_token_file", Some(&self.kubelet_token_file)),
-            ("kubelet_ca_file", Some(&self.kubelet_ca_file)),
-            ("kubernetes_api_ca_file", Some(&self.kubernetes_api_ca_file)),
-            ("host_proc", Some(&self.host_proc)),
-        ];
-        for (id, path) in paths {
-            if path.is_some_and(|p| p.as_os_str().is_empty()) {
-                return Err(invalid(id, "the path is empty".into()));
-            }
         }
         Ok(())
     }
