@@ -257,9 +257,30 @@ def scrape_cost(ctx):
     """Throughput and latency of the exporter, nginx (same body) and the peers at 1 and 16 clients,
     8 and 64 GPUs, plain and gzip accepted (a server that does not compress answers plain); each
     server on the CPUs of `cpu_split`, wrk on the others. Also each server's series and bytes
-    per scrape. A baseline build runs right after the exporter at each load."""
+    per scrape. A baseline build runs right after the exporter at each load. Each peer runs alone,
+    after the others have stopped: a peer updating every second on the server's CPU would take it
+    from the server under test."""
     server_cpus, load_cpus = ctx.scrape_cpus or (None, None)
     rows, sizes = [], []
+
+    def measure(group, gpus):
+        # The servers of a group take turns at each load, so that a drift in the machine's load
+        # touches all of them.
+        for server in group:
+            if server.kind != "nginx":
+                series, size, gzipped = exposition(server.port)
+                sizes.append(dict(target=server.kind, gpus=gpus, series=series, bytes=size, gzip=gzipped, plain_bytes=len(fetch(server.port)[1])))
+                log(f"exposition {server.kind:15} {gpus:2} GPUs: {series} series, {size} bytes{' gzipped' if gzipped else ''}")
+        body = {s: {False: len(fetch(s.port)[1]), True: len(fetch(s.port, gzip=True)[1])} for s in group}
+        for gzip in (False, True):
+            for conns in (1, 16):
+                for server in group:
+                    name = server.kind
+                    r = wrk(server.port, conns, ctx.scrape_seconds, gzip, cpus=load_cpus)
+                    r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=body[server][gzip])
+                    log(f"scrape {name:15} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
+                    rows.append(r)
+
     for gpus in (8, 64):
         servers = []
         try:
@@ -273,31 +294,19 @@ def scrape_cost(ctx):
             assert zheaders.get("Content-Encoding") == "gzip", zheaders
             assert gz.decompress(zipped).count(b"\n") > 0
             servers.append(Nginx(plain, zipped, headers, cpus=server_cpus))
-            for kind in PEERS:
-                servers.append(Target(kind, gpus, ctx, cpus=server_cpus))
-                servers[-1].wait_complete(60)
-            time.sleep(2.5)  # the peers' second update: every series present
-            for server in servers:
-                if server.kind != "nginx":
-                    series, size, gzipped = exposition(server.port)
-                    sizes.append(dict(target=server.kind, gpus=gpus, series=series, bytes=size, gzip=gzipped, plain_bytes=len(fetch(server.port)[1])))
-                    log(f"exposition {server.kind:15} {gpus:2} GPUs: {series} series, {size} bytes{' gzipped' if gzipped else ''}")
-            # The exporter builds take turns at each load, so that a drift in the machine's load
-            # touches both; nginx and the peers follow.
-            builds = len(ctx.builds)
-            for group in (servers[:builds], *([s] for s in servers[builds:])):
-                body = {s: {False: len(fetch(s.port)[1]), True: len(fetch(s.port, gzip=True)[1])} for s in group}
-                for gzip in (False, True):
-                    for conns in (1, 16):
-                        for server in group:
-                            name = server.kind
-                            r = wrk(server.port, conns, ctx.scrape_seconds, gzip, cpus=load_cpus)
-                            r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=body[server][gzip])
-                            log(f"scrape {name:15} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
-                            rows.append(r)
+            measure(servers[:-1], gpus)
+            measure(servers[-1:], gpus)
         finally:
             for server in reversed(servers):
                 server.stop()
+        for kind in PEERS:
+            peer = Target(kind, gpus, ctx, cpus=server_cpus)
+            try:
+                peer.wait_complete(60)
+                time.sleep(2.5)  # its second update: every series present
+                measure([peer], gpus)
+            finally:
+                peer.stop()
     return rows, sizes
 
 
