@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The benchmark harness behind bench/run.sh (see BENCHMARKS.md).
 
-In one run, against the release exporter on the simulated driver (nvml-sim), it measures:
-scrape cost (wrk) against nginx serving the same body and the Python reference peer; footprint
+In one run, the release exporter and two peer exporters (nvitop-exporter from PyPI, all-smi's
+API mode from crates.io) read the same simulated driver (nvml-sim), and it measures: scrape cost
+(wrk) of each, and of nginx serving the exporter's body; series and bytes per scrape; footprint
 (RSS, CPU share from /proc) idle and under a 1/s scrape; tick cost (the exporter's own histogram,
 its CPU time, and a callgrind profile split into NVML and exporter work); startup time; and
 the worst fresh-connection scrape under hostile clients, beside nginx (bench/attacks.py).
@@ -37,7 +38,15 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 SCENARIOS = {1: BENCH / "scenarios/h100x1.toml", 8: ROOT / "nvml-sim/scenarios/h100x8.toml", 64: BENCH / "scenarios/h100x64.toml"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-UP_LINE = re.compile(rb'^nvidia_gpu_up\{[^}]*\} 1(?:\.0)?$', re.M)
+# The peers: other exporters of the same GPUs, started by Target.
+PEERS = ("nvitop-exporter", "all-smi")
+# One line per GPU it reads in a server's /metrics: for an exporter build `nvidia_gpu_up 1`, for a
+# peer its per-GPU total memory (each lists every GPU it found, once).
+GPU_LINE = {
+    "exporter": re.compile(rb'^nvidia_gpu_up\{[^}]*\} 1(?:\.0)?$', re.M),
+    "nvitop-exporter": re.compile(rb'^gpu_memory_total_MiB\{', re.M),
+    "all-smi": re.compile(rb'^all_smi_gpu_memory_total_bytes\{', re.M),
+}
 
 
 def log(*a):
@@ -57,12 +66,23 @@ def fetch(port, path="/metrics", gzip=False, timeout=10):
         return r.status, r.read(), r.headers
 
 
-def gpus_up(port):
-    """GPUs with nvidia_gpu_up 1 in the current /metrics, or -1 when it does not answer."""
+def gpus_up(port, kind="exporter"):
+    """GPUs a server of `kind` reads, by its current /metrics (GPU_LINE), or -1 when it does not
+    answer."""
     try:
-        return len(UP_LINE.findall(fetch(port, timeout=2)[1]))
+        return len(GPU_LINE.get(kind, GPU_LINE["exporter"]).findall(fetch(port, timeout=2)[1]))
     except OSError:
         return -1
+
+
+def exposition(port):
+    """(series, bytes, gzipped) of a server's /metrics as Prometheus gets it: gzip accepted, the
+    bytes as sent, whether they came gzipped."""
+    _, body, headers = fetch(port, gzip=True)
+    gzipped = headers.get("Content-Encoding") == "gzip"
+    text = gz.decompress(body) if gzipped else body
+    series = sum(1 for line in text.splitlines() if line.strip() and not line.startswith(b"#"))
+    return series, len(body), gzipped
 
 
 def cpu_split():
@@ -82,24 +102,53 @@ def pinned(cpus):
     return None if cpus is None else (lambda: os.sched_setaffinity(0, cpus))
 
 
+def nvidia_smi_stand_in(ctx, gpus):
+    """A directory holding `nvidia-smi`: a shell script that answers `-L` with the listing
+    bench/nvidia_smi.py reads through NVML for the scenario of `gpus` (made once per run). all-smi
+    gives `nvidia-smi -L` 0.5 s to answer in a container (2 s elsewhere), less than a Python start
+    takes on a loaded machine; the script answers in milliseconds."""
+    path = Path(ctx.fake_driver) / f"nvidia-smi-{gpus}"
+    if not path.exists():
+        env = dict(os.environ, LD_LIBRARY_PATH=ctx.fake_driver, NVML_SIM_SCENARIO=str(SCENARIOS[gpus]))
+        listing = subprocess.run([sys.executable, str(BENCH / "nvidia_smi.py"), "-L"], env=env, capture_output=True, text=True, check=True).stdout
+        path.mkdir()
+        script = path / "nvidia-smi"
+        script.write_text(f"#!/bin/sh\n# nvidia-smi -L on {SCENARIOS[gpus].name}, as bench/nvidia_smi.py read it through NVML\n"
+                          f"[ \"$*\" = -L ] || {{ echo \"nvidia-smi stand-in: only -L is answered\" >&2; exit 2; }}\n"
+                          f"cat <<'EOF'\n{listing}EOF\n")
+        script.chmod(0o755)
+    return str(path)
+
+
 class Target:
     """A server process under test: an exporter build ("exporter", or "baseline" for the build
-    it is compared with) or the Python peer."""
+    it is compared with) or a peer (PEERS). The peers load nvml-sim as `libnvidia-ml.so.1` from
+    ctx.fake_driver, as they would load a driver, and log warnings only, as the builds do."""
 
     def __init__(self, kind, gpus, ctx, interval="1s", wrapper=(), cpus=None, args=()):
         self.kind, self.gpus, self.port = kind, gpus, free_port()
+        self.home = None
         env = dict(os.environ, NVML_SIM_SCENARIO=str(SCENARIOS.get(gpus, "")))
+        seconds = interval.removesuffix("s")
         if kind in ctx.builds:
             exporter, sim = ctx.builds[kind]
             cmd = [*wrapper, exporter, "--nvml-lib", sim, "--listen", f"127.0.0.1:{self.port}", "--interval", interval, "--log-level", "warn", *args]
-        elif kind == "python":
+        elif kind == "nvitop-exporter":
             env["LD_LIBRARY_PATH"] = ctx.fake_driver
-            cmd = [sys.executable, str(BENCH / "reference/exporter.py"), "--port", str(self.port)]
+            cmd = [sys.executable, "-m", "nvitop_exporter", "--bind-address", "127.0.0.1", "--port", str(self.port), "--interval", seconds]
+        elif kind == "all-smi":
+            # all-smi finds NVIDIA GPUs through `nvidia-smi -L` and keeps an energy journal under
+            # its cache directory: one of its own per process.
+            self.home = tempfile.mkdtemp(prefix="bench-all-smi-")
+            env.update(LD_LIBRARY_PATH=ctx.fake_driver, PATH=nvidia_smi_stand_in(ctx, gpus) + os.pathsep + env["PATH"], RUST_LOG="warn",
+                       HOME=self.home, XDG_CACHE_HOME=self.home, XDG_CONFIG_HOME=self.home)
+            cmd = [ctx.all_smi, "api", "--port", str(self.port), "--interval", seconds]
         else:
             raise ValueError(kind)
         self.cmd = cmd
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        self.output = tempfile.TemporaryFile()  # what it prints, shown when it fails to start
+        self.proc = subprocess.Popen(cmd, env=env, stdout=self.output, stderr=subprocess.STDOUT,
                                      preexec_fn=pinned(cpus))
         self.pid = self.proc.pid
 
@@ -107,12 +156,18 @@ class Target:
         """Seconds from exec until /metrics shows every GPU up."""
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
-            if gpus_up(self.port) == self.gpus:
+            if gpus_up(self.port, self.kind) == self.gpus:
                 return time.perf_counter() - self.started
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.cmd} exited with {self.proc.returncode}")
+                raise RuntimeError(f"{self.cmd} exited with {self.proc.returncode}{self.printed()}")
             time.sleep(0.002)
-        raise RuntimeError(f"{self.kind} with {self.gpus} GPUs: not complete within {timeout} s")
+        raise RuntimeError(f"{self.kind} with {self.gpus} GPUs: not complete within {timeout} s (GPUs seen: "
+                           f"{gpus_up(self.port, self.kind)}){self.printed()}")
+
+    def printed(self):
+        """The end of what the process printed, for an error message."""
+        self.output.seek(0)
+        return "; it printed:\n" + self.output.read()[-2000:].decode(errors="replace")
 
     def stop(self):
         if self.proc.poll() is None:
@@ -122,6 +177,9 @@ class Target:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.output.close()
+        if self.home:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 class Nginx:
@@ -196,11 +254,33 @@ def wrk(port, conns, seconds, gzip, cpus=None):
 
 
 def scrape_cost(ctx):
-    """Throughput and latency of exporter, nginx (same body) and Python peer, 8 and 64 GPUs; each
-    server on the CPUs of `cpu_split`, wrk on the others. A baseline build is measured at 1 and 16
-    clients, the loads its budget speaks of, each run right after the exporter's."""
+    """Throughput and latency of the exporter, nginx (same body) and the peers at 1 and 16 clients,
+    8 and 64 GPUs, plain and gzip accepted (a server that does not compress answers plain); each
+    server on the CPUs of `cpu_split`, wrk on the others. Also each server's series and bytes
+    per scrape. A baseline build runs right after the exporter at each load. Each peer runs alone,
+    after the others have stopped: a peer updating every second on the server's CPU would take it
+    from the server under test."""
     server_cpus, load_cpus = ctx.scrape_cpus or (None, None)
-    rows = []
+    rows, sizes = [], []
+
+    def measure(group, gpus):
+        # The servers of a group take turns at each load, so that a drift in the machine's load
+        # touches all of them.
+        for server in group:
+            if server.kind != "nginx":
+                series, size, gzipped = exposition(server.port)
+                sizes.append(dict(target=server.kind, gpus=gpus, series=series, bytes=size, gzip=gzipped, plain_bytes=len(fetch(server.port)[1])))
+                log(f"exposition {server.kind:15} {gpus:2} GPUs: {series} series, {size} bytes{' gzipped' if gzipped else ''}")
+        body = {s: {False: len(fetch(s.port)[1]), True: len(fetch(s.port, gzip=True)[1])} for s in group}
+        for gzip in (False, True):
+            for conns in (1, 16):
+                for server in group:
+                    name = server.kind
+                    r = wrk(server.port, conns, ctx.scrape_seconds, gzip, cpus=load_cpus)
+                    r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=body[server][gzip])
+                    log(f"scrape {name:15} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
+                    rows.append(r)
+
     for gpus in (8, 64):
         servers = []
         try:
@@ -214,27 +294,20 @@ def scrape_cost(ctx):
             assert zheaders.get("Content-Encoding") == "gzip", zheaders
             assert gz.decompress(zipped).count(b"\n") > 0
             servers.append(Nginx(plain, zipped, headers, cpus=server_cpus))
-            servers.append(Target("python", gpus, ctx, cpus=server_cpus))
-            servers[-1].wait_complete()
-            # The exporter builds take turns at each load, so that a drift in the machine's load
-            # touches both; nginx and the Python peer follow.
-            builds = len(ctx.builds)
-            for group in (servers[:builds], *([s] for s in servers[builds:])):
-                sizes = {s: {False: len(fetch(s.port)[1]), True: len(fetch(s.port, gzip=True)[1])} for s in group}
-                for gzip in (False, True):
-                    for conns in (1, 16, 64):
-                        for server in group:
-                            name = server.kind
-                            if name == "baseline" and conns == 64:
-                                continue  # the budget speaks of 1 and 16 clients
-                            r = wrk(server.port, conns, ctx.scrape_seconds, gzip, cpus=load_cpus)
-                            r.update(target=name, gpus=gpus, encoding="gzip" if gzip else "plain", conns=conns, body_bytes=sizes[server][gzip])
-                            log(f"scrape {name:8} {gpus:2} GPUs {r['encoding']:5} c={conns:2}: {r['rps']:9.1f} req/s p50 {r['p50_us']/1e3:8.2f} ms p99 {r['p99_us']/1e3:8.2f} ms errors {r['errors']}")
-                            rows.append(r)
+            measure(servers[:-1], gpus)
+            measure(servers[-1:], gpus)
         finally:
             for server in reversed(servers):
                 server.stop()
-    return rows
+        for kind in PEERS:
+            peer = Target(kind, gpus, ctx, cpus=server_cpus)
+            try:
+                peer.wait_complete(60)
+                time.sleep(2.5)  # its second update: every series present
+                measure([peer], gpus)
+            finally:
+                peer.stop()
+    return rows, sizes
 
 
 def proc_sample(pid):
@@ -284,7 +357,7 @@ def histogram_totals(port):
 
 def footprint(ctx):
     """RSS and CPU share over ctx.footprint_seconds at 1 s, all configurations in parallel."""
-    configs = [(kind, gpus, scraped) for kind in (*ctx.builds, "python") for gpus in (1, 8, 64) for scraped in (False, True)]
+    configs = [(kind, gpus, scraped) for kind in (*ctx.builds, *PEERS) for gpus in (1, 8, 64) for scraped in (False, True)]
     targets = []
     stop = threading.Event()
     try:
@@ -470,7 +543,7 @@ def time_profile(ctx, gpus, window, kind="exporter"):
 
 def startup(ctx, runs=5):
     rows = []
-    for kind in (*ctx.builds, "python"):
+    for kind in (*ctx.builds, *PEERS):
         for gpus in (8, 64):
             times = []
             for _ in range(runs):
@@ -490,15 +563,15 @@ def build_info(exporter, sim):
     return dict(exporter=str(exporter), sim=str(sim), exporter_sha256=digest(exporter), sim_sha256=digest(sim))
 
 
-def machine():
+def machine(ctx):
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.processor())
     mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
     ver = lambda cmd: subprocess.run(cmd, capture_output=True, text=True).stdout + subprocess.run(cmd, capture_output=True, text=True).stderr
-    import prometheus_client, pynvml  # noqa: E401 (versions of the reference peer)
     from importlib.metadata import version
     return dict(nproc=os.cpu_count(), cpu=cpu, mem_gib=round(mem / 2**20, 1), kernel=platform.release(),
                 loadavg_start=os.getloadavg(), python=platform.python_version(),
-                prometheus_client=version("prometheus-client"), nvidia_ml_py=version("nvidia-ml-py"),
+                nvitop_exporter=version("nvitop-exporter"), nvidia_ml_py=version("nvidia-ml-py"),
+                all_smi=ver([ctx.all_smi, "--version"]).strip(),
                 wrk=ver(["wrk", "-v"]).splitlines()[0], nginx=ver(["nginx", "-v"]).strip(),
                 valgrind=ver(["valgrind", "--version"]).strip(),
                 revision=subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip())
@@ -508,6 +581,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--exporter", required=True)
     p.add_argument("--sim", required=True)
+    p.add_argument("--all-smi", required=True, help="the all-smi binary (a peer: `cargo install all-smi`)")
     p.add_argument("--scrape-seconds", type=int, default=5, help="each wrk run (default 5)")
     p.add_argument("--footprint-seconds", type=int, default=60, help="the footprint window, and the perf window of the tick phase (default 60)")
     p.add_argument("--profile-seconds", type=int, default=20, help="the callgrind window (default 20)")
@@ -533,13 +607,13 @@ def main():
     ctx.fake_driver = tempfile.mkdtemp(prefix="bench-driver-")
     os.symlink(os.path.abspath(ctx.sim), os.path.join(ctx.fake_driver, "libnvidia-ml.so.1"))
     only = ctx.only.split(",")
-    result = dict(date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"), machine=machine(),
+    result = dict(date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"), machine=machine(ctx),
                   command=" ".join(sys.argv), settings=dict(scrape_seconds=ctx.scrape_seconds, attack_seconds=ctx.attack_seconds, footprint_seconds=ctx.footprint_seconds, profile_seconds=ctx.profile_seconds,
                                 scrape_cpus=dict(zip(("server", "wrk"), ctx.scrape_cpus)) if ctx.scrape_cpus else None))
     if ctx.baseline:
         result["builds"] = {kind: build_info(*paths) for kind, paths in ctx.builds.items()}
     if "scrape" in only:
-        result["scrape"] = scrape_cost(ctx)
+        result["scrape"], result["exposition"] = scrape_cost(ctx)
     if "footprint" in only:
         result["footprint"] = footprint(ctx)
     if "ticks" in only:

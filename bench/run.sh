@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the whole benchmark (BENCHMARKS.md): builds the release exporter and nvml-sim,
-# checks the tools, runs bench/bench.py and writes bench/results/<date>.json and .md.
+# checks the tools, installs the peers when missing, runs bench/bench.py and writes
+# bench/results/<date>.json and .md.
 # Extra arguments go to bench.py, e.g. --footprint-seconds 20 --only scrape,startup; with --fleet
 # first, the fleet benchmark runs instead (bench/fleet.py).
 # BENCH_BASELINE=path/to/nvml-exporter adds a second build to every phase (BENCHMARKS.md).
@@ -27,9 +28,15 @@ if ((${#missing[@]})); then
   echo "bench: missing ${missing[*]}; on Debian: apt-get install wrk nginx valgrind" >&2
   exit 2
 fi
-if ! python3 -c 'import prometheus_client, pynvml' 2>/dev/null; then
-  echo "bench: the reference peer needs: pip install prometheus-client nvidia-ml-py" >&2
-  exit 2
+# The peers (BENCHMARKS.md): nvitop-exporter from PyPI, and all-smi from crates.io built once
+# into the target directory (it needs protoc and links libdrm; cargo builds it in a directory of
+# its own).
+need_python "nvitop_exporter, pynvml" nvitop-exporter nvidia-ml-py
+all_smi=$target/bench-tools/bin/all-smi
+if [[ ! -x $all_smi ]]; then
+  command -v protoc >/dev/null || apt_install protobuf-compiler "protoc (to build all-smi)"
+  dpkg -s libdrm-dev >/dev/null 2>&1 || apt_install libdrm-dev "libdrm (to link all-smi)"
+  env -u CARGO_TARGET_DIR cargo install all-smi --version 0.22.0 --locked --root "$target/bench-tools"
 fi
 python3 bench/gen_scenarios.py --check
 
@@ -44,7 +51,7 @@ if [[ -n "${BENCH_BASELINE:-}" ]]; then
     baseline+=(--baseline-sim "$BENCH_BASELINE_SIM")
   fi
 fi
-python3 bench/bench.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" --out "$out" \
+python3 bench/bench.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" --all-smi "$all_smi" --out "$out" \
   "${baseline[@]}" "$@"
 python3 bench/report.py "$out" > "${out%.json}.md"
 echo "bench: $out, ${out%.json}.md" >&2
