@@ -184,6 +184,15 @@ def panel(layout, kind, title, description, unit, tgts, w, h, **extra):
     return p
 
 
+def renamed(names):
+    """A table's transformations: the queries' frames merged into one, the time column dropped and
+    the columns renamed by `names`."""
+    return [
+        {"id": "merge", "options": {}},
+        {"id": "organize", "options": {"excludeByName": {"Time": True}, "renameByName": names}},
+    ]
+
+
 def stat(layout, title, description, unit, expr, w=4, h=4, **extra):
     return panel(layout, "stat", title, description, unit, [target(expr, instant=True)], w, h, **extra)
 
@@ -586,13 +595,7 @@ def node():
                   (f"max by ({PROC_KEY}) (nvidia_gpu_process_memory_used_bytes{{{DEV}}})", ""),
                   (f"max by ({PROC_KEY}) (nvidia_gpu_process_sm_utilization_ratio{{{DEV}}})", ""),
                   instant=True, fmt="table"),
-              12, 8, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {"Value #A": "memory used", "Value #B": "SM utilization"},
-                  }},
-              ]),
+              12, 8, transformations=renamed({"Value #A": "memory used", "Value #B": "SM utilization"})),
         panel(l, "table", "MIG instances",
               "The GPU instances of each GPU in MIG mode (nvidia_gpu_mig_instance_info): profile, the MIG"
               " device UUID that CUDA_VISIBLE_DEVICES and the kubelet name it by, device memory used of"
@@ -697,16 +700,10 @@ def workloads():
                   (gpu_hours(held_idle) + f" or on (namespace, pod) ({held} * 0)", ""),
                   (f"avg_over_time(({pod_avg('nvidia_gpu_sm_active_ratio')})[$__range:$__interval])", ""),
                   instant=True, fmt="table"),
-              24, 8, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {
-                          "Value #A": "GPUs now", "Value #B": "GPU-hours",
-                          "Value #C": "idle GPU-hours", "Value #D": "avg SM activity",
-                      },
-                  }},
-              ]),
+              24, 8, transformations=renamed({
+                  "Value #A": "GPUs now", "Value #B": "GPU-hours",
+                  "Value #C": "idle GPU-hours", "Value #D": "avg SM activity",
+              })),
 
         panel(l, "timeseries", "GPUs held per namespace",
               "GPUs assigned to each namespace's pods over time (a GPU shared across namespaces counts"
@@ -778,17 +775,11 @@ def workloads():
                   (gpu_hours(by_owner(held_rule)), ""),
                   (gpu_hours(by_owner(idle_rule)) + f" or on ({owner}) ({by_owner(held_rule)} * 0)", ""),
                   instant=True, fmt="table"),
-              12, 8, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {
-                          "controller_kind": "kind", "controller_name": "controller",
-                          "Value #A": "pods", "Value #B": "GPUs now",
-                          "Value #C": "GPU-hours", "Value #D": "idle GPU-hours",
-                      },
-                  }},
-              ]),
+              12, 8, transformations=renamed({
+                  "controller_kind": "kind", "controller_name": "controller",
+                  "Value #A": "pods", "Value #B": "GPUs now",
+                  "Value #C": "GPU-hours", "Value #D": "idle GPU-hours",
+              })),
         panel(l, "timeseries", "GPUs held per controller",
               "GPUs held by each controller's pods over time." + OWNER_NEEDS + POD_RULES,
               "none", targets((by_owner(held_rule),
@@ -802,16 +793,10 @@ def workloads():
                   (gpu_hours(by_queue(held_rule)), ""),
                   (gpu_hours(by_queue(idle_rule)) + f" or on ({queue}) ({by_queue(held_rule)} * 0)", ""),
                   instant=True, fmt="table"),
-              12, 8, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {
-                          KUEUE_QUEUE: "Kueue queue", VOLCANO_QUEUE: "Volcano queue",
-                          "Value #A": "GPUs now", "Value #B": "GPU-hours", "Value #C": "idle GPU-hours",
-                      },
-                  }},
-              ]),
+              12, 8, transformations=renamed({
+                  KUEUE_QUEUE: "Kueue queue", VOLCANO_QUEUE: "Volcano queue",
+                  "Value #A": "GPUs now", "Value #B": "GPU-hours", "Value #C": "idle GPU-hours",
+              })),
         panel(l, "timeseries", "GPUs held and idle per queue",
               "GPUs held by each queue's pods over time, and those of them idle." + QUEUE_NEEDS
               + POD_RULES,
@@ -943,15 +928,9 @@ def waste():
                   (ns_idle_hours, ""),
                   (f"({ns_idle_hours}) / ({gpu_hours(ns_held)})", ""),
                   instant=True, fmt="table"),
-              12, 8, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {
-                          "Value #A": "GPU-hours", "Value #B": "idle GPU-hours", "Value #C": "idle share",
-                      },
-                  }},
-              ]),
+              12, 8, transformations=renamed({
+                  "Value #A": "GPU-hours", "Value #B": "idle GPU-hours", "Value #C": "idle share",
+              })),
         panel(l, "table", "Top partially idle workloads",
               "Pods that hold two or more GPUs (or MIG instances) and left some idle while they used"
               " the others (pod:nvidia_gpu_partially_idle:count, the NvidiaGpuWorkloadPartiallyIdle"
@@ -964,16 +943,10 @@ def waste():
                   (f"{pod_max('pod:nvidia_gpu_partially_idle:count')} and on ({pod}) {top_partial}", ""),
                   (top_partial, ""),
                   instant=True, fmt="table"),
-              12, 8, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {
-                          "Value #A": "GPUs held", "Value #B": "most idle at once",
-                          "Value #C": "idle GPU-hours while partially idle",
-                      },
-                  }},
-              ]),
+              12, 8, transformations=renamed({
+                  "Value #A": "GPUs held", "Value #B": "most idle at once",
+                  "Value #C": "idle GPU-hours while partially idle",
+              })),
 
         panel(l, "table", "Right-sizing per workload",
               "Per pod over the dashboard range: the most GPUs (or MIG instances) it held at once, the"
@@ -995,16 +968,10 @@ def waste():
                   (peak_memory, ""),
                   (peak_memory, ""),
                   instant=True, fmt="table"),
-              24, 10, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {
-                          "Value #A": "GPUs held", "Value #B": "GPU-hours", "Value #C": "mean SM activity",
-                          "Value #D": "peak memory", "Value #E": "smallest MIG profile (A100/H100 80GB)",
-                      },
-                  }},
-              ]),
+              24, 10, transformations=renamed({
+                  "Value #A": "GPUs held", "Value #B": "GPU-hours", "Value #C": "mean SM activity",
+                  "Value #D": "peak memory", "Value #E": "smallest MIG profile (A100/H100 80GB)",
+              })),
 
         panel(l, "table", "Memory held outside allocations",
               "Device memory on each GPU held by processes of no pod the GPU (or their MIG instance)"
@@ -1020,13 +987,7 @@ def waste():
                   (f"{outside} and on ({outside_key}) {outside_peak}", ""),
                   (outside_peak, ""),
                   instant=True, fmt="table"),
-              24, 8, transformations=[
-                  {"id": "merge", "options": {}},
-                  {"id": "organize", "options": {
-                      "excludeByName": {"Time": True},
-                      "renameByName": {"Value #A": "now", "Value #B": "peak over the range"},
-                  }},
-              ]),
+              24, 8, transformations=renamed({"Value #A": "now", "Value #B": "peak over the range"})),
     ]
     by_title = {p["title"]: p for p in panels}
     hours = {"id": "unit", "value": "suffix: GPU-h"}
