@@ -18,7 +18,9 @@ use crate::mig::{InstanceRecording, mig_devices, read_instances};
 use crate::trace::{
     Trace, float, int, list_series, same_kind, table, table_of, unsupported, watts,
 };
-use crate::{Error, MIB, fail, raw};
+use nvml_exporter::nvml::raw;
+
+use crate::{Error, MIB, fail};
 
 /// Links probed for NVLink (`NVML_NVLINK_MAX_LINKS` of the CUDA 13 `nvml.h`); probing stops at
 /// the first link the GPU rejects.
@@ -301,14 +303,14 @@ impl GpuRecording {
         }
         put("ecc", table(ecc));
 
-        if let Ok((correctable, uncorrectable, pending, failure)) = raw::remapped_rows(d) {
+        if let Ok(rows) = raw::remapped_rows(d) {
             put(
                 "remapped_rows",
                 table([
-                    ("correctable", int(correctable.into())),
-                    ("uncorrectable", int(uncorrectable.into())),
-                    ("pending", Value::Boolean(pending)),
-                    ("failure", Value::Boolean(failure)),
+                    ("correctable", int(rows.correctable.into())),
+                    ("uncorrectable", int(rows.uncorrectable.into())),
+                    ("pending", Value::Boolean(rows.pending)),
+                    ("failure", Value::Boolean(rows.failure_occurred)),
                 ]),
             );
         }
@@ -379,7 +381,7 @@ impl GpuRecording {
         t.single("pstate")
             .push(d.performance_state().map(|p| p.as_c() as u64));
         t.single("clocks_event_reasons")
-            .push(raw::clocks_event_reasons(d));
+            .push(clocks_event_reasons(d));
         for (fan, trace) in t.fans.iter_mut().enumerate() {
             trace.push(d.fan_speed(fan as u32));
         }
@@ -409,8 +411,12 @@ impl GpuRecording {
             requests.push((field_id::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, link));
             requests.push((field_id::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, link));
         }
-        let answers = match raw::field_values(d, &requests) {
-            Ok(answers) => answers,
+        // Every field the recorder asks for is an integer.
+        let answers: Vec<Result<u64, NvmlError>> = match raw::field_values(d, &requests) {
+            Ok(answers) => answers
+                .into_iter()
+                .map(|a| a.and_then(|v| v.as_u64().ok_or(NvmlError::Unknown)))
+                .collect(),
             Err(e) => requests.iter().map(|_| Err(same_kind(&e))).collect(),
         };
         let mut answers = answers.into_iter();
@@ -624,6 +630,15 @@ impl GpuRecording {
             gpu.insert("process".into(), Value::Array(processes));
         }
         gpu
+    }
+}
+
+/// The active clock-event reasons as the raw bitmask, read as the exporter reads it: the call's
+/// CUDA 12.2 name, else (an older library) nvml-wrapper's throttle reasons.
+fn clocks_event_reasons(d: &Device) -> Result<u64, NvmlError> {
+    match raw::current_clocks_event_reasons(d) {
+        Err(NvmlError::FailedToLoadSymbol(_)) => d.current_throttle_reasons().map(|r| r.bits()),
+        other => other,
     }
 }
 

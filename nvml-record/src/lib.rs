@@ -15,7 +15,6 @@
 mod gpm;
 mod gpu;
 mod mig;
-mod raw;
 mod trace;
 
 use std::time::Duration;

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use nvml_exporter::nvml::raw::{self, IdKind};
 use nvml_wrapper::Device;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper_sys::bindings as sys;
 use toml::{Table, Value};
 
 use crate::gpm::gpm_load;
-use crate::raw;
 use crate::trace::{Trace, float, int, table};
 
 /// A MIG GPU instance as it was when the recording started.
@@ -44,7 +45,8 @@ pub(crate) fn mig_devices<'nvml>(d: &Device<'nvml>) -> Vec<(u32, u32, Device<'nv
     (0..max)
         .filter_map(|i| {
             let mig = d.mig_device_by_index(i).ok()?;
-            let (gi, ci) = raw::mig_ids(&mig).ok()?;
+            let gi = raw::mig_instance_id(&mig, IdKind::Gpu).ok()?;
+            let ci = raw::mig_instance_id(&mig, IdKind::Compute).ok()?;
             Some((gi, ci, mig))
         })
         .collect()
@@ -52,13 +54,19 @@ pub(crate) fn mig_devices<'nvml>(d: &Device<'nvml>) -> Vec<(u32, u32, Device<'nv
 
 /// The GPU instances of `d` (MIG mode on) with their compute instances, by GPU instance id.
 pub(crate) fn read_instances(d: &Device) -> Result<Vec<InstanceRecording>, NvmlError> {
-    let profiles: BTreeMap<u32, String> = raw::gpu_instance_profiles(d).into_iter().collect();
+    // Profile id -> name without the "MIG " prefix ("1g.10gb"); a profile the board lacks, or a
+    // library without the call, is left out.
+    let profiles: BTreeMap<u32, String> = (0..sys::NVML_GPU_INSTANCE_PROFILE_COUNT)
+        .filter_map(|profile| raw::gpu_instance_profile(d, profile).ok().flatten())
+        .map(|(id, name)| (id, name.trim_start_matches("MIG ").to_owned()))
+        .collect();
     let mut instances: BTreeMap<u32, InstanceRecording> = BTreeMap::new();
     for (gi, ci, mig) in mig_devices(d) {
         let instance = match instances.entry(gi) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::btree_map::Entry::Vacant(e) => {
-                let (profile_id, start) = raw::gpu_instance_placement(d, gi)?;
+                let info = raw::gpu_instance_info(d, gi)?.ok_or(NvmlError::NotFound)?;
+                let (profile_id, start) = (info.profileId, info.placement.start);
                 let profile = profiles.get(&profile_id).ok_or(NvmlError::NotFound)?;
                 e.insert(InstanceRecording {
                     id: gi,
