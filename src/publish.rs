@@ -307,8 +307,8 @@ mod tests {
         assert!(p.current().snapshot.jobs.is_none());
     }
 
-    #[test]
-    fn gpu_seconds_are_counted_only_while_attribution_is_on() {
+    /// The kubelet up, assigning the test device to ml/train-0/main.
+    fn train_0_holds_the_gpu() -> KubernetesState {
         let mut state = KubernetesState::new();
         state.up = true;
         state.assignments = Arc::from(vec![PodAssignment {
@@ -320,7 +320,12 @@ mod tests {
             device: DeviceRef::GpuUuid("GPU-abc".into()),
             claim: String::new(),
         }]);
-        let kubelet = StateHandle::from(state);
+        state
+    }
+
+    #[test]
+    fn gpu_seconds_are_counted_only_while_attribution_is_on() {
+        let kubelet = StateHandle::from(train_0_holds_the_gpu());
         let after = |sampled: f64| {
             let mut s = snapshot();
             Arc::make_mut(&mut s.devices[0]).busy.sampled = sampled;
@@ -357,18 +362,7 @@ mod tests {
 
         p.tick(snapshot());
         assert!(text(&p).contains("nvml_exporter_kubernetes_up 0\n"));
-        let mut state = KubernetesState::new();
-        state.up = true;
-        state.assignments = Arc::from(vec![PodAssignment {
-            container: ContainerRef {
-                namespace: "ml".into(),
-                pod: "train-0".into(),
-                container: "main".into(),
-            },
-            device: DeviceRef::GpuUuid("GPU-abc".into()),
-            claim: String::new(),
-        }]);
-        kubelet.replace(state);
+        kubelet.replace(train_0_holds_the_gpu());
         p.republish();
         let text = text(&p);
         assert!(text.contains(r#"nvidia_gpu_pod_info{gpu="0",uuid="GPU-abc",namespace="ml",pod="train-0",container="main"} 1"#), "{text}");
