@@ -427,20 +427,48 @@ POD_USAGE_SERIES = [
 ]
 
 
+def all_panel_exprs(source, keys, step, key=lambda t: (t["title"], t["ref"])):
+    """The targets of `source` whose `key` is in `keys`, interpolated with every variable "All"
+    (`.*`, which also matches a missing label) and Grafana's built-ins for a `step`-second step."""
+    variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
+    values = builtins(step) | {v["name"]: "$__all" for v in variables}
+    return {key(t): interpolate(t["expr"], values, variables) for t in source.targets if key(t) in keys}
+
+
+def promtool_errors(promtool, exprs, input_series, eval_time, want):
+    """`exprs` (key: PromQL) as recording rules next to the shipped ones
+    (deploy/prometheus/alerts.yaml, loaded first so that the panels' group sees the rules they
+    read), on `input_series`, under `promtool test rules`: each must give the samples `want[key]`
+    ((labels, value) pairs) at `eval_time`. Returns promtool's complaints."""
+    names = {key: f"panel_{i}" for i, key in enumerate(exprs)}
+    rules = {"groups": [{"name": "panels", "rules": [
+        {"record": names[k], "expr": e} for k, e in exprs.items()]}]}
+    tests = {"rule_files": [str(ROOT / "deploy/prometheus/alerts.yaml"), "rules.yml"],
+             "evaluation_interval": "1m", "tests": [{
+        "interval": "1m",
+        "input_series": input_series,
+        "promql_expr_test": [
+            {"expr": names[k], "eval_time": eval_time, "exp_samples": [
+                {"labels": f"{names[k]}{{{labels}}}", "value": v} for labels, v in samples]}
+            for k, samples in want.items()],
+    }]}
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "rules.yml").write_text(json.dumps(rules))  # JSON is YAML
+        (Path(tmp) / "test.yml").write_text(json.dumps(tests))
+        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True)
+    if run.returncode != 0:
+        return [ln.strip() for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
+    return []
+
+
 def pod_usage_errors(promtool, source):
     """Check 4: the per-pod panels' first targets, as recording rules next to the shipped ones
     (deploy/prometheus/alerts.yaml, which they read), under `promtool test rules`."""
-    # Every variable "All" (`.*`, which also matches the missing `node` label of the series below).
-    variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
-    values = builtins(60) | {v["name"]: "$__all" for v in variables}
-    exprs = {t["title"]: interpolate(t["expr"], values, variables)
-             for t in source.targets if t["title"] in POD_USAGE_PANELS and t["ref"] == "A"}
+    exprs = all_panel_exprs(source, POD_USAGE_PANELS, 60,
+                            key=lambda t: t["title"] if t["ref"] == "A" else None)
     missing = sorted(set(POD_USAGE_PANELS) - set(exprs))
     if missing:
         return [f"no panel titled {t!r}" for t in missing]
-    names = {title: f"panel_{i}" for i, title in enumerate(POD_USAGE_PANELS)}
-    rules = {"groups": [{"name": "pod usage", "rules": [
-        {"record": names[t], "expr": e} for t, e in exprs.items()]}]}
 
     def series(metric, gpu, pod, value, gpu_instance=None):
         labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
@@ -450,24 +478,9 @@ def pod_usage_errors(promtool, source):
             labels += f',namespace="ml",pod="{pod}",container="main"'
         return {"series": f"{metric}{{{labels}}}", "values": f"{value}+0x5"}
 
-    # The panels read the per-pod rules of alerts.yaml: loaded first, the panels' group sees them.
-    tests = {"rule_files": [str(ROOT / "deploy/prometheus/alerts.yaml"), "rules.yml"],
-             "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": [series(*s) for s in POD_USAGE_SERIES],
-        "promql_expr_test": [
-            {"expr": names[t], "eval_time": "2m", "exp_samples": [
-                {"labels": f'{names[t]}{{namespace="ml",pod="{pod}"}}', "value": v}
-                for pod, v in sorted(want.items())]}
-            for t, want in POD_USAGE_PANELS.items()],
-    }]}
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "rules.yml").write_text(json.dumps(rules))  # JSON is YAML
-        (Path(tmp) / "test.yml").write_text(json.dumps(tests))
-        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True)
-    if run.returncode != 0:
-        return [ln.strip() for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
-    return []
+    want = {t: [(f'namespace="ml",pod="{pod}"', v) for pod, v in sorted(by_pod.items())]
+            for t, by_pod in POD_USAGE_PANELS.items()}
+    return promtool_errors(promtool, exprs, [series(*s) for s in POD_USAGE_SERIES], "2m", want)
 
 
 # The controller and queue panels of workloads.json (title, refId) and what they must give on the
@@ -509,16 +522,10 @@ GROUPING_PODS = [
 def grouping_errors(promtool, source):
     """Check 5: the controller and queue panels, as recording rules next to the shipped ones, group
     the pods of GROUPING_PODS by the labels nvidia_gpu_pod_info carries (`promtool test rules`)."""
-    variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
-    values = builtins(60) | {v["name"]: "$__all" for v in variables}
-    exprs = {(t["title"], t["ref"]): interpolate(t["expr"], values, variables)
-             for t in source.targets if (t["title"], t["ref"]) in GROUPING_PANELS}
+    exprs = all_panel_exprs(source, GROUPING_PANELS, 60)
     missing = sorted(set(GROUPING_PANELS) - set(exprs))
     if missing:
         return [f"no target {t!r}" for t in missing]
-    names = {key: f"panel_{i}" for i, key in enumerate(GROUPING_PANELS)}
-    rules = {"groups": [{"name": "grouping", "rules": [
-        {"record": names[k], "expr": e} for k, e in exprs.items()]}]}
     input_series = []
     for pod, gpu, claim, kind, name, queue, sm in GROUPING_PODS:
         gpu_labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
@@ -528,22 +535,7 @@ def grouping_errors(promtool, source):
         labels += [queue] if queue else []
         input_series.append({"series": f"nvidia_gpu_pod_info{{{','.join(labels)}}}", "values": "1+0x5"})
         input_series.append({"series": f"nvidia_gpu_sm_active_ratio{{{gpu_labels}}}", "values": f"{sm}+0x5"})
-    tests = {"rule_files": [str(ROOT / "deploy/prometheus/alerts.yaml"), "rules.yml"],
-             "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": input_series,
-        "promql_expr_test": [
-            {"expr": names[k], "eval_time": "2m", "exp_samples": [
-                {"labels": f"{names[k]}{{{labels}}}", "value": v} for labels, v in want]}
-            for k, want in GROUPING_PANELS.items()],
-    }]}
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "rules.yml").write_text(json.dumps(rules))  # JSON is YAML
-        (Path(tmp) / "test.yml").write_text(json.dumps(tests))
-        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True)
-    if run.returncode != 0:
-        return [ln.strip() for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
-    return []
+    return promtool_errors(promtool, exprs, input_series, "2m", GROUPING_PANELS)
 
 
 GIB = 2**30
@@ -607,16 +599,10 @@ def waste_errors(promtool, source):
             got = grafana_mapping(mappings[0], peak)
             if got != want:
                 errors.append(f"MIG profile for a peak of {peak / GIB:g} GiB: {got!r}, expected {want!r}")
-    variables = [dict(v, all_value=v["all_value"] or ".*") for v in source.variables]
-    values = builtins(180) | {v["name"]: "$__all" for v in variables}
-    exprs = {(t["title"], t["ref"]): interpolate(t["expr"], values, variables)
-             for t in source.targets if (t["title"], t["ref"]) in WASTE_PANELS}
+    exprs = all_panel_exprs(source, WASTE_PANELS, 180)
     missing = sorted(set(WASTE_PANELS) - set(exprs))
     if missing:
         return errors + [f"no target {t!r}" for t in missing]
-    names = {key: f"panel_{i}" for i, key in enumerate(WASTE_PANELS)}
-    rules = {"groups": [{"name": "waste", "rules": [
-        {"record": names[k], "expr": e} for k, e in exprs.items()]}]}
     input_series = []
     for gpu, pod, sm, util, memory in WASTE_GPUS:
         labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
@@ -628,22 +614,7 @@ def waste_errors(promtool, source):
         if pod:
             pod_labels = f'{labels},namespace="ml",pod="{pod}",container="main"'
             input_series.append({"series": f"nvidia_gpu_pod_info{{{pod_labels}}}", "values": "1+0x10"})
-    tests = {"rule_files": [str(ROOT / "deploy/prometheus/alerts.yaml"), "rules.yml"],
-             "evaluation_interval": "1m", "tests": [{
-        "interval": "1m",
-        "input_series": input_series,
-        "promql_expr_test": [
-            {"expr": names[k], "eval_time": "10m", "exp_samples": [
-                {"labels": f"{names[k]}{{{labels}}}", "value": v} for labels, v in want]}
-            for k, want in WASTE_PANELS.items()],
-    }]}
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "rules.yml").write_text(json.dumps(rules))  # JSON is YAML
-        (Path(tmp) / "test.yml").write_text(json.dumps(tests))
-        run = subprocess.run([promtool, "test", "rules", "test.yml"], cwd=tmp, capture_output=True, text=True)
-    if run.returncode != 0:
-        errors += [ln.strip() for ln in (run.stdout + run.stderr).splitlines() if ln.strip()]
-    return errors
+    return errors + promtool_errors(promtool, exprs, input_series, "10m", WASTE_PANELS)
 
 
 def run_static(args):
