@@ -56,6 +56,8 @@ ATTACKS = {
     "stalled TLS handshakes": (300, b"\x16\x03\x01\x02\x00", False, "tls"),
     "connections past a low open-file limit": (600, b"", False, "nofile"),
     "unfinished 395 KB request heads": (510, b"GET / HTTP/1.1\r\nHost: a\r\nX-Pad: " + b"a" * 395_000, False, "plain"),
+    "unfinished request bodies (Content-Length)": (1100, scrape_request().replace(b"\r\n\r\n", b"\r\nContent-Length: 65536\r\n\r\na"), False, "plain"),
+    "unfinished request bodies (chunked)": (1100, scrape_request().replace(b"\r\n\r\n", b"\r\nTransfer-Encoding: chunked\r\n\r\n1\r\na\r\n"), False, "plain"),
     "wrong passwords": (300, scrape_request("/metrics", basic("prometheus", "wrong")), True, "auth"),
 }
 

@@ -136,12 +136,6 @@ pub async fn run(
         auth,
         http::auth::require,
     ));
-    // Outermost: a request body is read off the connection before anything answers, a 401 too.
-    // It gets as long to arrive as a request head.
-    app = app.layer(axum::middleware::from_fn_with_state(
-        http::server::HEADER_READ_TIMEOUT,
-        http::drain_request_body,
-    ));
     http::server::serve(listener, app, web.tls, connection_metrics, stop_rx).await;
     sampler_stopped.await??;
     // Stops the kubelet refresh task with the reloader that owns it; a reload still running on

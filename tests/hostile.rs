@@ -3,7 +3,8 @@
 //! idle connections: every scrape must succeed within Prometheus's default 10 s timeout. The
 //! attacks: thousands of silent connections, thousands of idle kept-alive ones, pipeliners that
 //! never read their responses, stalled TLS handshakes, more connections than the process may open
-//! files, and request heads that never end (resident memory must stay under a 128 MiB limit).
+//! files, request heads that never end (resident memory must stay under a 128 MiB limit), and
+//! request bodies that never end, reconnecting as they are closed (`/healthz` must answer too).
 //! Also: a kept-alive connection closes after its request limit; a head over 16 KiB gets 431.
 
 mod common;
@@ -66,12 +67,19 @@ fn started(e: Exporter) -> Exporter {
 /// `GET /metrics` on a new plain connection, all within [`SCRAPE_TIMEOUT`]: Ok when it answers
 /// 200 with the GPUs.
 fn scrape_plain(addr: SocketAddr) -> Result<(), String> {
+    get_plain(addr, "/metrics", "\nnvml_exporter_gpus 8\n")
+}
+
+/// `GET path` on a new plain connection, all within [`SCRAPE_TIMEOUT`]: Ok when it answers 200
+/// with `expected` in the body.
+fn get_plain(addr: SocketAddr, path: &str, expected: &str) -> Result<(), String> {
     let deadline = Instant::now() + SCRAPE_TIMEOUT;
     let mut s = TcpStream::connect_timeout(&addr, SCRAPE_TIMEOUT).map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(SCRAPE_TIMEOUT))
         .map_err(|e| e.to_string())?;
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .map_err(|e| format!("send: {e}"))?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    s.write_all(request.as_bytes())
+        .map_err(|e| format!("send {path}: {e}"))?;
     let mut reply = Vec::new();
     let mut buf = [0u8; 64 * 1024];
     loop {
@@ -83,13 +91,13 @@ fn scrape_plain(addr: SocketAddr) -> Result<(), String> {
         match s.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => reply.extend_from_slice(&buf[..n]),
-            Err(e) => return Err(format!("read after {} bytes: {e}", reply.len())),
+            Err(e) => return Err(format!("{path}: read after {} bytes: {e}", reply.len())),
         }
     }
     let text = String::from_utf8_lossy(&reply);
-    if !text.starts_with("HTTP/1.1 200") || !text.contains("\nnvml_exporter_gpus 8\n") {
+    if !text.starts_with("HTTP/1.1 200") || !text.contains(expected) {
         return Err(format!(
-            "unexpected answer: {}",
+            "unexpected answer to {path}: {}",
             text.lines().next().unwrap_or("")
         ));
     }
@@ -327,6 +335,101 @@ fn stalled_tls_handshakes_do_not_delay_fresh_scrapes() {
                 .ok()
                 .filter(|m| closed(m, "handshake_timeout") >= 300.0)
         },
+    );
+}
+
+/// Connections that announce a request body and send it a byte (or a one-byte chunk) at a
+/// time, never finishing it; each one the server closes is opened again at once.
+struct BodyDrip {
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicUsize>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BodyDrip {
+    /// Connections kept open at once.
+    const CONNECTIONS: usize = 1100;
+
+    fn start(addr: SocketAddr) -> BodyDrip {
+        let stop = Arc::new(AtomicBool::new(false));
+        let opened = Arc::new(AtomicUsize::new(0));
+        let thread = {
+            let (stop, opened) = (stop.clone(), opened.clone());
+            std::thread::spawn(move || {
+                let length =
+                    b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nContent-Length: 65536\r\n\r\n";
+                let chunked =
+                    b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n";
+                // (stream, what it drips)
+                let mut conns: Vec<(TcpStream, &[u8])> = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    while conns.len() < Self::CONNECTIONS && !stop.load(Ordering::Relaxed) {
+                        let chunks = opened.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+                        let (head, drip): (&[u8], &[u8]) = if chunks {
+                            (chunked, b"1\r\na\r\n")
+                        } else {
+                            (length, b"a")
+                        };
+                        if let Some(s) = open(addr, 1, head).pop() {
+                            s.set_nonblocking(true).unwrap();
+                            conns.push((s, drip));
+                        }
+                    }
+                    // A connection the server closed fails to write (at the latest the second
+                    // time, once the reset has come back) and is replaced.
+                    conns.retain_mut(|(s, drip)| s.write_all(drip).is_ok());
+                    // The attacker's cadence, not a wait for anything.
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+        };
+        BodyDrip {
+            stop,
+            opened,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops the attack and returns how many connections it opened.
+    fn finish(mut self) -> usize {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap();
+        self.opened.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for BodyDrip {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn request_bodies_that_never_finish_do_not_delay_fresh_scrapes_or_probes() {
+    raise_own_open_file_limit();
+    let e = started(Exporter::start(&[], &[]));
+    let addr = e.addr;
+    let poller = Poller::start(move || {
+        scrape_plain(addr)?;
+        get_plain(addr, "/healthz", "ok")
+    });
+    poller.wait_for_scrapes();
+    let drip = BodyDrip::start(addr);
+    eventually(
+        Duration::from_secs(60),
+        "the drip connections opened",
+        || (drip.opened.load(Ordering::Relaxed) >= BodyDrip::CONNECTIONS).then_some(()),
+    );
+    poller.wait_for_scrapes();
+    poller.wait_for_scrapes();
+    let opened = drip.finish();
+    poller.finish("1,100 request bodies that never finish");
+    // They were closed as unfinished requests, not served.
+    let m = e.metrics();
+    let unfinished = closed(&m, "reclaimed") + closed(&m, "head_timeout");
+    assert!(
+        unfinished > (opened - BodyDrip::CONNECTIONS) as f64 * 0.9,
+        "{unfinished} of {opened} drip connections closed as unfinished"
     );
 }
 

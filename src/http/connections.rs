@@ -5,7 +5,8 @@
 //! - Each connection's socket is wrapped in [`Tracked`], which stamps read and write progress;
 //!   the handler wrapper marks requests in flight. From these a connection is, at any moment, in
 //!   its TLS handshake, reading a request head (a connection that has sent nothing since it
-//!   opened, or since its handshake, counts as reading its first head), running a handler,
+//!   opened, or since its handshake, counts as reading its first head; a request whose body has
+//!   not all arrived counts as reading its head too), running a handler,
 //!   stalled writing a response its client does not read, or idle between requests.
 //! - A sweep every [`SWEEP_INTERVAL`] closes what has overrun its allowance: handshake, head and
 //!   idle [`ALLOWANCE`] ([`PRESSURED_ALLOWANCE`] past the high-water mark), a stalled write

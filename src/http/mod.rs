@@ -8,7 +8,7 @@
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
 //! and a recent tick completed), `/` (landing page). Every route reads what the [`Publisher`]
 //! holds now: a request clones an `Arc` and serves bytes from it. No route takes a request body;
-//! [`drain_request_body`] reads one that comes anyway before anything answers.
+//! the server reads one that comes anyway before any route answers ([`server::read_body`]).
 
 pub mod auth;
 pub mod connections;
@@ -19,12 +19,10 @@ pub mod web_config;
 pub use web_config::WebSettings;
 
 use std::fmt::Write;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::body::{Body, HttpBody};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -142,52 +140,6 @@ async fn gzipped(current: &Published) -> Option<axum::body::Bytes> {
     }
 }
 
-/// The largest request body read (and dropped) before answering. No route takes a body, but one
-/// that is sent anyway must be read off the connection: closing a connection with unread bytes,
-/// or receiving bytes after closing it, makes the kernel reset it and the client loses the
-/// response.
-pub const MAX_REQUEST_BODY: u64 = 64 * 1024;
-
-/// Middleware, outermost: reads and drops the request body (at most [`MAX_REQUEST_BODY`] bytes,
-/// arriving within `timeout`) before the request goes on without it, so a client that sends a
-/// body, even late, gets its whole response. A larger body is refused with 413, one that does not
-/// arrive in time with 408, a broken one with 400, each closing the connection.
-pub async fn drain_request_body(
-    State(timeout): State<Duration>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if req.body().is_end_stream() {
-        return next.run(req).await;
-    }
-    let (parts, body) = req.into_parts();
-    let drained = tokio::time::timeout(timeout, drain(body, MAX_REQUEST_BODY)).await;
-    let (status, reason) = match drained {
-        Ok(Ok(())) => return next.run(Request::from_parts(parts, Body::empty())).await,
-        Ok(Err(refused)) => refused,
-        Err(_) => (StatusCode::REQUEST_TIMEOUT, "request body too slow\n"),
-    };
-    (status, [(header::CONNECTION, "close")], reason).into_response()
-}
-
-/// Reads `body` to its end, dropping the bytes; refuses it past `limit` bytes or when it breaks.
-async fn drain(mut body: Body, limit: u64) -> Result<(), (StatusCode, &'static str)> {
-    const TOO_LARGE: (StatusCode, &str) =
-        (StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
-    if body.size_hint().lower() > limit {
-        return Err(TOO_LARGE);
-    }
-    let mut read = 0;
-    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
-        let frame = frame.map_err(|_| (StatusCode::BAD_REQUEST, "broken request body\n"))?;
-        read += frame.data_ref().map_or(0, |d| d.len() as u64);
-        if read > limit {
-            return Err(TOO_LARGE);
-        }
-    }
-    Ok(())
-}
-
 /// Whether an `Accept-Encoding` value allows gzip: `gzip`/`x-gzip` listed with a non-zero q, or
 /// `*` with a non-zero q when gzip is not listed at all (RFC 9110 §12.5.3).
 fn accepts_gzip(accept_encoding: &str) -> bool {
@@ -285,7 +237,6 @@ mod tests {
     use super::*;
     use crate::metrics::{Encoder, MetricsOptions};
     use crate::sample::DeviceInfo;
-    use axum::body::Bytes;
 
     const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -583,60 +534,5 @@ mod tests {
             text.contains("nvml_exporter_scrapes_total{code=\"405\"} 1\n"),
             "{text}"
         );
-    }
-
-    /// The routes behind the body drain, with a short wait for a body.
-    fn drained() -> Router {
-        router(state(), INTERVAL).layer(middleware::from_fn_with_state(
-            Duration::from_millis(200),
-            drain_request_body,
-        ))
-    }
-
-    async fn send(body: Body) -> Response {
-        use tower::ServiceExt;
-        let req = axum::http::Request::get("/healthz").body(body).unwrap();
-        drained().oneshot(req).await.unwrap()
-    }
-
-    fn closes(r: &Response) -> bool {
-        r.headers().get(header::CONNECTION).map(|v| v.as_bytes()) == Some(b"close")
-    }
-
-    #[tokio::test]
-    async fn a_small_request_body_is_read_and_the_request_answered() {
-        let r = send(Body::from("0123456789")).await;
-        assert_eq!(r.status(), StatusCode::OK);
-        assert!(!closes(&r), "the connection stays usable");
-        let chunks = tokio_stream::iter(
-            [&b"abc"[..], &[0; 60_000]].map(|c| Ok::<_, std::io::Error>(Bytes::from_static(c))),
-        );
-        assert_eq!(
-            send(Body::from_stream(chunks)).await.status(),
-            StatusCode::OK
-        );
-    }
-
-    #[tokio::test]
-    async fn a_large_late_or_broken_body_is_refused_and_the_connection_closed() {
-        let declared = send(Body::from(vec![0; MAX_REQUEST_BODY as usize + 1])).await;
-        assert_eq!(declared.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert!(closes(&declared));
-
-        let chunk = Bytes::from(vec![0; 40_000]);
-        let streamed = tokio_stream::iter([Ok::<_, std::io::Error>(chunk.clone()), Ok(chunk)]);
-        let streamed = send(Body::from_stream(streamed)).await;
-        assert_eq!(streamed.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        assert!(closes(&streamed));
-
-        let never = tokio_stream::pending::<Result<Bytes, std::io::Error>>();
-        let late = send(Body::from_stream(never)).await;
-        assert_eq!(late.status(), StatusCode::REQUEST_TIMEOUT);
-        assert!(closes(&late));
-
-        let broken = tokio_stream::iter([Err::<Bytes, _>(std::io::Error::other("reset"))]);
-        let broken = send(Body::from_stream(broken)).await;
-        assert_eq!(broken.status(), StatusCode::BAD_REQUEST);
-        assert!(closes(&broken));
     }
 }

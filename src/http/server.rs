@@ -11,6 +11,10 @@
 //!   to free one.
 //! - A request head is read into at most [`MAX_HEAD_BYTES`] (431 beyond), with at most hyper's
 //!   default 100 header fields (431 beyond), so a client cannot make the server buffer more.
+//! - A request body (no route takes one) is read and dropped before any route answers, at most
+//!   [`MAX_REQUEST_BODY`] bytes (413 beyond): until it has arrived the request counts as its
+//!   head, held to the head's allowance and reclaimable as an unfinished head, so a body that
+//!   never comes holds a connection no longer than a head that never ends.
 //! - A handler that has not answered within [`REQUEST_TIMEOUT`] gets a 503.
 //! - A kept-alive connection serves at most [`MAX_REQUESTS_PER_CONNECTION`] requests; the last
 //!   response says `Connection: close`.
@@ -20,14 +24,16 @@
 use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::ConnectInfo;
 use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hyper::body::Incoming;
+use hyper::body::{Buf, Incoming};
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
@@ -54,6 +60,12 @@ pub const MAX_REQUESTS_PER_CONNECTION: u32 = 1000;
 /// hyper's read buffer per connection, the bound on a request head: far above any scraper's
 /// head (a few hundred bytes), far below hyper's default of about 400 KB.
 pub const MAX_HEAD_BYTES: usize = 16 * 1024;
+
+/// The largest request body read (and dropped) before answering. No route takes a body, but one
+/// that is sent anyway must be read off the connection: closing a connection with unread bytes,
+/// or receiving bytes after closing it, makes the kernel reset it and the client loses the
+/// response.
+pub const MAX_REQUEST_BODY: u64 = 64 * 1024;
 
 /// Connections the kernel completes and queues before the server accepts them (capped by
 /// `net.core.somaxconn`): a burst of connections faster than the accept loop must not fill the
@@ -235,12 +247,17 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let handler_conn = Arc::clone(conn);
-    let service = hyper::service::service_fn(move |mut req: Request<Incoming>| {
-        // Basic auth bounds the credential checks per client address (see `super::auth`).
-        req.extensions_mut().insert(ConnectInfo(peer));
+    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
         let app = app.clone();
         let conn = Arc::clone(&handler_conn);
         async move {
+            // Before the request starts, so that the connection still counts as reading its head.
+            let mut req = match read_body(req).await {
+                Ok(req) => req,
+                Err(refused) => return Ok::<Response, Infallible>(refused),
+            };
+            // Basic auth bounds the credential checks per client address (see `super::auth`).
+            req.extensions_mut().insert(ConnectInfo(peer));
             let n = conn.request_started();
             let mut response = match tokio::time::timeout(REQUEST_TIMEOUT, app.oneshot(req)).await {
                 Ok(Ok(response)) => response,
@@ -252,7 +269,7 @@ where
                     .headers_mut()
                     .insert(header::CONNECTION, HeaderValue::from_static("close"));
             }
-            Ok::<Response, Infallible>(response)
+            Ok(response)
         }
     });
     let mut builder = http1::Builder::new();
@@ -269,5 +286,93 @@ where
             tracing::debug!(error = %e, "HTTP connection ended with an error");
             CloseReason::Error
         }
+    }
+}
+
+/// Reads and drops `req`'s body (at most [`MAX_REQUEST_BODY`] bytes) and returns the request
+/// without it, so that a client that sends a body, even late, gets its whole response. A larger
+/// body is refused with 413 and a broken one with 400, each closing the connection. How long the
+/// body may take is the registry's head allowance: the caller has not started the request yet.
+pub async fn read_body<B>(req: Request<B>) -> Result<Request<Body>, Response>
+where
+    B: hyper::body::Body + Unpin,
+{
+    let (parts, body) = req.into_parts();
+    match drain(body, MAX_REQUEST_BODY).await {
+        Ok(()) => Ok(Request::from_parts(parts, Body::empty())),
+        Err((status, reason)) => {
+            Err((status, [(header::CONNECTION, "close")], reason).into_response())
+        }
+    }
+}
+
+/// Reads `body` to its end, dropping the bytes; refuses it past `limit` bytes or when it breaks.
+async fn drain<B>(mut body: B, limit: u64) -> Result<(), (StatusCode, &'static str)>
+where
+    B: hyper::body::Body + Unpin,
+{
+    const TOO_LARGE: (StatusCode, &str) =
+        (StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
+    if body.is_end_stream() {
+        return Ok(());
+    }
+    if body.size_hint().lower() > limit {
+        return Err(TOO_LARGE);
+    }
+    let mut read = 0;
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|_| (StatusCode::BAD_REQUEST, "broken request body\n"))?;
+        read += frame.data_ref().map_or(0, |d| d.remaining() as u64);
+        if read > limit {
+            return Err(TOO_LARGE);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::{Bytes, HttpBody};
+
+    async fn read(body: Body) -> Result<(), StatusCode> {
+        let req = Request::get("/healthz").body(body).unwrap();
+        match read_body(req).await {
+            Ok(req) => {
+                assert!(req.body().is_end_stream(), "the body is dropped");
+                Ok(())
+            }
+            Err(refused) => {
+                let close = refused.headers().get(header::CONNECTION);
+                assert_eq!(close.map(|v| v.as_bytes()), Some(&b"close"[..]));
+                Err(refused.status())
+            }
+        }
+    }
+
+    fn stream(chunks: Vec<Result<Bytes, std::io::Error>>) -> Body {
+        Body::from_stream(tokio_stream::iter(chunks))
+    }
+
+    #[tokio::test]
+    async fn a_small_request_body_is_read_and_dropped() {
+        assert_eq!(read(Body::empty()).await, Ok(()));
+        assert_eq!(read(Body::from("0123456789")).await, Ok(()));
+        let chunks = vec![
+            Ok(Bytes::from_static(b"abc")),
+            Ok(Bytes::from(vec![0; 60_000])),
+        ];
+        assert_eq!(read(stream(chunks)).await, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn a_large_or_broken_body_is_refused_and_the_connection_closed() {
+        let declared = Body::from(vec![0; MAX_REQUEST_BODY as usize + 1]);
+        assert_eq!(read(declared).await, Err(StatusCode::PAYLOAD_TOO_LARGE));
+        let chunk = Bytes::from(vec![0; 40_000]);
+        let streamed = stream(vec![Ok(chunk.clone()), Ok(chunk)]);
+        assert_eq!(read(streamed).await, Err(StatusCode::PAYLOAD_TOO_LARGE));
+        let broken = stream(vec![Err(std::io::Error::other("reset"))]);
+        assert_eq!(read(broken).await, Err(StatusCode::BAD_REQUEST));
     }
 }
