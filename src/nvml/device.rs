@@ -76,6 +76,8 @@ pub struct DeviceReader {
     mig: MigReader,
     /// The collector groups: a call no group on needs is not made.
     groups: Groups,
+    /// A read has panicked (a bug): logged the first time only.
+    panicked: bool,
 }
 
 impl DeviceReader {
@@ -93,6 +95,7 @@ impl DeviceReader {
             processes: None,
             mig: MigReader::new(),
             groups: Groups::all(),
+            panicked: false,
         }
     }
 
@@ -127,6 +130,35 @@ impl DeviceReader {
         self.identity.as_ref().map(|(u, _)| u.as_str())
     }
 
+    /// The outcome of a read that panicked (a bug): nothing read, as when every call fails, so
+    /// the GPU is served stale, then down, and is read again at the next tick. The GPM window
+    /// and the identity start again, since the read may have stopped halfway. Logged the first
+    /// time only, so a read that panics every tick does not flood the log.
+    pub fn panicked(&mut self) -> ReadOutcome {
+        if !self.panicked {
+            self.panicked = true;
+            tracing::error!(
+                gpu = self.index,
+                "reading the device panicked; it counts as a failed read (logged once)"
+            );
+        }
+        self.gpm.forget();
+        self.recheck_identity = true;
+        let mut sample = DeviceSample {
+            index: self.index,
+            ..DeviceSample::default()
+        };
+        if let Some((uuid, info)) = &self.identity {
+            sample.uuid = uuid.clone();
+            sample.info = info.clone();
+        }
+        ReadOutcome {
+            sample,
+            verdict: Verdict::Unanswered,
+            vanished: false,
+        }
+    }
+
     /// Reads every device metric once, as tick number `tick_number` of the session. Never
     /// fails: what cannot be read is `None`/empty.
     pub fn read(&mut self, tick_number: u64) -> ReadOutcome {
@@ -142,6 +174,7 @@ impl DeviceReader {
             processes,
             mig,
             groups,
+            panicked: _,
         } = self;
         let groups = *groups;
         let index = *index;

@@ -173,7 +173,7 @@ impl Readers {
         self.started += 1;
         let name = format!("nvml-reader{}", self.started);
         let (jobs, answers) = (self.queued.clone(), self.answers_tx.clone());
-        match threads.spawn(name, move || read_jobs(&jobs, &answers)) {
+        match threads.spawn(name, move || read_jobs(&jobs, &answers, DeviceReader::read)) {
             Ok(()) => self.alive += 1,
             Err(e) => tracing::error!("cannot start a device reader thread: {e}"),
         }
@@ -188,30 +188,31 @@ impl Readers {
     }
 }
 
-/// A reader thread: reads each device it takes from the queue and sends the reading back. Ends
-/// on [`Job::Retire`], or when the queue or the answers channel is gone (the session stopped).
+/// A reader thread: reads each device it takes from the queue with `read` (its
+/// [`DeviceReader::read`]) and sends the reading back. Ends on [`Job::Retire`], or when the queue
+/// or the answers channel is gone (the session stopped).
 ///
-/// A panic while reading (a bug) is logged and the device dropped: it is served stale, then down,
-/// for the rest of the session, and the reader goes on with the others.
-fn read_jobs(jobs: &Receiver<Job>, answers: &Sender<Answer>) {
+/// A panic while reading (a bug) answers as a failed read ([`DeviceReader::panicked`]): the
+/// device comes back with it and is read again at the next tick, and the reader goes on.
+fn read_jobs(
+    jobs: &Receiver<Job>,
+    answers: &Sender<Answer>,
+    read: impl Fn(&mut DeviceReader, u64) -> ReadOutcome,
+) {
     for job in jobs.iter() {
         let Job::Read { tick, mut device } = job else {
             return;
         };
-        let index = device.index();
-        match catch_unwind(AssertUnwindSafe(|| device.read(tick))) {
-            Ok(outcome) => {
-                let answer = Answer {
-                    tick,
-                    outcome,
-                    device,
-                    at: Instant::now(),
-                };
-                if answers.send(answer).is_err() {
-                    return;
-                }
-            }
-            Err(_) => tracing::error!(gpu = index, "reading the device panicked"),
+        let outcome = catch_unwind(AssertUnwindSafe(|| read(&mut device, tick)))
+            .unwrap_or_else(|_| device.panicked());
+        let answer = Answer {
+            tick,
+            outcome,
+            device,
+            at: Instant::now(),
+        };
+        if answers.send(answer).is_err() {
+            return;
         }
     }
 }
@@ -268,5 +269,47 @@ mod tests {
         assert_eq!(alive(&r), 1);
         assert!(r.take_back().is_empty());
         assert_eq!(alive(&r), 2);
+    }
+
+    #[test]
+    fn a_read_that_panics_answers_as_a_failed_read_and_the_next_read_works() {
+        let lib = nvml_sim::built_library().expect("libnvml_sim.so built next to the test");
+        let nvml = std::sync::Arc::new(crate::nvml::discovery::init(&lib).expect("NVML"));
+        let errors = std::sync::Arc::default();
+        let device = Box::new(DeviceReader::new(nvml, 0, errors));
+        let (jobs, queued) = crossbeam_channel::unbounded();
+        let (answers_tx, answers) = crossbeam_channel::unbounded();
+        jobs.send(Job::Read { tick: 1, device }).unwrap();
+        drop(jobs);
+        // The first read panics, as a bug would; the reader answers and goes on.
+        let reader = std::thread::spawn(move || {
+            read_jobs(&queued, &answers_tx, |device, tick| {
+                assert!(tick > 1, "a bug in the read");
+                device.read(tick)
+            })
+        });
+        let failed = answers.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(failed.tick, 1);
+        assert_eq!(
+            failed.outcome.verdict,
+            crate::nvml::ledger::Verdict::Unanswered
+        );
+        assert_eq!(failed.outcome.sample.index, 0);
+        assert!(!failed.outcome.sample.up);
+        reader.join().unwrap();
+
+        // The device came back with the answer: the next tick reads it.
+        let (jobs, queued) = crossbeam_channel::unbounded();
+        let (answers_tx, answers) = crossbeam_channel::unbounded();
+        jobs.send(Job::Read {
+            tick: 2,
+            device: failed.device,
+        })
+        .unwrap();
+        drop(jobs);
+        read_jobs(&queued, &answers_tx, DeviceReader::read);
+        let read = answers.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert_eq!(read.outcome.verdict, crate::nvml::ledger::Verdict::Up);
+        assert!(read.outcome.sample.up && read.outcome.sample.uuid.starts_with("GPU-"));
     }
 }
