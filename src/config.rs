@@ -157,8 +157,8 @@ pub struct Config {
           require_equals = true)]
     pub dcgm_compat: DcgmCompat,
 
-    /// At most this many series of the GPU families: above it whole collector groups are left
-    /// out, the most detailed first (processes, NVLink per link, media engines, SM pipes,
+    /// At most this many series of the GPU families (dcgm-exporter's names included): above it
+    /// whole collector groups are left out, the most detailed first (processes, NVLink per link, media engines, SM pipes,
     /// clock-event reasons, ... see docs/metrics.md), with one log line and
     /// nvml_exporter_series_dropped_total; identity and nvidia_gpu_up are never left out
     /// [default: no limit]

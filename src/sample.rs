@@ -727,6 +727,7 @@ label_enum!(
         Unreadable => "unreadable",
         Malformed => "malformed",
         UnknownGpu => "unknown_gpu",
+        TooManyJobs => "too_many_jobs",
     }
 );
 

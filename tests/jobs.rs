@@ -172,3 +172,85 @@ fn a_bad_mapping_file_leaves_only_its_gpu_without_a_job_and_says_why_once() {
         "nothing else changes"
     );
 }
+
+#[test]
+fn a_file_of_too_many_jobs_is_left_out_and_leading_zero_names_alias_no_gpu() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("job-map");
+    std::fs::create_dir(&dir).unwrap();
+    let ids = |prefix: &str, n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|i| format!("{prefix}{i}\n"))
+            .collect::<String>()
+            .into_bytes()
+    };
+    write(&dir, "1", b"\xef\xbb\xbf800\n");
+    write(&dir, "0.2", &ids("a", 65));
+    // Each a second name of GPU 1 or of GPU 0's instance 2, were leading zeros read.
+    for name in ["01", "001", "0001", "0.02", "00.2"] {
+        write(&dir, name, &ids(name, 64));
+    }
+    let e = exporter(&dir);
+    let m = e.wait_metrics(WAIT, "the file of 65 jobs counted", |m| {
+        errors(m, "too_many_jobs") >= 1.0
+    });
+    assert_eq!(
+        jobs(&m),
+        owned(&[("1", "", "800")]),
+        "the byte-order mark is no part of the job ID; no alias names a GPU"
+    );
+    for reason in ["directory", "unreadable", "malformed", "unknown_gpu"] {
+        assert_eq!(errors(&m, reason), 0.0, "{reason}");
+    }
+    let logs = e.logs();
+    let lines = logs
+        .lines()
+        .filter(|l| l.contains("HPC job mapping not used") && l.contains("too_many_jobs"))
+        .count();
+    assert_eq!(lines, 1, "{logs}");
+    assert!(logs.contains("more than 64 job IDs"), "{logs}");
+
+    // Down to 64: used.
+    write(&dir, "0.2", &ids("a", 64));
+    let m = e.wait_metrics(WAIT, "64 jobs on GPU 0's instance 2", |m| {
+        jobs(m).len() == 65
+    });
+    assert_eq!(
+        m.find("nvidia_gpu_job_info", &[("gpu_instance", "2")])
+            .len(),
+        64
+    );
+}
+
+#[test]
+fn thousands_of_bad_mapping_files_log_a_few_lines_and_one_count() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("job-map");
+    std::fs::create_dir(&dir).unwrap();
+    // 10,000 files naming GPUs this node does not have, there before the exporter starts.
+    for gpu in 100..10_100 {
+        std::fs::write(dir.join(gpu.to_string()), b"1\n").unwrap();
+    }
+    write(&dir, "1", b"900\n");
+    let e = exporter(&dir);
+    let m = e.wait_metrics(WAIT, "two reads of the directory", |m| {
+        errors(m, "unknown_gpu") >= 20_000.0
+    });
+    assert_eq!(
+        jobs(&m),
+        owned(&[("1", "", "900")]),
+        "the good file is used"
+    );
+    let logs = e.logs();
+    let each = logs
+        .lines()
+        .filter(|l| l.contains("HPC job mapping not used"))
+        .count();
+    assert_eq!(each, 5, "{logs}");
+    let summary: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("more HPC job mappings not used"))
+        .collect();
+    assert_eq!(summary.len(), 1, "{logs}");
+    assert!(summary[0].contains("9995"), "{}", summary[0]);
+}

@@ -1622,7 +1622,7 @@ pub static CATALOG: &[MetricDef] = &[
     MetricDef {
         name: "nvml_exporter_jobs_errors_total",
         group: Group::Core,
-        help: "HPC job mapping files left out (their GPU shows no job), by reason, counted at every read (with --hpc-job-mapping-dir): the directory unreadable, a file unreadable, malformed (not text, too large) or naming a GPU or MIG GPU instance not seen.",
+        help: "HPC job mapping files left out (their GPU shows no job), by reason, counted at every read (with --hpc-job-mapping-dir): the directory unreadable, a file unreadable, malformed (not text, too large), naming a GPU or MIG GPU instance not seen, or too many job IDs (over 64 in a file, or past 1024 on the node).",
         kind: MetricKind::Counter,
         unit: "",
         labels: &["reason"],

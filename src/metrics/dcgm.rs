@@ -23,10 +23,11 @@
 use crate::sample::{ContainerRef, DeviceSample, Snapshot};
 
 use super::catalog::{CATALOG, Combine, Dcgm, MetricDef, Source};
-use super::groups::Groups;
+use super::groups::{GROUPS, Groups};
 use super::resolve::DeviceView;
 use super::samples::Samples;
-use super::text;
+use super::text::{self, Text};
+use super::write::PerGroup;
 
 /// Where `GPU_I_PROFILE`, `GPU_I_ID` go in a GPU instance's labels: after `modelName`.
 pub const MIG_LABELS_AT: usize = 5;
@@ -166,15 +167,17 @@ fn value_of(
     total
 }
 
-/// Appends every DCGM family of `snap` to `out`: one series per GPU that is up and has the
-/// reading (and per MIG instance that has it). Families without a series are left out entirely,
-/// as native ones are.
+/// Appends the DCGM families of `snap` read from a catalog row of one of `groups` to `out`: one
+/// series per GPU that is up and has the reading (and per MIG instance that has it), and returns
+/// their series per group of their rows. Families without a series are left out entirely, as
+/// native ones are.
 pub(crate) fn write(
-    out: &mut Vec<u8>,
+    out: &mut Text,
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
     hostname: &str,
-) {
+    groups: Groups,
+) -> PerGroup {
     let driver = snap.system.driver_version.as_str();
     let names: Vec<String> = devices.iter().map(|d| format!("nvidia{}", d.gpu)).collect();
     let labels: Vec<_> = devices
@@ -205,10 +208,11 @@ pub(crate) fn write(
         })
         .collect();
     let mut samples = Samples::default();
-    for (def, dcgm) in served() {
-        let family_start = out.len();
+    let mut per_group = [0; GROUPS.len()];
+    for (def, dcgm) in served().filter(|(def, _)| groups.contains(def.group)) {
+        let family_start = out.bytes.len();
+        let series_start = out.series;
         text::header(out, dcgm.field, dcgm.help, dcgm.kind.as_str());
-        let series_start = out.len();
         for ((d, labels), instance_labels) in devices.iter().zip(&labels).zip(&instance_labels) {
             if !d.sample.up {
                 continue;
@@ -226,10 +230,12 @@ pub(crate) fn write(
                 }
             }
         }
-        if out.len() == series_start {
-            out.truncate(family_start);
+        if out.series == series_start {
+            out.bytes.truncate(family_start);
         }
+        per_group[def.group as usize] += out.series - series_start;
     }
+    per_group
 }
 
 /// How [`convert`] changes a value, in words, for the docs.

@@ -177,14 +177,16 @@ fn groups_section(md: &mut String) {
         );
     }
     md.push_str(
-        "\n`--max-series N` bounds the series of the GPU families (the exporter's own and \
-         dcgm-exporter's names not counted): above it, whole groups are left out in this order \
-         until the rest fits, the most detailed first: ",
+        "\n`--max-series N` bounds the series of the GPU families, dcgm-exporter's names \
+         (`--dcgm-compat`) included, each in the group of the family it is read from (the \
+         exporter's own not counted): above it, whole groups are left out in this order until \
+         the rest fits, the most detailed first: ",
     );
     let order: Vec<String> = DROP_ORDER.iter().map(|g| format!("`{g}`")).collect();
     md.push_str(&order.join(", "));
     md.push_str(
-        ". `core` (identity, `nvidia_gpu_up`, pod assignment) is never left out. The first \
+        ". `core` (identity, `nvidia_gpu_up`, pod assignment) is never left out. The series \
+         are counted before anything is written, so what is left out costs no memory. The first \
          exposition that leaves a group out logs one warning (and one line when all are served \
          again); `nvml_exporter_series{group}` says what each group serves, \
          `nvml_exporter_series_dropped_total{group}` counts what was left out.\n\n",

@@ -102,7 +102,7 @@ impl ProcessMetrics {
     }
 
     /// Appends every family that could be read, in [`FAMILIES`] order.
-    pub(super) fn write(&self, out: &mut Vec<u8>) {
+    pub(super) fn write(&self, out: &mut text::Text) {
         let memory = self.memory();
         let values = [
             cpu_seconds(),
@@ -211,9 +211,9 @@ mod tests {
     use super::*;
 
     fn read() -> String {
-        let mut out = Vec::new();
+        let mut out = text::Text::default();
         ProcessMetrics::new().write(&mut out);
-        String::from_utf8(out).unwrap()
+        String::from_utf8(out.bytes).unwrap()
     }
 
     fn value(text: &str, name: &str) -> f64 {
@@ -291,9 +291,9 @@ mod tests {
     fn the_open_files_give_fresh_values_each_tick() {
         let metrics = ProcessMetrics::new();
         let threads_now = || {
-            let mut out = Vec::new();
+            let mut out = text::Text::default();
             metrics.write(&mut out);
-            value(&String::from_utf8(out).unwrap(), "process_threads")
+            value(&String::from_utf8(out.bytes).unwrap(), "process_threads")
         };
         let before = threads_now();
         let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));

@@ -2,8 +2,10 @@
 //!
 //! The [`catalog`] declares every family once, in exposition order. [`Encoder::encode`] first
 //! resolves each device's view (`resolve.rs`: its reading, `gpu` label, owner, MIG instances,
-//! processes), then writes the families in catalog order, one writer per source
-//! (`write.rs`), every line through one function (`text::line`); then the exporter's own
+//! processes), with `--max-series` counts the series each group would have (writing them to a
+//! `text::Text` that keeps no bytes) to choose the groups left out, then writes the families in
+//! catalog order, one writer per source (`write.rs`), every line through one function
+//! (`text::line`); then the exporter's own
 //! `process_*` families (`exporter_process.rs`, Linux) and, with `--dcgm-compat`, dcgm-exporter's
 //! names of the same views ([`dcgm`]). The tick-duration histogram and the scrape counter are
 //! kept by a `prometheus` registry and written where the catalog places them.
@@ -44,7 +46,8 @@ use catalog::{
 };
 
 use crate::http::connections::CloseReason;
-use groups::{DROP_ORDER, GROUPS, Groups};
+use groups::{DROP_ORDER, GROUPS, Group, Groups};
+use resolve::DeviceView;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
 
@@ -76,8 +79,9 @@ pub struct MetricsOptions {
     /// The collector groups whose native families are served (`--collector.NAME`); a family of
     /// another group is left out. The DCGM fields are served from whatever was sampled.
     pub groups: Groups,
-    /// At most this many series of the GPU families (`--max-series`): above it whole groups are
-    /// left out in [`groups::DROP_ORDER`]; `None`: no limit.
+    /// At most this many series of the GPU families, dcgm-exporter's names included
+    /// (`--max-series`): above it whole groups are left out in [`groups::DROP_ORDER`]; `None`: no
+    /// limit.
     pub max_series: Option<usize>,
 }
 
@@ -239,25 +243,27 @@ impl Encoder {
     pub fn encode(&self, snap: &Snapshot) -> Vec<u8> {
         let opts = self.options();
         let devices = resolve::resolve(snap, &opts);
+        let dropped = self.limit(&opts, snap, &devices);
+        let served = |groups: Groups| dropped.iter().fold(groups, |s, g| s.without(*g));
         let last_len = self.last_len.load(Ordering::Relaxed);
-        let mut out = Vec::with_capacity(last_len + last_len / 8);
-        let per_device = opts.dcgm_compat != DcgmCompat::Dcgm;
-        write::families(
-            &mut out,
-            snap,
-            &devices,
-            |out, spans| {
-                self.guard(&opts, out, spans);
-                self.registry.gather()
-            },
-            per_device,
-            opts.groups,
-        );
+        let mut out = text::Text::with_capacity(last_len + last_len / 8);
+        self.series.reset();
+        if opts.dcgm_compat != DcgmCompat::Dcgm {
+            let per_group = write::gpu_families(&mut out, snap, &devices, served(opts.groups));
+            for g in opts.groups.iter() {
+                self.series
+                    .with_label_values(&[g.name()])
+                    .set(i64::try_from(per_group[g as usize]).unwrap_or(i64::MAX));
+            }
+        }
+        write::own_families(&mut out, snap, self.registry.gather());
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
         if opts.dcgm_compat != DcgmCompat::Off {
-            dcgm::write(&mut out, snap, &devices, &opts.hostname);
+            let groups = served(Groups::all());
+            dcgm::write(&mut out, snap, &devices, &opts.hostname, groups);
         }
+        let out = out.bytes;
         self.last_len.store(out.len(), Ordering::Relaxed);
         self.exposition_bytes
             .set(i64::try_from(out.len()).unwrap_or(i64::MAX));
@@ -271,67 +277,61 @@ impl Encoder {
         out
     }
 
-    /// Counts the series of the GPU families in `spans` per group and, above `--max-series`,
-    /// removes whole groups from `out` in [`DROP_ORDER`] until the rest fits (`Group::Core`
-    /// stays whatever its size); sets `nvml_exporter_series` and counts what was dropped.
-    fn guard(&self, opts: &MetricsOptions, out: &mut Vec<u8>, spans: &[write::FamilySpan]) {
-        let mut per_group = [0usize; GROUPS.len()];
-        for s in spans {
-            per_group[s.group as usize] += s.series;
-        }
+    /// The groups `--max-series` leaves out of this exposition: none without a limit; else whole
+    /// groups in [`DROP_ORDER`] until the series of the GPU families fit (`Group::Core` stays
+    /// whatever its size), counted by writing them to a [`text::Text`] that keeps no bytes, so
+    /// that nothing is encoded for the series left out. dcgm-exporter's names count in the group
+    /// of the row they are read from. Counts what is left out and logs when that starts or stops.
+    fn limit(
+        &self,
+        opts: &MetricsOptions,
+        snap: &Snapshot,
+        devices: &[DeviceView<'_>],
+    ) -> Vec<Group> {
         let mut dropped = Vec::new();
+        let mut total = 0;
+        let mut per_group = [0usize; GROUPS.len()];
         if let Some(max) = opts.max_series {
-            let mut total: usize = per_group.iter().sum();
+            let mut count = text::Text::counting();
+            if opts.dcgm_compat != DcgmCompat::Dcgm {
+                per_group = write::gpu_families(&mut count, snap, devices, opts.groups);
+            }
+            if opts.dcgm_compat != DcgmCompat::Off {
+                let dcgm = dcgm::write(&mut count, snap, devices, &opts.hostname, Groups::all());
+                for (n, d) in per_group.iter_mut().zip(dcgm) {
+                    *n += d;
+                }
+            }
+            total = count.series;
+            let mut kept = total;
             for g in DROP_ORDER {
-                if total <= max {
+                if kept <= max {
                     break;
                 }
                 if per_group[*g as usize] > 0 {
-                    total -= per_group[*g as usize];
+                    kept -= per_group[*g as usize];
                     dropped.push(*g);
                 }
             }
         }
-        if !dropped.is_empty() {
-            let mut kept = Vec::with_capacity(out.len());
-            let mut at = 0;
-            for s in spans.iter().filter(|s| dropped.contains(&s.group)) {
-                kept.extend_from_slice(&out[at..s.bytes.start]);
-                at = s.bytes.end;
-            }
-            kept.extend_from_slice(&out[at..]);
-            *out = kept;
-            for g in &dropped {
-                self.series_dropped
-                    .with_label_values(&[g.name()])
-                    .inc_by(per_group[*g as usize] as u64);
-            }
-        }
-        self.series.reset();
-        // Under dcgm-exporter's names only no native GPU series is served to count.
-        let native = opts.dcgm_compat != DcgmCompat::Dcgm;
-        for g in opts.groups.iter().filter(|_| native) {
-            let served = if dropped.contains(&g) {
-                0
-            } else {
-                per_group[g as usize]
-            };
-            self.series
+        for g in &dropped {
+            self.series_dropped
                 .with_label_values(&[g.name()])
-                .set(i64::try_from(served).unwrap_or(i64::MAX));
+                .inc_by(per_group[*g as usize] as u64);
         }
         let was_dropping = self.dropping.swap(!dropped.is_empty(), Ordering::Relaxed);
         if !dropped.is_empty() && !was_dropping {
             let names: Vec<&str> = dropped.iter().map(|g| g.name()).collect();
             tracing::warn!(
                 max_series = opts.max_series,
-                series = per_group.iter().sum::<usize>(),
+                series = total,
                 dropped = %names.join(","),
                 "over --max-series: leaving collector groups out, the most detailed first"
             );
         } else if dropped.is_empty() && was_dropping {
             tracing::info!("under --max-series again: every collector group served");
         }
+        dropped
     }
 }
 

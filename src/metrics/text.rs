@@ -1,6 +1,7 @@
 //! The text exposition format 0.0.4, written straight into a byte buffer byte for byte as the
 //! `prometheus` crate's `TextEncoder` writes it: a family's `# HELP` and `# TYPE` lines
-//! ([`header`]) and one line per series ([`line()`]).
+//! ([`header`]) and one line per series ([`line()`]). The buffer is a [`Text`], which counts the
+//! series written, or only counts them ([`Text::counting`]).
 //!
 //! Values use Rust's `Display` for `f64`, as that encoder does: integers without a fraction
 //! (`250`), no exponent (`85520809984`), shortest round-trip digits (`0.0025`). Readers drop
@@ -9,10 +10,44 @@
 
 use std::io::Write;
 
+/// An exposition being written: its bytes and the number of series in them. A counting one
+/// keeps no bytes and only counts, so that `--max-series` can choose what to leave out before
+/// anything is encoded.
+#[derive(Debug, Default)]
+pub(crate) struct Text {
+    /// The exposition so far (empty when counting).
+    pub bytes: Vec<u8>,
+    /// Series written (or counted) so far.
+    pub series: usize,
+    counting: bool,
+}
+
+impl Text {
+    /// An empty exposition whose buffer starts with room for `capacity` bytes.
+    pub(crate) fn with_capacity(capacity: usize) -> Text {
+        Text {
+            bytes: Vec::with_capacity(capacity),
+            ..Text::default()
+        }
+    }
+
+    /// One that counts the series written to it and keeps nothing.
+    pub(crate) fn counting() -> Text {
+        Text {
+            counting: true,
+            ..Text::default()
+        }
+    }
+}
+
 /// `# HELP` (when there is help text) and `# TYPE` lines of a family. Help texts are the static
 /// texts of the catalog and hold nothing the format escapes (a test checks every one), so they
 /// are copied as they are.
-pub(crate) fn header(out: &mut Vec<u8>, name: &str, help: &'static str, kind: &str) {
+pub(crate) fn header(out: &mut Text, name: &str, help: &'static str, kind: &str) {
+    if out.counting {
+        return;
+    }
+    let out = &mut out.bytes;
     if !help.is_empty() {
         out.extend_from_slice(b"# HELP ");
         out.extend_from_slice(name.as_bytes());
@@ -32,12 +67,17 @@ pub(crate) fn header(out: &mut Vec<u8>, name: &str, help: &'static str, kind: &s
 /// `uuid`, the same on each of its series), or is empty. Every series of the exposition is
 /// written by this function.
 pub(crate) fn line<'n, 'v>(
-    out: &mut Vec<u8>,
+    out: &mut Text,
     name: &str,
     head: &str,
     labels: impl IntoIterator<Item = (&'n str, &'v str)>,
     value: f64,
 ) {
+    out.series += 1;
+    if out.counting {
+        return;
+    }
+    let out = &mut out.bytes;
     out.extend_from_slice(name.as_bytes());
     let mut separator = b'{';
     if !head.is_empty() {
@@ -163,9 +203,9 @@ mod tests {
         let head = pairs(labels);
         assert_eq!(head, r#"gpu="3",uuid="GPU-\"x\"\n""#);
         for more in [&[][..], &[("link", "7")][..]] {
-            let mut with_head = Vec::new();
+            let mut with_head = Text::default();
             line(&mut with_head, "m", &head, more.iter().copied(), 0.5);
-            let mut spelled_out = Vec::new();
+            let mut spelled_out = Text::default();
             line(
                 &mut spelled_out,
                 "m",
@@ -173,23 +213,34 @@ mod tests {
                 labels.into_iter().chain(more.iter().copied()),
                 0.5,
             );
-            assert_eq!(text(with_head), text(spelled_out));
+            assert_eq!(text(with_head.bytes), text(spelled_out.bytes));
         }
         assert_eq!(pairs([]), "");
     }
 
     #[test]
     fn lines_with_and_without_labels() {
-        let mut out = Vec::new();
+        let mut out = Text::default();
         line(&mut out, "up", "", [], 1.0);
         line(&mut out, "m", "", [("a", "x\""), ("b", "2")], 0.0025);
         line(&mut out, "big", "", [], 85_520_809_984.0);
         line(&mut out, "neg", "", [("gpu", "GPU-\"a\"\\b\nc")], -1.5);
+        assert_eq!(out.series, 4);
         assert_eq!(
-            text(out),
+            text(out.bytes),
             "up 1\nm{a=\"x\\\"\",b=\"2\"} 0.0025\nbig 85520809984\n\
              neg{gpu=\"GPU-\\\"a\\\"\\\\b\\nc\"} -1.5\n"
         );
+    }
+
+    #[test]
+    fn a_counting_text_counts_series_and_keeps_nothing() {
+        let mut out = Text::counting();
+        header(&mut out, "m", "Help.", "gauge");
+        line(&mut out, "m", "", [("a", "x")], 1.0);
+        line(&mut out, "m", "", [("a", "y")], 2.0);
+        assert_eq!(out.series, 2);
+        assert!(out.bytes.is_empty());
     }
 
     fn number_text(v: f64) -> String {

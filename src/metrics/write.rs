@@ -19,59 +19,32 @@ use super::catalog::{
     CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
     Source, WorkloadReader,
 };
-use super::groups::{Group, Groups};
+use super::groups::{GROUPS, Groups};
 use super::resolve::{DeviceView, container_labels};
 use super::samples::Samples;
-use super::text;
+use super::text::{self, Text};
 use crate::processes::ProcessField;
 
-/// Where one GPU family went in the exposition: its bytes and number of series.
-#[derive(Debug, Clone)]
-pub(super) struct FamilySpan {
-    /// The family's collector group.
-    pub group: Group,
-    /// Its bytes in the exposition, `# HELP` and `# TYPE` included.
-    pub bytes: std::ops::Range<usize>,
-    /// Its series.
-    pub series: usize,
-}
+/// Series per collector group, indexed by `Group as usize`.
+pub(super) type PerGroup = [usize; GROUPS.len()];
 
-/// Appends every native family of `snap` to `out` in catalog order. `devices` are its resolved
-/// views; `per_device` is false when the GPUs are served under dcgm-exporter's names only; a
-/// family whose group is not in `groups` is left out. Once the GPU families are written,
-/// `registry` gets them (it may drop some from `out`) and returns the families the encoder's
-/// registry keeps (written where the catalog places them, any others after).
-pub(super) fn families(
-    out: &mut Vec<u8>,
+/// Appends the per-GPU families of `snap` whose group is in `groups` to `out`, in catalog order,
+/// and returns their series per group. `devices` are its resolved views.
+pub(super) fn gpu_families(
+    out: &mut Text,
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
-    registry: impl FnOnce(&mut Vec<u8>, &[FamilySpan]) -> Vec<MetricFamily>,
-    per_device: bool,
     groups: Groups,
-) {
+) -> PerGroup {
     let mut samples = Samples::default();
-    let mut spans = Vec::new();
-    let mut registry = Some(registry);
-    let mut gathered = Vec::new();
-    for def in CATALOG {
-        if (!per_device && def.source.is_per_device()) || !groups.contains(def.group) {
-            continue;
-        }
-        // The exporter's own families follow the GPUs': the GPU series are all known here.
-        if !def.source.is_per_device()
-            && let Some(registry) = registry.take()
-        {
-            gathered = registry(out, &spans);
-        }
-        if let Source::Registry = def.source {
-            if let Some(at) = gathered.iter().position(|f| f.name() == def.name) {
-                append_registry_family(out, &gathered.remove(at));
-            }
-            continue;
-        }
-        let family_start = out.len();
+    let mut per_group = [0; GROUPS.len()];
+    for def in CATALOG
+        .iter()
+        .filter(|def| def.source.is_per_device() && groups.contains(def.group))
+    {
+        let family_start = out.bytes.len();
+        let series_start = out.series;
         text::header(out, def.name, def.help, def.kind.as_str());
-        let series_start = out.len();
         match def.source {
             Source::Device(read) => {
                 device_series(out, def, read, false, snap, devices, &mut samples)
@@ -85,22 +58,39 @@ pub(super) fn families(
             Source::OutsideAllocation => outside_allocation(out, def, devices),
             Source::Jobs => jobs(out, def, devices),
             Source::Workloads(read) => workloads(out, def, read, devices),
-            Source::Exporter(read) => exporter_series(out, def, read, snap, &mut samples),
-            Source::Registry => {}
+            Source::Exporter(_) | Source::Registry => {}
         }
-        if out.len() == series_start {
-            out.truncate(family_start);
-        } else if def.source.is_per_device() {
-            spans.push(FamilySpan {
-                group: def.group,
-                bytes: family_start..out.len(),
-                // One line a series.
-                series: out[series_start..].iter().filter(|b| **b == b'\n').count(),
-            });
+        if out.series == series_start {
+            out.bytes.truncate(family_start);
         }
+        per_group[def.group as usize] += out.series - series_start;
     }
-    if let Some(registry) = registry.take() {
-        gathered = registry(out, &spans);
+    per_group
+}
+
+/// Appends the exporter's own families in catalog order (they follow the GPU families there):
+/// those read from `snap`, and the families the encoder's registry keeps (`gathered`) where the
+/// catalog places them, any others after.
+pub(super) fn own_families(out: &mut Text, snap: &Snapshot, mut gathered: Vec<MetricFamily>) {
+    let mut samples = Samples::default();
+    for def in CATALOG.iter().filter(|def| !def.source.is_per_device()) {
+        match def.source {
+            Source::Registry => {
+                if let Some(at) = gathered.iter().position(|f| f.name() == def.name) {
+                    append_registry_family(out, &gathered.remove(at));
+                }
+            }
+            Source::Exporter(read) => {
+                let family_start = out.bytes.len();
+                let series_start = out.series;
+                text::header(out, def.name, def.help, def.kind.as_str());
+                exporter_series(out, def, read, snap, &mut samples);
+                if out.series == series_start {
+                    out.bytes.truncate(family_start);
+                }
+            }
+            _ => {}
+        }
     }
     for family in &gathered {
         append_registry_family(out, family);
@@ -119,7 +109,7 @@ fn pod_pairs(
 /// A per-GPU family read from each device's reading (and each MIG instance's); `always`: also
 /// for a device that is not up, and never for instances.
 fn device_series(
-    out: &mut Vec<u8>,
+    out: &mut Text,
     def: &MetricDef,
     read: DeviceReader,
     always: bool,
@@ -156,12 +146,7 @@ fn device_series(
 
 /// `nvidia_gpu_pod_info`: one series per (GPU, container), then per (MIG instance, container);
 /// `claim` after the container's labels where the container holds it through DRA claims.
-fn pod_assignments(
-    out: &mut Vec<u8>,
-    def: &MetricDef,
-    snap: &Snapshot,
-    devices: &[DeviceView<'_>],
-) {
+fn pod_assignments(out: &mut Text, def: &MetricDef, snap: &Snapshot, devices: &[DeviceView<'_>]) {
     let metas = snap.kubernetes.as_ref().map(|k| &*k.pod_meta);
     let assignments = snap
         .kubernetes
@@ -203,7 +188,7 @@ fn claim_pair(claims: &str) -> Option<(&'static str, &str)> {
 }
 
 /// One series per HPC job of each GPU, then of each MIG GPU instance.
-fn jobs(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
+fn jobs(out: &mut Text, def: &MetricDef, devices: &[DeviceView<'_>]) {
     for d in devices {
         for job in &d.jobs {
             let labels = def.labels.iter().copied().zip([*job]);
@@ -223,7 +208,7 @@ fn jobs(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
 }
 
 /// One series per container holding each GPU, then each MIG GPU instance, with its GPU-seconds.
-fn workloads(out: &mut Vec<u8>, def: &MetricDef, read: WorkloadReader, devices: &[DeviceView<'_>]) {
+fn workloads(out: &mut Text, def: &MetricDef, read: WorkloadReader, devices: &[DeviceView<'_>]) {
     for d in devices {
         for w in &d.workloads {
             if let Some(value) = read(w) {
@@ -291,7 +276,7 @@ fn mig_pairs<'a>(
 }
 
 /// Per-process series (`--processes`) of every device that is up.
-fn processes(out: &mut Vec<u8>, def: &MetricDef, field: ProcessField, devices: &[DeviceView<'_>]) {
+fn processes(out: &mut Text, def: &MetricDef, field: ProcessField, devices: &[DeviceView<'_>]) {
     for d in devices.iter().filter(|d| d.sample.up) {
         for p in &d.processes.processes {
             let Some(value) = field.of_process(p.process).filter(|v| v.is_finite()) else {
@@ -312,12 +297,7 @@ fn processes(out: &mut Vec<u8>, def: &MetricDef, field: ProcessField, devices: &
 }
 
 /// Per-container sums of the processes on each device that is up.
-fn pod_processes(
-    out: &mut Vec<u8>,
-    def: &MetricDef,
-    field: ProcessField,
-    devices: &[DeviceView<'_>],
-) {
+fn pod_processes(out: &mut Text, def: &MetricDef, field: ProcessField, devices: &[DeviceView<'_>]) {
     for d in devices.iter().filter(|d| d.sample.up) {
         for usage in &d.processes.pods {
             let Some(value) = field.of_pod(usage).filter(|v| v.is_finite()) else {
@@ -334,7 +314,7 @@ fn pod_processes(
 }
 
 /// The memory held outside the kubelet's assignments on each device that is up, where measured.
-fn outside_allocation(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<'_>]) {
+fn outside_allocation(out: &mut Text, def: &MetricDef, devices: &[DeviceView<'_>]) {
     for d in devices.iter().filter(|d| d.sample.up) {
         if let Some(bytes) = d.processes.outside_allocation_bytes {
             text::line(out, def.name, &d.identity, pod_pairs(d.owner), bytes);
@@ -344,7 +324,7 @@ fn outside_allocation(out: &mut Vec<u8>, def: &MetricDef, devices: &[DeviceView<
 
 /// An exporter-wide family.
 fn exporter_series(
-    out: &mut Vec<u8>,
+    out: &mut Text,
     def: &MetricDef,
     read: ExporterReader,
     snap: &Snapshot,
@@ -365,8 +345,9 @@ fn exporter_series(
 
 /// Appends a family kept by the `prometheus` registry (histogram, scrape counter) in that
 /// crate's own text format.
-fn append_registry_family(out: &mut Vec<u8>, family: &MetricFamily) {
+fn append_registry_family(out: &mut Text, family: &MetricFamily) {
     use prometheus::Encoder as _;
+    let out = &mut out.bytes;
     // The text encoder only rejects empty or unnamed families, which a registry never gathers;
     // log rather than panic on the sampler thread if that ever changes.
     if let Err(e) = prometheus::TextEncoder::new().encode(std::slice::from_ref(family), out) {

@@ -143,3 +143,21 @@ fn help_texts_hold_nothing_to_escape() {
         }
     }
 }
+
+#[test]
+fn the_gpu_families_come_first_and_the_exporters_own_are_core() {
+    // The encoder writes the two parts in turn (the GPU families, then the exporter's own), and
+    // never leaves out or switches off the exporter's own.
+    let first_own = CATALOG
+        .iter()
+        .position(|d| !d.source.is_per_device())
+        .unwrap();
+    for d in &CATALOG[first_own..] {
+        assert!(
+            !d.source.is_per_device(),
+            "{} after the exporter's own",
+            d.name
+        );
+        assert_eq!(d.group, crate::metrics::groups::Group::Core, "{}", d.name);
+    }
+}

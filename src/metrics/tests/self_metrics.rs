@@ -220,3 +220,119 @@ fn exposition_bytes_is_the_previous_exposition_size() {
     let line = format!("nvml_exporter_exposition_bytes {}", first.len());
     assert!(second.contains(&line), "{line} missing");
 }
+
+/// Series served under dcgm-exporter's names.
+fn dcgm_series(text: &str) -> usize {
+    text.lines().filter(|l| l.starts_with("DCGM_FI_")).count()
+}
+
+/// Sum of `nvml_exporter_series_dropped_total` over its groups.
+fn dropped_total(text: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("nvml_exporter_series_dropped_total{"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<f64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn max_series_counts_and_leaves_out_dcgm_exporter_names_too() {
+    use crate::config::DcgmCompat;
+    use crate::metrics::groups::{DROP_ORDER, Group};
+    let snap = snapshot(vec![full_device(0), full_device(1)]);
+    let with = |dcgm_compat, max_series| {
+        let enc = Encoder::new(MetricsOptions {
+            dcgm_compat,
+            max_series,
+            ..MetricsOptions::default()
+        });
+        String::from_utf8(enc.encode(&snap)).unwrap()
+    };
+    let gpu_series = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("nvidia_gpu_"))
+            .count()
+    };
+
+    // Under dcgm-exporter's names only: room for all but one series.
+    let full = with(DcgmCompat::Dcgm, None);
+    let total = dcgm_series(&full);
+    assert!(total > 40, "{full}");
+    assert_eq!(gpu_series(&full), 0);
+    let text = with(DcgmCompat::Dcgm, Some(total - 1));
+    let served = dcgm_series(&text);
+    assert!(served < total && served > 0, "{served} of {total}");
+    assert_eq!(dropped_total(&text), (total - served) as f64, "{text}");
+    // The first group of the drop order that has DCGM fields is the one left out.
+    let first = DROP_ORDER
+        .iter()
+        .find(|g| {
+            dcgm::served()
+                .any(|(def, d)| def.group == **g && full.contains(&format!("\n{}{{", d.field)))
+        })
+        .unwrap();
+    let line = format!(
+        "nvml_exporter_series_dropped_total{{group=\"{}\"}}",
+        first.name()
+    );
+    assert!(text.contains(&line), "{line} missing:\n{text}");
+    for (def, d) in dcgm::served() {
+        if def.group == *first {
+            assert!(!text.contains(&format!("\n{}{{", d.field)), "{}", d.field);
+        }
+    }
+    assert!(text.contains("\nDCGM_FI_DEV_GPU_UTIL{"), "vital signs kept");
+    assert_ne!(*first, Group::Utilization);
+
+    // Both names: the two count together.
+    let full = with(DcgmCompat::Both, None);
+    let total = dcgm_series(&full) + gpu_series(&full);
+    let max = total - gpu_series(&full) / 2;
+    let text = with(DcgmCompat::Both, Some(max));
+    let served = dcgm_series(&text) + gpu_series(&text);
+    assert!(served <= max, "{served} > {max}");
+    assert_eq!(dropped_total(&text), (total - served) as f64);
+}
+
+#[test]
+fn max_series_never_encodes_the_series_it_leaves_out() {
+    // 100,000 jobs on one GPU: millions of bytes were they encoded.
+    let mut snap = snapshot(vec![full_device(0)]);
+    let mut state = jobs(&[]);
+    state.jobs = (0..100_000)
+        .map(|i| JobAssignment {
+            gpu: 0,
+            gpu_instance: None,
+            job: format!("{i:08}"),
+        })
+        .collect();
+    snap.jobs = Some(state);
+    let all = Encoder::new(MetricsOptions::default()).encode(&snap);
+    let job_series = String::from_utf8_lossy(&all)
+        .lines()
+        .filter(|l| l.starts_with("nvidia_gpu_job_info{"))
+        .count();
+    assert_eq!(job_series, 100_000);
+    let enc = Encoder::new(MetricsOptions {
+        max_series: Some(1_000),
+        ..MetricsOptions::default()
+    });
+    let out = enc.encode(&snap);
+    let text = String::from_utf8_lossy(&out);
+    assert!(!text.contains("nvidia_gpu_job_info"));
+    assert!(
+        text.contains("nvidia_gpu_memory_used_bytes{"),
+        "the rest is served"
+    );
+    assert!(
+        text.contains("nvml_exporter_series_dropped_total{group=\"jobs\"} 100000"),
+        "{text}"
+    );
+    // The buffer never held them: it grew only as far as what is served.
+    assert!(
+        out.capacity() < all.len() / 10,
+        "{} bytes of buffer for {} served, {} with the jobs",
+        out.capacity(),
+        out.len(),
+        all.len()
+    );
+}
