@@ -31,11 +31,11 @@ pub enum CertificateFileError {
 }
 
 /// Every certificate in the PEM file at `path`, in order; at least one. The file is read with
-/// [`crate::config::read_small_file`]'s bounds.
+/// [`crate::files::read_small_file`]'s bounds.
 pub fn read_certificates(
     path: &Path,
 ) -> Result<Vec<CertificateDer<'static>>, CertificateFileError> {
-    let pem = crate::config::read_small_file(path).map_err(pem::Error::Io)?;
+    let pem = crate::files::read_small_file(path).map_err(pem::Error::Io)?;
     let certs = CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>()?;
     if certs.is_empty() {
         return Err(CertificateFileError::Empty);

@@ -28,7 +28,8 @@ use clap::parser::ValueSource;
 use clap::{ArgAction, ArgMatches, Args, CommandFactory, FromArgMatches, Parser, ValueEnum};
 use serde::{Deserialize, Deserializer};
 
-use crate::metrics::groups::{Group, Groups, valid_names};
+use crate::files::{one_line, read_small_file};
+use crate::groups::{Group, Groups, valid_names};
 
 /// The NVML library loaded when neither `--nvml-lib` nor `--demo` is given. Containers get only the
 /// versioned soname from the NVIDIA container toolkit, so the unversioned name would not be found.
@@ -656,7 +657,7 @@ impl Config {
 }
 
 /// `--collector.NAME[=BOOL]`, `--no-collector.NAME` and `--collector.disable-defaults`: which
-/// collector groups ([`crate::metrics::groups`]) are on. The flags are made from the group list;
+/// collector groups ([`crate::groups`]) are on. The flags are made from the group list;
 /// each has a variable (`NVML_EXPORTER_COLLECTOR_NVLINK_LINKS=true`) and a key of the file's
 /// `collector` table (`collector.nvlink-links = true`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -1081,69 +1082,6 @@ fn read_file(path: &Path) -> Result<(Config, HashMap<String, usize>), ConfigErro
     Ok((config, lines))
 }
 
-/// The most a configuration file (`--config`, `--web-config`, a certificate, key or CA file) may
-/// hold. Real ones are a few KiB; a CA bundle of every public root is about 200 KiB.
-pub const MAX_FILE_BYTES: u64 = 1 << 20;
-
-/// The bytes of a configuration file: a regular file of at most [`MAX_FILE_BYTES`]. Anything else
-/// (a FIFO, a device such as `/dev/zero`, a directory, a larger file) is an error that says what
-/// the file is, found without reading more than the limit and without waiting for a FIFO's writer.
-pub fn read_small_file(path: &Path) -> std::io::Result<Vec<u8>> {
-    read_bounded_file(path, MAX_FILE_BYTES)
-}
-
-/// The bytes of a regular file of at most `limit` bytes, as [`read_small_file`]: a file that is
-/// not regular is an `InvalidInput` error saying what it is, a larger one `InvalidData`.
-pub fn read_bounded_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::{Error, ErrorKind, Read};
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    // Without O_NONBLOCK, opening a FIFO waits for a writer, possibly forever; for a regular file
-    // the flag changes nothing.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
-    let kind = meta.file_type();
-    let what = if kind.is_file() {
-        None
-    } else if kind.is_dir() {
-        Some("a directory")
-    } else if kind.is_fifo() {
-        Some("a FIFO")
-    } else if kind.is_char_device() {
-        Some("a character device")
-    } else if kind.is_block_device() {
-        Some("a block device")
-    } else if kind.is_socket() {
-        Some("a socket")
-    } else {
-        Some("not a file")
-    };
-    if let Some(what) = what {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            format!("{what}, not a regular file"),
-        ));
-    }
-    let too_big = || {
-        Error::new(
-            ErrorKind::InvalidData,
-            format!("larger than {} KiB", limit / 1024),
-        )
-    };
-    if meta.len() > limit {
-        return Err(too_big());
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    // A file that grows while it is read stops one byte past the limit.
-    file.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(too_big());
-    }
-    Ok(bytes)
-}
-
 /// Variables named like options (`NVML_EXPORTER_*`) that are none, each with a warning naming it
 /// and the closest option's variable if one is close: a mistyped variable would otherwise be
 /// ignored without a word. `vars` are the names in the environment.
@@ -1382,21 +1320,6 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.escape_debug())
 }
 
-/// `msg` with control characters escaped. Messages quote what the user wrote (a value, a key, a
-/// file name), and a line break in any of them must not split the one-line error. Also used for
-/// the web-config's messages.
-pub(crate) fn one_line(msg: &str) -> String {
-    msg.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_debug().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 fn fmt_duration(d: Duration) -> String {
     humantime::format_duration(d).to_string()
 }
@@ -1404,6 +1327,7 @@ fn fmt_duration(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::files::MAX_FILE_BYTES;
     use std::io::Write;
 
     fn load_args(args: &[&str]) -> Result<Config, ConfigError> {

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::config::read_bounded_file;
+use crate::files::read_bounded_file;
 use crate::sample::{DeviceSample, JobAssignment, JobsError, JobsState};
 
 /// The largest mapping file read: a few job IDs take a few dozen bytes, and a cap bounds what a

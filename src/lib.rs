@@ -7,6 +7,8 @@
 
 mod certificates;
 pub mod config;
+pub mod files;
+pub mod groups;
 pub mod http;
 pub mod jobs;
 pub mod kubernetes;

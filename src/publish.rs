@@ -20,9 +20,9 @@ use flate2::write::GzEncoder;
 use tokio::sync::OnceCell;
 use tokio::task::JoinError;
 
+use crate::groups::Group;
 use crate::jobs::JobReader;
 use crate::kubernetes::StateHandle;
-use crate::metrics::groups::Group;
 use crate::metrics::workloads::WorkloadLedger;
 use crate::metrics::{Encoder, MetricsOptions};
 use crate::sample::Snapshot;

@@ -731,6 +731,15 @@ label_enum!(
     }
 );
 
+/// Seconds since the Unix epoch: the clock of the snapshot's timestamps and of the exporter's
+/// own time series.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

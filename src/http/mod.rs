@@ -29,6 +29,7 @@ use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
+use crate::files::one_line;
 use crate::metrics::{CONTENT_TYPE, VERSION};
 use crate::publish::{Published, Publisher};
 use crate::sample::{DeviceSample, Snapshot};
@@ -74,10 +75,6 @@ fn readiness(
         return Err(format!("last sample {age:.0} s old (limit {limit:.0} s)"));
     }
     Ok(())
-}
-
-fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// The exporter's routes, serving what `publisher` holds; `interval` is the sampling interval (for
@@ -456,7 +453,7 @@ mod tests {
         snap.nvml_error = Some("multi\nline".into());
         assert_eq!(
             ready(&snap, 1000.0, one_s),
-            Err("NVML not initialised: multi line".into())
+            Err("NVML not initialised: multi\\nline".into())
         );
         assert_eq!(
             readiness_max_age(Duration::from_millis(100)),

@@ -6,7 +6,7 @@
 //! whole configuration is rebuilt. The inode and change time catch a file replaced by one of the
 //! same size and modification time (a rename, `cp -p`, a Kubernetes secret's symlink swap), which
 //! size and modification time alone miss. Files are read with the bounds of
-//! [`crate::config::read_small_file`].
+//! [`crate::files::read_small_file`].
 //! A rebuild that fails (a half-written file, a key that does not match yet) keeps serving the
 //! previous certificate and logs a warning; it is tried again when the files change again.
 //! A reload of the web-config that names other files or settings [replaces](TlsReloader::replace)
@@ -208,7 +208,7 @@ pub fn server_config(s: &TlsSettings) -> Result<ServerConfig, TlsError> {
             path: s.cert_file.clone(),
             error,
         })?;
-    let key = crate::config::read_small_file(&s.key_file)
+    let key = crate::files::read_small_file(&s.key_file)
         .map_err(pem::Error::Io)
         .and_then(|pem| PrivateKeyDer::from_pem_slice(&pem))
         .map_err(|error| TlsError::Key {

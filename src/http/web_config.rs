@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer};
 
 use super::auth::{AuthError, BasicAuth};
 use super::tls::{TlsError, TlsReloader};
-use crate::config::one_line;
+use crate::files::one_line;
 
 /// Why the `--web-config` file cannot be used: one line that names the file (and the line of it,
 /// for a mistake in the text), printed before the exporter exits with status 2.
@@ -222,7 +222,7 @@ pub struct WebConfigFile {
 impl WebConfigFile {
     /// Reads and validates `path`; the error names the file, and the line for YAML errors.
     pub fn read(path: &Path) -> Result<WebConfigFile, WebConfigError> {
-        let text = crate::config::read_small_file(path)
+        let text = crate::files::read_small_file(path)
             .and_then(|bytes| {
                 String::from_utf8(bytes)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))

@@ -14,8 +14,8 @@ use crate::sample::{
     WorkloadSeconds,
 };
 
-use super::groups::Group;
 use super::samples::Samples;
+use crate::groups::Group;
 use crate::http::connections::CloseReason;
 use crate::processes::ProcessField;
 use MetricKind::{Counter, Gauge};

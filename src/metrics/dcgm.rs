@@ -23,11 +23,11 @@
 use crate::sample::{ContainerRef, DeviceSample, Snapshot};
 
 use super::catalog::{CATALOG, Combine, Dcgm, MetricDef, Source};
-use super::groups::{GROUPS, Groups};
 use super::resolve::DeviceView;
 use super::samples::Samples;
 use super::text::{self, Text};
 use super::write::PerGroup;
+use crate::groups::{GROUPS, Groups};
 
 /// Where `GPU_I_PROFILE`, `GPU_I_ID` go in a GPU instance's labels: after `modelName`.
 pub const MIG_LABELS_AT: usize = 5;

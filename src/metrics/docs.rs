@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use super::catalog::{CATALOG, Dcgm, IDENTITY_LABELS, MIG_LABELS, MetricDef, POD_LABELS, Source};
-use super::groups::{DROP_ORDER, GROUPS, Group};
+use crate::groups::{DROP_ORDER, GROUPS, Group};
 
 /// The full `docs/metrics.md`.
 pub fn render_markdown() -> String {

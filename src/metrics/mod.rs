@@ -21,7 +21,6 @@ pub mod dcgm;
 pub mod docs;
 #[cfg(target_os = "linux")]
 mod exporter_process;
-pub mod groups;
 pub(crate) mod resolve;
 pub mod samples;
 mod text;
@@ -36,17 +35,17 @@ use prometheus::{
 };
 
 use crate::config::DcgmCompat;
-use crate::nvml::events::unix_now;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
+use crate::sample::unix_now;
 use catalog::{
     CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL, EXPOSITION_BYTES,
     HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
     SERIES, SERIES_DROPPED_TOTAL,
 };
 
+use crate::groups::{DROP_ORDER, GROUPS, Group, Groups};
 use crate::http::connections::CloseReason;
-use groups::{DROP_ORDER, GROUPS, Group, Groups};
 use resolve::DeviceView;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
@@ -80,7 +79,7 @@ pub struct MetricsOptions {
     /// another group is left out. The DCGM fields are served from whatever was sampled.
     pub groups: Groups,
     /// At most this many series of the GPU families, dcgm-exporter's names included
-    /// (`--max-series`): above it whole groups are left out in [`groups::DROP_ORDER`]; `None`: no
+    /// (`--max-series`): above it whole groups are left out in [`crate::groups::DROP_ORDER`]; `None`: no
     /// limit.
     pub max_series: Option<usize>,
 }

@@ -19,10 +19,10 @@ use super::catalog::{
     CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
     Source, WorkloadReader,
 };
-use super::groups::{GROUPS, Groups};
 use super::resolve::{DeviceView, container_labels};
 use super::samples::Samples;
 use super::text::{self, Text};
+use crate::groups::{GROUPS, Groups};
 use crate::processes::ProcessField;
 
 /// Series per collector group, indexed by `Group as usize`.

@@ -27,7 +27,7 @@ use super::mig::MigReader;
 use super::processes::ProcessReader;
 use super::raw;
 use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
-use crate::metrics::groups::{Group, Groups};
+use crate::groups::{Group, Groups};
 use crate::sample::{
     Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts, MemoryInfo,
     NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,

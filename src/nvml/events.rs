@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
@@ -16,6 +16,7 @@ use nvml_wrapper::{EventSet, Nvml};
 use super::error::{ErrorCounter, LogLimiter};
 use super::raw;
 use crate::sample::DeviceSample;
+use crate::sample::unix_now;
 
 /// Distinct XID codes remembered per device; a device spraying random codes cannot grow the
 /// series count without bound. Codes beyond it are dropped (and logged).
@@ -214,14 +215,6 @@ fn create_set<'n>(nvml: &'n Nvml, errors: &ErrorCounter) -> Option<EventSet<'n>>
             None
         }
     }
-}
-
-/// Seconds since the Unix epoch.
-pub fn unix_now() -> f64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs_f64())
-        .unwrap_or(0.0)
 }
 
 #[cfg(test)]

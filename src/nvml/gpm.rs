@@ -26,7 +26,7 @@ use nvml_wrapper::{Device, Nvml};
 use super::ledger::CallLedger;
 use super::raw::{GpmRequest, GpmSample};
 use super::units::{mib_to_bytes_f64, percent_to_ratio_f64};
-use crate::metrics::groups::{Group, Groups};
+use crate::groups::{Group, Groups};
 use crate::sample::{GpmMetrics, GpmPipe, MediaEngine};
 
 /// Where one GPM metric goes in [`GpmMetrics`].

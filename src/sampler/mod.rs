@@ -41,7 +41,7 @@ use coordinator::Coordinator;
 use session::Session;
 use threads::ThreadGroup;
 
-use crate::metrics::groups::Groups;
+use crate::groups::Groups;
 
 /// How long `Sampler::shutdown` waits for the coordinator (which itself waits a bounded time
 /// for its readers).

@@ -27,12 +27,13 @@ use super::busy::{Busy, BusyClock};
 use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
-use crate::metrics::groups::{Group, Groups};
+use crate::groups::{Group, Groups};
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
-use crate::nvml::events::{XidLog, unix_now, watch_xids};
+use crate::nvml::events::{XidLog, watch_xids};
 use crate::nvml::ledger::Verdict;
+use crate::sample::unix_now;
 use crate::sample::{DeviceSample, Snapshot, SystemInfo};
 
 /// How long stopping a session's readers (and its XID thread) may take before the threads still

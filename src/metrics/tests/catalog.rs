@@ -158,6 +158,6 @@ fn the_gpu_families_come_first_and_the_exporters_own_are_core() {
             "{} after the exporter's own",
             d.name
         );
-        assert_eq!(d.group, crate::metrics::groups::Group::Core, "{}", d.name);
+        assert_eq!(d.group, crate::groups::Group::Core, "{}", d.name);
     }
 }

@@ -344,7 +344,7 @@ fn thermal_slowdown_is_either_thermal_clock_event() {
 
 #[test]
 fn only_the_families_of_the_groups_on_are_served() {
-    use crate::metrics::groups::{Group, Groups};
+    use crate::groups::{Group, Groups};
     let snap = snapshot(vec![full_mig_device(0)]);
     for groups in [
         Groups::defaults(),

@@ -1,7 +1,7 @@
 //! HPC jobs: one info series per job on a GPU or MIG GPU instance, and the error counter.
 
 use super::*;
-use crate::metrics::groups::Group;
+use crate::groups::Group;
 
 #[test]
 fn each_job_is_a_series_of_its_gpu_or_gpu_instance() {

@@ -131,7 +131,7 @@ fn connections_open_and_closed_by_reason_appear_in_the_next_encoding() {
 
 #[test]
 fn max_series_leaves_out_the_most_detailed_groups_first_and_counts_them() {
-    use crate::metrics::groups::Groups;
+    use crate::groups::Groups;
     // Two GPUs with 18 links each: per link is the bulk.
     let snap = snapshot(vec![full_device(0), full_device(1)]);
     let all = Encoder::new(MetricsOptions::default());
@@ -237,7 +237,7 @@ fn dropped_total(text: &str) -> f64 {
 #[test]
 fn max_series_counts_and_leaves_out_dcgm_exporter_names_too() {
     use crate::config::DcgmCompat;
-    use crate::metrics::groups::{DROP_ORDER, Group};
+    use crate::groups::{DROP_ORDER, Group};
     let snap = snapshot(vec![full_device(0), full_device(1)]);
     let with = |dcgm_compat, max_series| {
         let enc = Encoder::new(MetricsOptions {

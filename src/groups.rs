@@ -1,5 +1,6 @@
-//! Collector groups: every family of the [catalog](super::catalog) belongs to one, and a group that
-//! is off is neither sampled (its NVML calls are skipped) nor served.
+//! Collector groups: every family of the [catalog](crate::metrics::catalog) belongs to one, and
+//! a group that is off is neither sampled (its NVML calls are skipped) nor served. They sit on
+//! the ground floor: the sampler, the encoder and the configuration all decide by them.
 //!
 //! `--collector.NAME` / `--no-collector.NAME` switch one group, `--collector.disable-defaults`
 //! starts from none (node_exporter's convention; see `crate::config::Collectors`). The defaults
