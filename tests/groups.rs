@@ -9,8 +9,8 @@ use std::io::Write;
 use std::time::Duration;
 
 use common::{Exporter, Exposition, run_once, scenario};
+use nvml_exporter::groups::{Group, Groups};
 use nvml_exporter::metrics::catalog::CATALOG;
-use nvml_exporter::metrics::groups::{Group, Groups};
 
 /// The budget of the issue: series per GPU a fleet pays for by default.
 const MAX_SERIES_PER_GPU: usize = 40;

@@ -65,7 +65,7 @@ pub fn scenario(name: &str) -> PathBuf {
 
 /// `--collector.NAME` for every collector group: the exporter serving every family.
 pub fn every_group() -> Vec<String> {
-    nvml_exporter::metrics::groups::Group::switchable()
+    nvml_exporter::groups::Group::switchable()
         .map(|g| format!("--collector.{}", g.name))
         .collect()
 }
