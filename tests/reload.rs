@@ -2,7 +2,8 @@
 //! file applies by itself (users added and removed, options changed, a flag still beating the
 //! file), also when a Kubernetes volume swaps a symlink; SIGHUP reloads, options that need a
 //! restart say so; and a broken file keeps the previous configuration serving, with the reload
-//! metric at 0 and one log line naming the file and line.
+//! metric at 0 and one log line naming the file and line. A SIGHUP while the exporter starts
+//! does not end it.
 
 mod common;
 
@@ -279,4 +280,56 @@ fn collector_groups_change_with_the_file_and_their_calls_follow() {
             && m.find("nvidia_gpu_memory_used_bytes", &[]).is_empty()
             && m.value(RELOAD_OK, &[]) == Some(1.0)
     });
+}
+
+/// Whether process `pid` ignores SIGHUP and whether it catches it, from /proc/PID/status (the
+/// signal's bit in `SigIgn` and `SigCgt`); `None` once the process is gone.
+fn sighup_disposition(pid: u32) -> Option<(bool, bool)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let bit = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (libc::SIGHUP - 1)) != 0)
+    };
+    Some((bit("SigIgn:"), bit("SigCgt:")))
+}
+
+#[test]
+fn a_sighup_while_starting_does_not_end_the_process() {
+    let sim = common::sim_lib();
+    let mut sent_before_watched = false;
+    let mut e = Exporter::start_command_then(
+        common::exporter_command(&[], &[]),
+        &["--nvml-lib", sim.to_str().unwrap()],
+        |child| {
+            // Sent as soon as the program has started (before that, the dynamic loader runs and
+            // no program can take charge of a signal), well before it watches the signal for
+            // reloads. Asked without a pause: that moment lasts a few milliseconds.
+            let deadline = std::time::Instant::now() + WAIT;
+            while std::time::Instant::now() < deadline {
+                match sighup_disposition(child.id()) {
+                    Some((false, false)) => continue,
+                    Some((_, caught)) => {
+                        sent_before_watched = !caught;
+                        break;
+                    }
+                    None => panic!("the exporter ended before it started"),
+                }
+            }
+            // SAFETY: plain kill(2) on our own child's pid.
+            #[allow(unsafe_code, reason = "kill(2) is a C call")]
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGHUP)
+            };
+        },
+    );
+    assert!(
+        sent_before_watched,
+        "the SIGHUP was sent before the exporter watched it"
+    );
+    e.wait_ready(WAIT);
+    assert_eq!(e.get("/metrics").status, 200);
+    assert!(e.alive());
 }
