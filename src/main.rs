@@ -2,7 +2,8 @@
 //! place that exits: status 2 for a bad flag, variable, config or web-config file; 1 when it
 //! cannot serve. `check-config` stops after validation. SIGTERM and SIGINT stop it within
 //! [`nvml_exporter::SHUTDOWN_GRACE`]; SIGHUP reloads the configuration
-//! ([`nvml_exporter::reload`]), from the same command line and environment.
+//! ([`nvml_exporter::reload`]), from the same command line and environment, and is ignored until
+//! the exporter watches it.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -15,6 +16,7 @@ use nvml_exporter::http::WebSettings;
 
 fn main() -> ExitCode {
     limit_malloc_arenas();
+    ignore_hangup_until_watched();
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let config = match config::load(args.iter().cloned()) {
         Ok(config) => config,
@@ -75,7 +77,7 @@ fn main() -> ExitCode {
         }
     };
     let code = runtime.block_on(async {
-        // Before listening: a SIGHUP from then on must not end the process.
+        // Before listening: a SIGHUP from then on reloads.
         let mut signals = Signals::register();
         let reload = nvml_exporter::reload::Triggers {
             args,
@@ -135,6 +137,18 @@ fn limit_malloc_arenas() {
     // SAFETY: mallopt only sets an allocator parameter; no other thread runs yet.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// SIGHUP's default action ends the process (status 129), and the signal is watched only once
+/// the runtime runs: until then (and for `--once` and `check-config`, which never watch it) it is
+/// ignored, so that a reload asked for while the exporter starts cannot kill it. Watching it later
+/// replaces the ignoring.
+#[allow(unsafe_code, reason = "signal(2) is a C call")]
+fn ignore_hangup_until_watched() {
+    // SAFETY: sets SIGHUP's disposition to the constant SIG_IGN, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
     }
 }
 

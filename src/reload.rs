@@ -7,17 +7,27 @@
 //! file the path names is a new inode. A reload runs the same loading as the start, with the
 //! original command line and environment, so the precedence defaults < file < environment <
 //! flags holds (a flag still beats the file), and reads the web-config file the result names.
+//! Reloads are at least [`MIN_RELOAD_GAP`] apart: SIGHUPs and file changes that come while one
+//! runs or within the gap after it give one reload when the gap is over, not one each.
 //!
 //! What can change applies as a whole, or nothing does: everything is read and checked first
 //! (options, bcrypt hashes, certificate and key), then applied. Applied at run time: the encoder's
 //! options ([`crate::metrics_options`]: the last tick is encoded again at once), the sampler's
 //! options ([`crate::sampler_options`], from the next tick), the Kubernetes options (the refresh
 //! task restarts; the kubelet state and its counters carry on), the basic-auth users (turning
-//! basic auth on or off too) and the TLS settings and files. What was set up once at the start
-//! needs a restart: the listening socket (`listen`), the NVML library (`nvml_lib`, `demo`), the
-//! sampling schedule (`interval`, `device_timeout`, `stale_grace`, which the readiness rule and
-//! several defaults follow), logging (`log_format`, `log_level`) and turning TLS on or off. A
+//! basic auth on, or changing the users) and the TLS settings and files. What was set up once at
+//! the start needs a restart: the listening socket (`listen`), the NVML library (`nvml_lib`,
+//! `demo`), the sampling schedule (`interval`, `device_timeout`, `stale_grace`, which the readiness
+//! rule and several defaults follow), logging (`log_format`, `log_level`) and turning TLS on. A
 //! change of those is logged as needing a restart, and they keep their running values.
+//!
+//! Security is never turned off by a reload: a web-config without the `basic_auth_users` or
+//! `tls_server_config` in force (an empty file, only comments, or a `--config` that no longer
+//! names a web-config) is a failed reload that keeps both in force; turning them off needs a
+//! restart. Since a writer that truncates before writing (`cat > web.yml`, many editors and
+//! configuration tools) leaves the file empty for a moment on every save, a file that reads empty
+//! (nothing but blank lines and comments) is read again after [`EMPTY_FILE_SETTLE`] before the
+//! reload judges it.
 //!
 //! A file that cannot be used keeps the previous configuration in force, logs one line naming
 //! the file, the line and the problem, and serves `nvml_exporter_config_last_reload_successful 0`
@@ -45,6 +55,14 @@ use crate::sampler::LiveOptions;
 /// How often the files' metadata is compared with the last seen. A kubelet updates a mounted
 /// ConfigMap within about a minute, so a few seconds more do not matter.
 pub const FILE_CHECK: Duration = Duration::from_secs(2);
+
+/// How long a reload waits before reading again a file that reads empty: a writer that truncates
+/// before writing (`cat > web.yml`) leaves it empty for a moment, far shorter than this.
+pub const EMPTY_FILE_SETTLE: Duration = Duration::from_millis(250);
+
+/// The least time from the end of one reload to the start of the next, so that a storm of
+/// SIGHUPs or file changes reloads (and restarts the kubelet refresh) about once a second at most.
+pub const MIN_RELOAD_GAP: Duration = Duration::from_secs(1);
 
 /// What starts a reload: SIGHUP, and the command line to load the configuration from again.
 #[derive(Debug)]
@@ -112,14 +130,21 @@ impl Reloader {
             .collect()
     }
 
-    /// Reloads on SIGHUP and when a watched file changes, until `stop` turns true. The work
-    /// (reading files, encoding) runs on a blocking thread.
+    /// Reloads on SIGHUP and when a watched file changes, until `stop` turns true, at most once
+    /// per [`MIN_RELOAD_GAP`]. The work (reading files, encoding) runs on a blocking thread.
     pub(crate) async fn watch(
         mut self,
         mut hangup: Option<Signal>,
         mut stop: watch::Receiver<bool>,
     ) {
+        let mut next_reload = tokio::time::Instant::now();
         loop {
+            // SIGHUPs that come meanwhile stay pending, all as one delivery (tokio coalesces a
+            // signal's deliveries until it is asked for the next).
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                () = tokio::time::sleep_until(next_reload) => {}
+            }
             let cause = tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
                 () = next(&mut hangup) => {
@@ -130,12 +155,17 @@ impl Reloader {
                 () = tokio::time::sleep(FILE_CHECK), if !self.watched.is_empty() => Cause::Check,
             };
             match tokio::task::spawn_blocking(move || {
-                self.run(cause);
-                self
+                let reloaded = self.run(cause);
+                (self, reloaded)
             })
             .await
             {
-                Ok(reloader) => self = reloader,
+                Ok((reloader, reloaded)) => {
+                    self = reloader;
+                    if reloaded {
+                        next_reload = tokio::time::Instant::now() + MIN_RELOAD_GAP;
+                    }
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "the configuration reload failed; no more reloads");
                     return;
@@ -144,18 +174,23 @@ impl Reloader {
         }
     }
 
-    fn run(&mut self, cause: Cause) {
+    /// Reloads for `cause`; whether it did (a file check finds nothing changed, or something).
+    fn run(&mut self, cause: Cause) -> bool {
         match cause {
-            Cause::Hangup => self.reload("SIGHUP"),
+            Cause::Hangup => {
+                self.reload("SIGHUP");
+                true
+            }
             Cause::Check => {
                 let changed = self
                     .watched
                     .iter()
                     .find(|(path, seen)| Stamp::of_path(path) != *seen)
                     .map(|(path, _)| path.display().to_string());
-                if let Some(path) = changed {
+                if let Some(path) = &changed {
                     self.reload(&format!("{path} changed"));
                 }
+                changed.is_some()
             }
         }
     }
@@ -164,8 +199,16 @@ impl Reloader {
     /// outcome in the reload metrics.
     pub(crate) fn reload(&mut self, cause: &str) {
         // Stamped before reading, so that a write during the read is seen at the next check.
-        let before = Reloader::stamps(&self.config);
-        let loaded = config::load(self.args.iter().cloned());
+        let mut before = Reloader::stamps(&self.config);
+        let mut loaded = config::load(self.args.iter().cloned());
+        if self.names_a_file_that_reads_empty(loaded.as_ref().ok()) {
+            tracing::debug!(
+                "a configuration file reads empty; reading it again in {EMPTY_FILE_SETTLE:?}"
+            );
+            std::thread::sleep(EMPTY_FILE_SETTLE);
+            before = Reloader::stamps(&self.config);
+            loaded = config::load(self.args.iter().cloned());
+        }
         // Watch what the newest readable configuration names.
         self.watched = match &loaded {
             Ok(new) => Reloader::stamps(new)
@@ -208,6 +251,9 @@ impl Reloader {
             None => WebConfigFile::default(),
         };
         let web_path = new.web_config.clone().unwrap_or_default();
+        if let Some(refusal) = self.turns_security_off(&new, &web) {
+            return Err(refusal);
+        }
         for name in self.keep_restart_options(&mut new, &mut web) {
             tracing::warn!(
                 "{name} changed in the configuration and needs a restart; the running value stays in force"
@@ -226,22 +272,20 @@ impl Reloader {
             }
             _ => None,
         };
-        let auth = if web.basic_auth_users == self.web.basic_auth_users {
-            None
-        } else {
-            let auth = web
-                .basic_auth_users
-                .clone()
-                .map(|users| BasicAuth::new(users).map(Arc::new))
-                .transpose()
-                .map_err(|error| {
-                    WebConfigError::Auth {
-                        path: web_path.clone(),
-                        error,
-                    }
-                    .to_string()
-                })?;
-            Some(auth)
+        // Turning basic auth off was refused above: a change names users.
+        let auth = match &web.basic_auth_users {
+            Some(users) if web.basic_auth_users != self.web.basic_auth_users => Some(
+                BasicAuth::new(users.clone())
+                    .map(Arc::new)
+                    .map_err(|error| {
+                        WebConfigError::Auth {
+                            path: web_path.clone(),
+                            error,
+                        }
+                        .to_string()
+                    })?,
+            ),
+            _ => None,
         };
 
         let changed = new != self.config || web != self.web;
@@ -272,20 +316,51 @@ impl Reloader {
             tracing::info!("TLS settings reloaded");
         }
         if let Some(auth) = auth {
-            match &auth {
-                Some(_) => tracing::info!(
-                    users = web.basic_auth_users.as_ref().map_or(0, |u| u.len()),
-                    "basic-auth users reloaded"
-                ),
-                None => tracing::warn!(
-                    "the reloaded web-config has no basic_auth_users: serving without credentials"
-                ),
-            }
+            tracing::info!(
+                users = web.basic_auth_users.as_ref().map_or(0, |u| u.len()),
+                "basic-auth users reloaded"
+            );
             self.auth.replace(auth);
         }
         self.config = new;
         self.web = web;
         Ok(changed)
+    }
+
+    /// Why `new` and `web` must not be applied, when they would turn off basic auth or TLS that
+    /// is in force: only a restart does that, so that a file caught empty or a `--config` that
+    /// lost its `web_config` line never serves anyone without credentials or in clear text.
+    fn turns_security_off(&self, new: &Config, web: &WebConfigFile) -> Option<String> {
+        let mut dropped = Vec::new();
+        if self.web.basic_auth_users.is_some() && web.basic_auth_users.is_none() {
+            dropped.push("basic auth");
+        }
+        if self.tls.is_some() && web.tls.is_none() {
+            dropped.push("TLS");
+        }
+        if dropped.is_empty() {
+            return None;
+        }
+        let file = match (&new.web_config, &new.config_file) {
+            (Some(path), _) => format!("--web-config {}", path.display()),
+            (None, Some(path)) => format!("--config {} names no web_config", path.display()),
+            (None, None) => "the configuration names no web_config".to_owned(),
+        };
+        Some(format!(
+            "{file}: it would turn {} off, which only a restart does",
+            dropped.join(" and ")
+        ))
+    }
+
+    /// Whether a file of the configuration in force, or of `new`, reads empty: nothing but blank
+    /// lines and comments, as a file being rewritten by a writer that truncates it first.
+    fn names_a_file_that_reads_empty(&self, new: Option<&Config>) -> bool {
+        [Some(&self.config), new]
+            .into_iter()
+            .flatten()
+            .flat_map(|c| [c.config_file.as_ref(), c.web_config.as_ref()])
+            .flatten()
+            .any(|path| reads_empty(path))
     }
 
     /// Gives the options that need a restart their running values back in `new` and `web`, and
@@ -313,12 +388,24 @@ impl Reloader {
         );
         // Not an option of a running exporter: a file may say it, and it means nothing here.
         new.once = old.once;
+        // Turning TLS off was refused before: only turning it on is left.
         if web.tls.is_some() != self.tls.is_some() {
-            changed.push("tls_server_config (turning TLS on or off)");
+            changed.push("tls_server_config (turning TLS on)");
             web.tls = self.web.tls.clone();
         }
         changed
     }
+}
+
+/// Whether the file at `path` holds nothing but blank lines and `#` comments (the comment mark
+/// of both TOML and YAML); a file that cannot be read is not empty, but an error of its own.
+fn reads_empty(path: &std::path::Path) -> bool {
+    config::read_small_file(path).is_ok_and(|bytes| {
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::trim)
+            .all(|line| line.is_empty() || line.starts_with('#'))
+    })
 }
 
 /// What the kubelet refresh task is built from: when it differs, the task restarts.
@@ -356,4 +443,30 @@ async fn next(signal: &mut Option<Signal>) {
         *signal = None;
     }
     std::future::pending::<()>().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::reads_empty;
+
+    #[test]
+    fn only_blank_lines_and_comments_read_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |text: &str| {
+            let path = dir.path().join("file");
+            std::fs::write(&path, text).unwrap();
+            path
+        };
+        for text in ["", "\n \n", "# users to come\n\n  # indented\n"] {
+            assert!(reads_empty(&file(text)), "{text:?}");
+        }
+        for text in [
+            "basic_auth_users:\n",
+            "# a comment\ninterval = '2s'\n",
+            "{}",
+        ] {
+            assert!(!reads_empty(&file(text)), "{text:?}");
+        }
+        assert!(!reads_empty(&dir.path().join("missing")));
+    }
 }

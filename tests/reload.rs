@@ -2,7 +2,9 @@
 //! file applies by itself (users added and removed, options changed, a flag still beating the
 //! file), also when a Kubernetes volume swaps a symlink; SIGHUP reloads, options that need a
 //! restart say so; and a broken file keeps the previous configuration serving, with the reload
-//! metric at 0 and one log line naming the file and line.
+//! metric at 0 and one log line naming the file and line. A reload never turns basic auth off,
+//! a file caught empty while its writer rewrites it reloads without a lapse, a storm of SIGHUPs
+//! gives a few reloads, and a SIGHUP while the exporter starts does not end it.
 
 mod common;
 
@@ -129,12 +131,6 @@ fn changed_files_apply_by_themselves_and_a_broken_one_keeps_the_last_good_config
     });
     assert!(!m.find(PROCESS_MEMORY, &[]).is_empty(), "processes stopped");
     assert!(!m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty());
-    let failures = |logs: &str| -> Vec<String> {
-        logs.lines()
-            .filter(|l| l.contains("configuration reload failed"))
-            .map(str::to_owned)
-            .collect()
-    };
     let logs = eventually(WAIT, "the failure's log line", || {
         let logs = e.logs();
         (!failures(&logs).is_empty()).then_some(logs)
@@ -279,4 +275,239 @@ fn collector_groups_change_with_the_file_and_their_calls_follow() {
             && m.find("nvidia_gpu_memory_used_bytes", &[]).is_empty()
             && m.value(RELOAD_OK, &[]) == Some(1.0)
     });
+}
+
+/// Asks `/metrics` without credentials over and over on a thread of its own until dropped, and
+/// counts the answers that were 200: a reload that lets basic auth lapse, even for a moment,
+/// shows there.
+struct Unauthenticated {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(usize, usize)>>,
+}
+
+impl Unauthenticated {
+    fn start(e: &Exporter) -> Unauthenticated {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let url = e.url("/metrics");
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let (mut asked, mut served) = (0, 0);
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) {
+                asked += 1;
+                if http_get(&url, &[]).status == 200 {
+                    served += 1;
+                }
+            }
+            (asked, served)
+        });
+        Unauthenticated {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// How many requests were asked, and how many of them were served 200.
+    fn finish(mut self) -> (usize, usize) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// The log lines of failed reloads.
+fn failures(logs: &str) -> Vec<&str> {
+    logs.lines()
+        .filter(|l| l.contains("configuration reload failed"))
+        .collect()
+}
+
+#[test]
+fn a_reload_never_turns_basic_auth_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let alice = users(&["alice"]);
+    let web = write_atomic(dir.path(), "web.yml", &alice);
+    let config_text = format!("web_config = '{}'\n", web.display());
+    let config = write_atomic(dir.path(), "config.toml", &config_text);
+    let e = Exporter::start(&[], &["--config", config.to_str().unwrap()]);
+    eventually(WAIT, "alice scraping a sampled exposition", || {
+        let (status, m) = scrape(&e, "alice");
+        (status == 200 && m.value("nvml_exporter_gpus", &[]).is_some_and(|n| n > 0.0)).then_some(())
+    });
+    let anyone = Unauthenticated::start(&e);
+
+    // Each way of losing the users: the web-config truncated to nothing, rewritten as only
+    // comments, and a --config that no longer names it.
+    let losses: [(&str, &str, &std::path::Path); 3] = [
+        ("web.yml", "", &web),
+        ("web.yml", "# users moved elsewhere\n\n", &web),
+        ("config.toml", "# web_config removed\n", &config),
+    ];
+    for (name, text, named) in losses {
+        let refused_before = failures(&e.logs()).len();
+        // In place, as a writer that truncates does.
+        std::fs::write(dir.path().join(name), text).unwrap();
+        let line = eventually(WAIT, "the refused reload's log line", || {
+            failures(&e.logs())
+                .get(refused_before)
+                .map(|l| l.to_string())
+        });
+        assert!(
+            line.contains(&named.display().to_string()) && line.contains("basic auth off"),
+            "the log line names the file and what it would drop: {line}"
+        );
+        let (status, m) = scrape(&e, "alice");
+        assert_eq!(status, 200, "{name} {text:?}: alice still scrapes");
+        assert_eq!(m.value(RELOAD_OK, &[]), Some(0.0), "{name} {text:?}");
+        assert_eq!(
+            http_get(&e.url("/metrics"), &[]).status,
+            401,
+            "{name} {text:?}: basic auth is still in force"
+        );
+
+        // Put back, the next reload succeeds.
+        write_atomic(dir.path(), "web.yml", &alice);
+        write_atomic(dir.path(), "config.toml", &config_text);
+        eventually(WAIT, "a successful reload after the fix", || {
+            let (status, m) = scrape(&e, "alice");
+            (status == 200 && m.value(RELOAD_OK, &[]) == Some(1.0)).then_some(())
+        });
+    }
+    let (asked, served) = anyone.finish();
+    assert!(asked > 0);
+    assert_eq!(
+        served, 0,
+        "{served} of {asked} requests without credentials were served"
+    );
+}
+
+#[test]
+fn a_file_rewritten_by_a_writer_that_truncates_first_reloads_without_a_lapse() {
+    let dir = tempfile::tempdir().unwrap();
+    let alice = users(&["alice"]);
+    let web = write_atomic(dir.path(), "web.yml", &alice);
+    // The debug line says when a reload found a file empty and waits to read it again.
+    let e = Exporter::start(
+        &[],
+        &[
+            "--web-config",
+            web.to_str().unwrap(),
+            "--log-level",
+            "info,nvml_exporter::reload=debug",
+        ],
+    );
+    eventually(WAIT, "alice scraping", || {
+        (scrape(&e, "alice").0 == 200).then_some(())
+    });
+    let anyone = Unauthenticated::start(&e);
+
+    // `cat > web.yml`: the file is empty from the truncation until the text is written. A
+    // SIGHUP in that moment makes the reload read it empty; the text comes once it has.
+    std::fs::write(&web, "").unwrap();
+    e.signal(libc::SIGHUP);
+    eventually(WAIT, "the reload finding the file empty", || {
+        e.logs().contains("reads empty").then_some(())
+    });
+    std::fs::write(&web, &alice).unwrap();
+
+    let logs = eventually(WAIT, "the reload's outcome", || {
+        let logs = e.logs();
+        (logs.contains("configuration reloaded") || !failures(&logs).is_empty()).then_some(logs)
+    });
+    assert!(failures(&logs).is_empty(), "{logs}");
+    let (status, m) = scrape(&e, "alice");
+    assert_eq!(status, 200);
+    assert_eq!(m.value(RELOAD_OK, &[]), Some(1.0));
+    let (asked, served) = anyone.finish();
+    assert!(asked > 0);
+    assert_eq!(
+        served, 0,
+        "{served} of {asked} requests without credentials were served"
+    );
+}
+
+#[test]
+fn a_storm_of_sighups_gives_a_few_reloads_not_one_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_atomic(dir.path(), "config.toml", "dcgm_compat = 'off'\n");
+    let mut e = Exporter::start(&[], &["--config", config.to_str().unwrap()]);
+    e.wait_metrics(WAIT, "a sampled exposition", |m| {
+        m.value("nvml_exporter_gpus", &[]).is_some_and(|n| n > 0.0)
+    });
+
+    // 200 SIGHUPs over about two seconds.
+    for _ in 0..200 {
+        e.signal(libc::SIGHUP);
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A change after the storm: once it is served, the reloads the storm asked for are done
+    // (the last of them may be the one that applies it).
+    write_atomic(dir.path(), "config.toml", "dcgm_compat = 'both'\n");
+    e.wait_metrics(WAIT, "the change after the storm", |m| {
+        !m.find("DCGM_FI_DEV_GPU_UTIL", &[]).is_empty()
+    });
+    assert!(e.alive());
+    let logs = e.logs();
+    let reloads = logs
+        .lines()
+        .filter(|l| l.contains("configuration reloaded"))
+        .count();
+    let by_signal = logs
+        .lines()
+        .filter(|l| l.contains("SIGHUP received"))
+        .count();
+    assert!(
+        (1..=10).contains(&by_signal) && reloads <= by_signal + 1,
+        "200 SIGHUPs gave {by_signal} reloads by signal, {reloads} in all:\n{logs}"
+    );
+}
+
+/// Whether process `pid` ignores SIGHUP and whether it catches it, from /proc/PID/status (the
+/// signal's bit in `SigIgn` and `SigCgt`); `None` once the process is gone.
+fn sighup_disposition(pid: u32) -> Option<(bool, bool)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let bit = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (libc::SIGHUP - 1)) != 0)
+    };
+    Some((bit("SigIgn:"), bit("SigCgt:")))
+}
+
+#[test]
+fn a_sighup_while_starting_does_not_end_the_process() {
+    let sim = common::sim_lib();
+    let mut sent_before_watched = false;
+    let mut e = Exporter::start_command_then(
+        common::exporter_command(&[], &[]),
+        &["--nvml-lib", sim.to_str().unwrap()],
+        |child| {
+            // Sent as soon as the program has started (before that, the dynamic loader runs and
+            // no program can take charge of a signal), well before it watches the signal for
+            // reloads. Asked without a pause: that moment lasts a few milliseconds.
+            let deadline = std::time::Instant::now() + WAIT;
+            while std::time::Instant::now() < deadline {
+                match sighup_disposition(child.id()) {
+                    Some((false, false)) => continue,
+                    Some((_, caught)) => {
+                        sent_before_watched = !caught;
+                        break;
+                    }
+                    None => panic!("the exporter ended before it started"),
+                }
+            }
+            // SAFETY: plain kill(2) on our own child's pid.
+            #[allow(unsafe_code, reason = "kill(2) is a C call")]
+            unsafe {
+                libc::kill(child.id() as i32, libc::SIGHUP)
+            };
+        },
+    );
+    assert!(
+        sent_before_watched,
+        "the SIGHUP was sent before the exporter watched it"
+    );
+    e.wait_ready(WAIT);
+    assert_eq!(e.get("/metrics").status, 200);
+    assert!(e.alive());
 }

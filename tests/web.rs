@@ -1,9 +1,9 @@
 //! The hardened HTTP server and `--web-config`, on the real binary: slowloris clients cannot
 //! delay a scrape and are closed after the header timeout; TLS, mTLS and basic auth work with a
 //! real client (ureq over rustls) and certificates generated for each test; certificates rotate
-//! without a restart, and so do the files a changed web-config names; bad web-config files exit
-//! 2 naming the file; a flood of wrong passwords is answered at once and neither delays a scraper
-//! from another address nor stalls shutdown.
+//! without a restart, and so do the files a changed web-config names, but a reload never turns
+//! TLS off; bad web-config files exit 2 naming the file; a flood of wrong passwords is answered
+//! at once and neither delays a scraper from another address nor stalls shutdown.
 
 mod common;
 
@@ -286,6 +286,39 @@ fn a_web_config_naming_other_certificate_files_is_served_after_it_changes() {
         e.logs().contains("TLS settings reloaded").then_some(())
     })
     .unwrap_or_else(|| panic!("no reload logged\n{}", e.logs()));
+}
+
+#[test]
+fn a_reload_never_turns_tls_off() {
+    let ca = Ca::new("test CA");
+    let (dir, e) = serving_tls_of(&ca);
+    let web = dir.path().join("web.yml");
+    // Rewritten in place as only comments: valid, but it would serve plain HTTP.
+    std::fs::write(&web, "# tls_server_config to come back\n").unwrap();
+    let wait = Duration::from_secs(20);
+    let line = poll_until(wait, || {
+        e.logs()
+            .lines()
+            .find(|l| l.contains("configuration reload failed"))
+            .map(str::to_owned)
+    })
+    .unwrap_or_else(|| panic!("no refused reload after {wait:?}\n{}", e.logs()));
+    assert!(
+        line.contains(web.to_str().unwrap()) && line.contains("TLS off"),
+        "the log line names the file and what it would drop: {line}"
+    );
+    let client = agent(Some(&ca), None);
+    let mut answer = client
+        .get(format!("https://{}/metrics", e.addr))
+        .call()
+        .expect("HTTPS is still served");
+    assert_eq!(answer.status().as_u16(), 200);
+    let text = answer.body_mut().read_to_string().unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "nvml_exporter_config_last_reload_successful 0"),
+        "{text}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -221,7 +221,7 @@ impl BasicAuth {
 }
 
 /// The basic auth in force (`None`: every request passes), replaced as a whole when the
-/// web-config is reloaded.
+/// web-config is reloaded with other users.
 #[derive(Debug, Default)]
 pub struct AuthSwitch {
     current: Mutex<Option<Arc<BasicAuth>>>,
@@ -243,14 +243,13 @@ impl AuthSwitch {
         self.lock().clone()
     }
 
-    /// Puts `auth` in force from the next request on.
-    pub fn replace(&self, auth: Option<Arc<BasicAuth>>) {
-        if let Some(auth) = &auth
-            && self.closed.load(std::sync::atomic::Ordering::SeqCst)
-        {
+    /// Puts the users of `auth` in force from the next request on. Nothing turns basic auth off
+    /// once it is on: a reload refuses that (see [`crate::reload`]).
+    pub fn replace(&self, auth: Arc<BasicAuth>) {
+        if self.closed.load(std::sync::atomic::Ordering::SeqCst) {
             auth.close();
         }
-        *self.lock() = auth;
+        *self.lock() = Some(auth);
     }
 
     /// [`BasicAuth::close`] on the users in force and on any that replace them later.
@@ -469,13 +468,13 @@ mod tests {
         let switch = AuthSwitch::new(None);
         assert!(switch.current().is_none());
         let first = Arc::new(auth());
-        switch.replace(Some(Arc::clone(&first)));
+        switch.replace(Arc::clone(&first));
         assert!(Arc::ptr_eq(&switch.current().unwrap(), &first));
         switch.close();
         assert!(first.turns.is_closed());
         // A reload that lands during shutdown must not reopen the queue.
         let second = Arc::new(auth());
-        switch.replace(Some(Arc::clone(&second)));
+        switch.replace(Arc::clone(&second));
         assert!(second.turns.is_closed());
     }
 

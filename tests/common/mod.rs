@@ -130,7 +130,17 @@ impl Exporter {
 
     /// Starts `cmd` (an exporter command, possibly wrapped) with `args` plus
     /// `--listen 127.0.0.1:0`, and waits until it listens.
-    pub fn start_command(mut cmd: Command, args: &[&str]) -> Exporter {
+    pub fn start_command(cmd: Command, args: &[&str]) -> Exporter {
+        Exporter::start_command_then(cmd, args, |_| {})
+    }
+
+    /// As [`Exporter::start_command`], calling `spawned` with the child as soon as it is
+    /// spawned, before it listens.
+    pub fn start_command_then(
+        mut cmd: Command,
+        args: &[&str],
+        spawned: impl FnOnce(&Child),
+    ) -> Exporter {
         let mut all = vec!["--listen", "127.0.0.1:0"];
         all.extend_from_slice(args);
         let mut child = cmd
@@ -139,6 +149,7 @@ impl Exporter {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn nvml-exporter");
+        spawned(&child);
         let stderr = child.stderr.take().unwrap();
         let logs = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
@@ -162,8 +173,10 @@ impl Exporter {
             Ok(a) => a.parse().expect("listen address"),
             Err(_) => {
                 let _ = child.kill();
+                // SIGKILL when it was still running; otherwise how it ended.
+                let status = child.wait();
                 panic!(
-                    "exporter did not start listening; logs:\n{}",
+                    "exporter did not start listening ({status:?}); logs:\n{}",
                     logs.lock().unwrap().join("\n")
                 );
             }
