@@ -400,7 +400,7 @@ impl Reloader {
 /// Whether the file at `path` holds nothing but blank lines and `#` comments (the comment mark
 /// of both TOML and YAML); a file that cannot be read is not empty, but an error of its own.
 fn reads_empty(path: &std::path::Path) -> bool {
-    config::read_small_file(path).is_ok_and(|bytes| {
+    crate::files::read_small_file(path).is_ok_and(|bytes| {
         String::from_utf8_lossy(&bytes)
             .lines()
             .map(str::trim)
