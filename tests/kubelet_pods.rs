@@ -302,14 +302,14 @@ fn garbage_and_oversized_answers_are_parse_errors() {
     // Declared too large: refused from the header, before reading.
     api.set_reply(Reply::DeclaredLength(MAX_BODY_BYTES as u64 + 1));
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsParse);
-    assert!(message.contains("larger than 64 MiB"), "{message}");
+    assert!(message.contains("larger than 32 MiB"), "{message}");
 
     // Streamed without a length: cut off at the cap, not buffered whole.
     let mut huge = POD_LIST.as_bytes().to_vec();
     huge.resize(MAX_BODY_BYTES + 1, b' ');
     api.set_reply(Reply::Body(huge));
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsParse);
-    assert!(message.contains("larger than 64 MiB"), "{message}");
+    assert!(message.contains("larger than 32 MiB"), "{message}");
 
     // Exactly at the cap is still read.
     let mut fits = POD_LIST.as_bytes().to_vec();
