@@ -319,6 +319,39 @@ fn garbage_and_oversized_answers_are_parse_errors() {
 }
 
 #[test]
+fn a_token_file_that_is_a_fifo_or_a_device_is_refused_without_waiting_or_reading_it() {
+    let api = FakeKubeletApi::start("t", Reply::Body(POD_LIST.into()));
+    let files = Files::new("t", api.ca_pem());
+    let fifo = files.dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let rt = runtime();
+    for (path, what) in [
+        (fifo, "a FIFO, not a regular file"),
+        (
+            PathBuf::from("/dev/zero"),
+            "a character device, not a regular file",
+        ),
+    ] {
+        let mut config = config(&api.url(), &files);
+        config.kubelet_token_file = path.clone();
+        let mut client = PodsClient::new(&config);
+        // A FIFO without a writer would wait forever, /dev/zero never ends: the 5 s timeout
+        // (PodsTimeout) would say so.
+        let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsAuth);
+        assert_eq!(
+            message,
+            format!("--kubelet-token-file {}: {what}", path.display())
+        );
+    }
+    // Nothing was sent without a token.
+    assert!(api.requests().is_empty());
+}
+
+#[test]
 fn no_kubelet_listening_is_unavailable() {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

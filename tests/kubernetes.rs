@@ -660,3 +660,57 @@ fn a_full_node_of_pods_with_large_annotations_is_read_within_the_daemonset_s_mem
         m.text
     );
 }
+
+#[test]
+fn a_token_file_that_is_a_fifo_is_an_error_while_metrics_and_sigterm_still_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let _kubelet = FakeKubelet::start(&socket, vec![]);
+    let api = FakeKubeletApi::start("t", Reply::Body(include_str!("kubelet/pods.json").into()));
+    let (ca, fifo) = (dir.path().join("ca.crt"), dir.path().join("token"));
+    std::fs::write(&ca, api.ca_pem()).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let url = api.url();
+    let mut e = exporter(
+        &socket,
+        &[
+            "--kubelet-pods",
+            "--kubelet-url",
+            &url,
+            "--kubelet-ca-file",
+            ca.to_str().unwrap(),
+            "--kubelet-token-file",
+            fifo.to_str().unwrap(),
+        ],
+    );
+    // Refreshes keep failing on the token, counted, while /metrics is served.
+    let pods_auth = |m: &Exposition| {
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "pods_auth")],
+        )
+        .unwrap_or(0.0)
+    };
+    e.wait_metrics(
+        Duration::from_secs(10),
+        "two token errors and a tick",
+        |m| pods_auth(m) >= 2.0 && ticks(m) > 0.0,
+    );
+    let logs = e.logs();
+    assert!(
+        logs.contains(&format!(
+            "--kubelet-token-file {}: a FIFO, not a regular file",
+            fifo.display()
+        )),
+        "{logs}"
+    );
+    assert!(api.requests().is_empty(), "no request without a token");
+    let status = e
+        .terminate(Duration::from_secs(10))
+        .expect("the exporter stops on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}

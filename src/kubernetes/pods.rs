@@ -31,7 +31,7 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::certificates::{self, AnyCertificate};
-use crate::config::Config;
+use crate::config::{Config, read_bounded_file};
 use crate::sample::{ContainerIdentity, KubeletError, PodIdentity, PodMeta};
 
 /// The largest `/pods` answer read: room for the kubelet's default 110 pods each at the API
@@ -137,7 +137,7 @@ impl PodsClient {
 
     async fn call(&mut self) -> Result<KubeletPods, PodsError> {
         // Read before connecting: a missing token is a configuration error, not a kubelet one.
-        let token = read_token(&self.token_file)?;
+        let token = read_token(&self.token_file).await?;
         let http = match &self.http {
             Some(http) => http.clone(),
             None => {
@@ -376,16 +376,28 @@ fn pods_url(base: &Uri) -> Uri {
     Uri::from_parts(parts).expect("the URL with only its path changed")
 }
 
-/// The `Authorization` header from the token file.
-pub(super) fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
+/// The largest token file read: a service account's token is about 1 KiB.
+pub const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// The `Authorization` header from the token file, read on a blocking thread with
+/// [`read_bounded_file`]'s bounds: a FIFO or a device such as `/dev/zero` is an error, found
+/// without waiting for a writer or reading past [`MAX_TOKEN_BYTES`], and a slow file system
+/// stalls no task of the runtime.
+pub(super) async fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
     let fail = |what: String| {
         PodsError::new(
             KubeletError::PodsAuth,
             format!("--kubelet-token-file {}: {what}", path.display()),
         )
     };
-    let token = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let token = token.trim();
+    let owned = path.to_owned();
+    let bytes = tokio::task::spawn_blocking(move || read_bounded_file(&owned, MAX_TOKEN_BYTES))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.to_string()))?;
+    let token = std::str::from_utf8(&bytes)
+        .map_err(|_| fail("the token is not text".into()))?
+        .trim();
     if token.is_empty() {
         return Err(fail("the file is empty".into()));
     }
