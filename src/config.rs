@@ -527,9 +527,28 @@ impl Config {
         Ok(())
     }
 
-    /// The pod labels and annotations to copy: no empty key, no two served under one name.
+    /// The pod labels and annotations to copy: only with `--kubernetes`, no empty key, no two
+    /// served under one name.
     fn validate_pod_metadata(&self, origins: &Origins<'_>) -> Result<(), ConfigError> {
         let invalid = |id: &str, msg: String| origins.invalid(id, msg);
+        let copied = [
+            ("kubernetes_pod_labels", &self.kubernetes_pod_labels),
+            (
+                "kubernetes_pod_annotations",
+                &self.kubernetes_pod_annotations,
+            ),
+        ];
+        if let Some((id, _)) = copied.iter().find(|(_, keys)| !keys.is_empty())
+            && !self.kubernetes
+        {
+            // Silently serving nothing would look like pods without those labels.
+            return Err(invalid(
+                id,
+                "needs --kubernetes: the keys are copied onto nvidia_gpu_pod_info, which only \
+                 --kubernetes serves"
+                    .into(),
+            ));
+        }
         let mut names = std::collections::BTreeMap::new();
         for (key, annotation, name) in self.copied_pod_metadata() {
             let id = if annotation {
@@ -1916,6 +1935,7 @@ mod tests {
         let c = load_args(&[]).unwrap();
         assert!(c.copied_pod_metadata().is_empty());
         let c = load_args(&[
+            "--kubernetes",
             "--kubernetes-pod-labels",
             "kueue.x-k8s.io/queue-name,team",
             "--kubernetes-pod-annotations",
@@ -1932,17 +1952,40 @@ mod tests {
             ]
         );
         assert!(c.fetch_pods(), "copied keys are read from the pod list");
-        let f = file("kubernetes_pod_labels = [\"team\"]\n");
+        let f = file("kubernetes = true\nkubernetes_pod_labels = [\"team\"]\n");
         let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
         assert_eq!(c.kubernetes_pod_labels, ["team"]);
-        let e = err(&["--kubernetes-pod-labels", "a.b,a_b"]);
+        let e = err(&["--kubernetes", "--kubernetes-pod-labels", "a.b,a_b"]);
         assert!(
             e.contains("--kubernetes-pod-labels") && e.contains("label_a_b"),
             "{e}"
         );
-        let e = err(&["--kubernetes-pod-annotations", "a,"]);
+        let e = err(&["--kubernetes", "--kubernetes-pod-annotations", "a,"]);
         assert!(
             e.contains("--kubernetes-pod-annotations") && e.contains("empty"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn copied_pod_labels_or_annotations_without_kubernetes_are_refused() {
+        let e = err(&["--kubernetes-pod-labels", "team"]);
+        assert_eq!(
+            e,
+            "error: invalid value for --kubernetes-pod-labels (command line): needs --kubernetes: the \
+             keys are copied onto nvidia_gpu_pod_info, which only --kubernetes serves"
+        );
+        let e = err(&["--kubernetes-pod-annotations", "example.com/owner"]);
+        assert!(
+            e.contains("--kubernetes-pod-annotations") && e.contains("needs --kubernetes"),
+            "{e}"
+        );
+        let f = file("kubernetes_pod_labels = [\"team\"]\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(
+            e.contains("--kubernetes-pod-labels (")
+                && e.contains(" line 1)")
+                && e.contains("needs --kubernetes"),
             "{e}"
         );
     }

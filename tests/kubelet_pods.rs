@@ -302,20 +302,53 @@ fn garbage_and_oversized_answers_are_parse_errors() {
     // Declared too large: refused from the header, before reading.
     api.set_reply(Reply::DeclaredLength(MAX_BODY_BYTES as u64 + 1));
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsParse);
-    assert!(message.contains("larger than 64 MiB"), "{message}");
+    assert!(message.contains("larger than 32 MiB"), "{message}");
 
     // Streamed without a length: cut off at the cap, not buffered whole.
     let mut huge = POD_LIST.as_bytes().to_vec();
     huge.resize(MAX_BODY_BYTES + 1, b' ');
     api.set_reply(Reply::Body(huge));
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsParse);
-    assert!(message.contains("larger than 64 MiB"), "{message}");
+    assert!(message.contains("larger than 32 MiB"), "{message}");
 
     // Exactly at the cap is still read.
     let mut fits = POD_LIST.as_bytes().to_vec();
     fits.resize(MAX_BODY_BYTES, b' ');
     api.set_reply(Reply::Body(fits));
     assert_eq!(fetch(&rt, &mut client).unwrap(), expected_pods());
+}
+
+#[test]
+fn a_token_file_that_is_a_fifo_or_a_device_is_refused_without_waiting_or_reading_it() {
+    let api = FakeKubeletApi::start("t", Reply::Body(POD_LIST.into()));
+    let files = Files::new("t", api.ca_pem());
+    let fifo = files.dir.path().join("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let rt = runtime();
+    for (path, what) in [
+        (fifo, "a FIFO, not a regular file"),
+        (
+            PathBuf::from("/dev/zero"),
+            "a character device, not a regular file",
+        ),
+    ] {
+        let mut config = config(&api.url(), &files);
+        config.kubelet_token_file = path.clone();
+        let mut client = PodsClient::new(&config);
+        // A FIFO without a writer would wait forever, /dev/zero never ends: the 5 s timeout
+        // (PodsTimeout) would say so.
+        let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsAuth);
+        assert_eq!(
+            message,
+            format!("--kubelet-token-file {}: {what}", path.display())
+        );
+    }
+    // Nothing was sent without a token.
+    assert!(api.requests().is_empty());
 }
 
 #[test]

@@ -582,3 +582,135 @@ fn pod_info_names_the_controller_and_the_copied_labels_from_the_pod_list() {
     );
     assert!(!power[0].labels.contains_key("controller_kind"));
 }
+
+/// The peak resident memory of process `pid` (`VmHWM` of `/proc/PID/status`), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM in /proc/PID/status")
+        * 1024
+}
+
+#[test]
+fn a_full_node_of_pods_with_large_annotations_is_read_within_the_daemonset_s_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    // The kubelet's default pod limit, each pod with one legal 250 KB annotation not copied.
+    let blob = "x".repeat(250_000);
+    let items: Vec<serde_json::Value> = (0..110)
+        .map(|i| {
+            serde_json::json!({
+                "metadata": {
+                    "name": format!("pod-{i}"), "namespace": "ml",
+                    "uid": format!("00000000-0000-4000-8000-{i:012}"),
+                    "labels": { "team": format!("team-{i}") },
+                    "annotations": { "example.com/notes": blob },
+                },
+                "status": { "phase": "Running", "containerStatuses": [{
+                    "name": "main", "containerID": format!("containerd://{i:064x}"),
+                    "state": { "running": { "startedAt": "2026-11-20T09:12:50Z" } },
+                }] },
+            })
+        })
+        .collect();
+    let list = serde_json::json!({ "kind": "PodList", "apiVersion": "v1", "items": items });
+    let list = list.to_string().into_bytes();
+    assert!(list.len() > 27_000_000, "{} bytes", list.len());
+    let api = FakeKubeletApi::start("t", Reply::Body(list));
+    let (e, m) = exporter_reading_pods(
+        dir.path(),
+        &socket,
+        &api,
+        &["--kubernetes-pod-labels", "team"],
+    );
+    let uuid = info_label(&m, "0", "uuid");
+    kubelet.set_pods(vec![pod("ml", "pod-7", "main", "nvidia.com/gpu", &[&uuid])]);
+    // The pod list was read: pod-7 carries its label from it.
+    e.wait_metrics(Duration::from_secs(10), "pod-7's label", |m| {
+        m.value(
+            "nvidia_gpu_pod_info",
+            &[("gpu", "0"), ("pod", "pod-7"), ("label_team", "team-7")],
+        ) == Some(1.0)
+    });
+    // Two more whole answers read (the client asks again only after the last one).
+    let asked = api.requests().len();
+    eventually(Duration::from_secs(20), "two more answers", || {
+        (api.requests().len() >= asked + 3).then_some(())
+    });
+    // The DaemonSet's limit is 128 Mi; the answer alone is 27 MB.
+    let peak = peak_rss(e.child.id());
+    assert!(
+        peak < 64 * 1024 * 1024,
+        "peak resident memory {} MiB",
+        peak / (1024 * 1024)
+    );
+    let m = e.metrics();
+    assert_eq!(
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "pods_parse")]
+        )
+        .unwrap_or(0.0),
+        0.0,
+        "{}",
+        m.text
+    );
+}
+
+#[test]
+fn a_token_file_that_is_a_fifo_is_an_error_while_metrics_and_sigterm_still_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let _kubelet = FakeKubelet::start(&socket, vec![]);
+    let api = FakeKubeletApi::start("t", Reply::Body(include_str!("kubelet/pods.json").into()));
+    let (ca, fifo) = (dir.path().join("ca.crt"), dir.path().join("token"));
+    std::fs::write(&ca, api.ca_pem()).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let url = api.url();
+    let mut e = exporter(
+        &socket,
+        &[
+            "--kubelet-pods",
+            "--kubelet-url",
+            &url,
+            "--kubelet-ca-file",
+            ca.to_str().unwrap(),
+            "--kubelet-token-file",
+            fifo.to_str().unwrap(),
+        ],
+    );
+    // Refreshes keep failing on the token, counted, while /metrics is served.
+    let pods_auth = |m: &Exposition| {
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "pods_auth")],
+        )
+        .unwrap_or(0.0)
+    };
+    e.wait_metrics(
+        Duration::from_secs(10),
+        "two token errors and a tick",
+        |m| pods_auth(m) >= 2.0 && ticks(m) > 0.0,
+    );
+    let logs = e.logs();
+    assert!(
+        logs.contains(&format!(
+            "--kubelet-token-file {}: a FIFO, not a regular file",
+            fifo.display()
+        )),
+        "{logs}"
+    );
+    assert!(api.requests().is_empty(), "no request without a token");
+    let status = e
+        .terminate(Duration::from_secs(10))
+        .expect("the exporter stops on SIGTERM");
+    assert!(status.success(), "{status:?}");
+}

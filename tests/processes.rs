@@ -16,6 +16,7 @@ use std::time::Duration;
 use common::{Exporter, Exposition, run_once, scenario};
 use kubelet::https::{FakeKubeletApi, Reply};
 use kubelet::{FakeKubelet, pod};
+use nvml_exporter::kubernetes::proto::PodResources;
 
 const GPU0: &str = "GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c01";
 const GPU1: &str = "GPU-5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c02";
@@ -83,17 +84,20 @@ fn fake_proc(root: &Path) {
     write_proc(root, processes());
 }
 
-/// A procfs tree with `stat`, `comm` and `cgroup` of each (pid, comm, cgroup file).
-fn write_proc(root: &Path, processes: Vec<(u32, &'static str, String)>) {
+/// A procfs tree with `stat`, `comm` and `cgroup` of each (pid, comm, cgroup file); the comm is
+/// any bytes, as a process may name itself.
+fn write_proc<N: AsRef<[u8]>>(root: &Path, processes: Vec<(u32, N, String)>) {
     for (pid, comm, cgroup) in processes {
+        let comm = comm.as_ref();
         let dir = root.join(pid.to_string());
         fs::create_dir_all(&dir).unwrap();
-        let stat = format!(
-            "{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 100 0 0 0 10 2 0 0 20 0 4 0 {start} 1000000 200 18446744073709551615 0 0 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0\n",
+        let fields = format!(
+            " S 1 {pid} {pid} 0 -1 4194560 100 0 0 0 10 2 0 0 20 0 4 0 {start} 1000000 200 18446744073709551615 0 0 0 0 0 0 0 4096 0 0 0 0 17 1 0 0 0 0 0\n",
             start = 1000 + pid
         );
+        let stat = [format!("{pid} (").as_bytes(), comm, b")", fields.as_bytes()].concat();
         fs::write(dir.join("stat"), stat).unwrap();
-        fs::write(dir.join("comm"), format!("{comm}\n")).unwrap();
+        fs::write(dir.join("comm"), [comm, b"\n"].concat()).unwrap();
         fs::write(dir.join("cgroup"), cgroup).unwrap();
     }
 }
@@ -400,69 +404,78 @@ fn owner(s: &common::Series) -> Option<(&str, &str, &str)> {
     Some((l("namespace")?, l("pod")?, l("container").unwrap_or("")))
 }
 
-#[test]
-fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
-    let dir = tempfile::tempdir().unwrap();
-    let proc_root = dir.path().join("proc");
-    fake_proc(&proc_root);
-    let id = |c: char| c.to_string().repeat(64);
+/// The pods of the shared GPUs, as pod-resources lists them: GPU0 time-sliced (replica IDs
+/// `<uuid>::<n>`) between train-a and infer-b, GPU1 held by solo-c alone.
+fn shared_pod_resources() -> [PodResources; 3] {
+    [
+        pod(
+            "ml",
+            "train-a",
+            "main",
+            "nvidia.com/gpu",
+            &[&format!("{GPU0}::0")],
+        ),
+        pod(
+            "ml",
+            "infer-b",
+            "server",
+            "nvidia.com/gpu",
+            &[&format!("{GPU0}::1")],
+        ),
+        pod("ml", "solo-c", "trainer", "nvidia.com/gpu", &[GPU1]),
+    ]
+}
 
-    // pod-resources: GPU0 time-sliced (replica IDs `<uuid>::<n>`) between train-a and infer-b,
-    // GPU1 held by solo-c alone.
-    let socket = dir.path().join("kubelet.sock");
-    let train_a = pod(
-        "ml",
-        "train-a",
-        "main",
-        "nvidia.com/gpu",
-        &[&format!("{GPU0}::0")],
-    );
-    let infer_b = pod(
-        "ml",
-        "infer-b",
-        "server",
-        "nvidia.com/gpu",
-        &[&format!("{GPU0}::1")],
-    );
-    let solo_c = pod("ml", "solo-c", "trainer", "nvidia.com/gpu", &[GPU1]);
-    let pod_resources = FakeKubelet::start(&socket, vec![train_a.clone(), infer_b, solo_c.clone()]);
-    // /pods: the same pods with the UIDs and container IDs the fake cgroups name.
-    let list_a = (
-        "ml",
-        "train-a",
-        UID_A,
-        "main",
-        format!("containerd://{}", id('a')),
-    );
-    let list_b = (
-        "ml",
-        "infer-b",
-        UID_B,
-        "server",
-        format!("cri-o://{}", id('b')),
-    );
-    let list_c = (
-        "ml",
-        "solo-c",
-        UID_C,
-        "trainer",
-        format!("containerd://{}", id('c')),
-    );
-    let api = FakeKubeletApi::start(
-        "kubelet-token",
-        pod_list(&[list_a.clone(), list_b, list_c.clone()]),
-    );
-    let (ca, token) = (dir.path().join("ca.crt"), dir.path().join("token"));
+/// The same pods as `/pods` names them, with the UIDs and container IDs the fake cgroups name:
+/// (namespace, name, UID, container, runtime ID).
+fn shared_pod_list() -> [(
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    String,
+); 3] {
+    let id = |c: char| c.to_string().repeat(64);
+    [
+        (
+            "ml",
+            "train-a",
+            UID_A,
+            "main",
+            format!("containerd://{}", id('a')),
+        ),
+        (
+            "ml",
+            "infer-b",
+            UID_B,
+            "server",
+            format!("cri-o://{}", id('b')),
+        ),
+        (
+            "ml",
+            "solo-c",
+            UID_C,
+            "trainer",
+            format!("containerd://{}", id('c')),
+        ),
+    ]
+}
+
+/// The exporter with `--processes` reading `proc_root` and `--kubernetes` asking a fake kubelet
+/// (pod-resources and `/pods`) that serves the shared GPUs' pods, every 300 ms.
+fn start_with_shared_pods(
+    dir: &Path,
+    proc_root: &Path,
+    env: &[(&'static str, String)],
+) -> (Exporter, FakeKubelet, FakeKubeletApi) {
+    let socket = dir.join("kubelet.sock");
+    let pod_resources = FakeKubelet::start(&socket, shared_pod_resources().to_vec());
+    let api = FakeKubeletApi::start("kubelet-token", pod_list(&shared_pod_list()));
+    let (ca, token) = (dir.join("ca.crt"), dir.join("token"));
     fs::write(&ca, api.ca_pem()).unwrap();
     fs::write(&token, "kubelet-token\n").unwrap();
-
-    // infer-b's only process exits 15 s into the run: enough to see both pods first.
-    let env = [(
-        "NVML_SIM_SCENARIO",
-        shared_with_infer_exiting(dir.path(), 15),
-    )];
     let e = Exporter::start(
-        &env_refs(&env),
+        &env_refs(env),
         &[
             "--interval",
             "300ms",
@@ -480,6 +493,22 @@ fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
             token.to_str().unwrap(),
         ],
     );
+    (e, pod_resources, api)
+}
+
+#[test]
+fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    fake_proc(&proc_root);
+    let [train_a, _, solo_c] = shared_pod_resources();
+    let [list_a, _, list_c] = shared_pod_list();
+    // infer-b's only process exits 15 s into the run: enough to see both pods first.
+    let env = [(
+        "NVML_SIM_SCENARIO",
+        shared_with_infer_exiting(dir.path(), 15),
+    )];
+    let (e, pod_resources, api) = start_with_shared_pods(dir.path(), &proc_root, &env);
     let pod_value = |m: &Exposition, family: &str, gpu: &str, pod: &str| {
         m.value(family, &[("gpu", gpu), ("namespace", "ml"), ("pod", pod)])
     };
@@ -607,6 +636,66 @@ fn pods_sharing_a_gpu_each_get_their_own_usage_and_it_adds_up_to_the_device() {
     assert_eq!(
         m.gpu_value("nvidia_gpu_memory_used_bytes", 0, &[]),
         Some(mib(held0))
+    );
+}
+
+#[test]
+fn a_process_named_with_bytes_that_are_not_utf8_keeps_its_pod_and_its_share_of_the_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let proc_root = dir.path().join("proc");
+    // infer-b's process renames itself with bytes that are not UTF-8 (`prctl(PR_SET_NAME)`).
+    let named: Vec<(u32, Vec<u8>, String)> = processes()
+        .into_iter()
+        .map(|(pid, comm, cgroup)| {
+            let comm = match pid {
+                610101 => b"triton\xff)\xfe".to_vec(),
+                _ => comm.as_bytes().to_vec(),
+            };
+            (pid, comm, cgroup)
+        })
+        .collect();
+    write_proc(&proc_root, named);
+    let env = shared_env(&[]);
+    let (e, _pod_resources, _api) = start_with_shared_pods(dir.path(), &proc_root, &env);
+
+    let pod_value = |m: &Exposition, family: &str, pod: &str| {
+        m.value(family, &[("gpu", "0"), ("namespace", "ml"), ("pod", pod)])
+    };
+    let seconds = |m: &Exposition, pod: &str| {
+        pod_value(m, "nvidia_gpu_pod_gpu_seconds_total", pod).unwrap_or(0.0)
+    };
+    let m = e.wait_metrics(Duration::from_secs(12), "both pods of GPU0", |m| {
+        pod_value(m, "nvidia_gpu_pod_sm_utilization_ratio", "train-a").is_some()
+            && pod_value(m, "nvidia_gpu_pod_sm_utilization_ratio", "infer-b").is_some()
+    });
+    // The process is served under its name made readable, in its own container.
+    let s = m.find("nvidia_gpu_process_memory_used_bytes", &[("pid", "610101")]);
+    assert_eq!(s.len(), 1, "{}", m.text);
+    assert_eq!(s[0].labels["process_name"], "triton\u{fffd})\u{fffd}");
+    assert_eq!(owner(s[0]), Some(("ml", "infer-b", "server")));
+    // Its pod keeps its memory and SM series.
+    let held0 = 20480.0 + 4096.0 + 12288.0 + 1024.0;
+    assert_eq!(
+        pod_value(&m, "nvidia_gpu_pod_memory_used_bytes", "infer-b"),
+        Some(12288.0 * MIB)
+    );
+    let infer_sm = sim_share(0.6, 12288.0, held0);
+    let train_sm = sim_share(0.6, 20480.0, held0) + sim_share(0.6, 4096.0, held0);
+    let sm = pod_value(&m, "nvidia_gpu_pod_sm_utilization_ratio", "infer-b").unwrap();
+    assert!((sm - infer_sm).abs() < 1e-9, "{}", m.text);
+
+    // From here on, the GPU-seconds of GPU0 are split between the two pods by their SM
+    // utilization: infer-b is charged its share, not nothing while train-a gets all.
+    let (infer0, train0) = (seconds(&m, "infer-b"), seconds(&m, "train-a"));
+    let m = e.wait_metrics(Duration::from_secs(10), "two seconds of GPU0", |m| {
+        seconds(m, "infer-b") + seconds(m, "train-a") >= infer0 + train0 + 2.0
+    });
+    let infer = seconds(&m, "infer-b") - infer0;
+    let train = seconds(&m, "train-a") - train0;
+    assert!(infer > 0.0 && train > 0.0, "{}", m.text);
+    assert!(
+        infer < train,
+        "infer-b uses {infer_sm} of the SMs, train-a {train_sm}: {infer} vs {train} GPU-seconds"
     );
 }
 

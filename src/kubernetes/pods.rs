@@ -3,7 +3,9 @@
 //! A process's cgroup path gives its pod UID and container runtime ID, but the pod-resources API
 //! has no UIDs. The kubelet's own HTTPS API answers `/pods` with a v1 `PodList` of the pods it runs
 //! (the endpoint node agents use); [`parse_pod_list`] keeps only UID, namespace, name and the
-//! runtime ID → name of each container, as [`PodIdentity`]s.
+//! runtime ID → name of each container, as [`PodIdentity`]s, and of each pod's labels and
+//! annotations only the copied ones (`--kubernetes-pod-labels/-annotations`): the others are
+//! skipped unread, since a pod may carry 256 KiB of annotations no one asked for.
 //!
 //! [`PodsClient`] calls it with the service account's bearer token, re-read on every call because
 //! projected tokens rotate. The kubelet's serving certificate is verified against a CA file, or not
@@ -25,14 +27,23 @@ use http::{HeaderValue, StatusCode, Uri};
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
 use serde::Deserialize;
+use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
 
 use crate::certificates::{self, AnyCertificate};
-use crate::config::Config;
+use crate::config::{Config, read_bounded_file};
 use crate::sample::{ContainerIdentity, KubeletError, PodIdentity, PodMeta};
 
-/// The largest `/pods` answer read. A full `PodList` is a few KiB per pod; 64 MiB is far above a
-/// node at the kubelet's pod limit, and bounds what a misbehaving endpoint can make us buffer.
-pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// The largest `/pods` answer read: room for the kubelet's default 110 pods each at the API
+/// server's 256 KiB limit on annotations (27.5 MiB) and their specs, and a bound on what a
+/// misbehaving endpoint can make the exporter buffer.
+pub const MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// The longest value of a copied label or annotation, in bytes; a longer one is cut at a
+/// character boundary and ends in `…`. A label value is at most 63 bytes in Kubernetes, but an
+/// annotation can hold 256 KiB, which would land in every scrape and trip Prometheus'
+/// `label_value_length_limit`.
+pub const MAX_COPIED_VALUE_BYTES: usize = 1024;
 
 /// The error reasons of `/pods` calls, counted only when the pod list is fetched.
 pub const REASONS: &[KubeletError] = &[
@@ -126,7 +137,7 @@ impl PodsClient {
 
     async fn call(&mut self) -> Result<KubeletPods, PodsError> {
         // Read before connecting: a missing token is a configuration error, not a kubelet one.
-        let token = read_token(&self.token_file)?;
+        let token = read_token(&self.token_file).await?;
         let http = match &self.http {
             Some(http) => http.clone(),
             None => {
@@ -150,7 +161,9 @@ impl PodsClient {
         {
             return Err(self.too_large());
         }
-        let mut body = Vec::new();
+        // Reserved at the cap so that the buffer never moves (and is never held twice) while
+        // it grows: its pages become resident only as the answer fills them.
+        let mut body = Vec::with_capacity(MAX_BODY_BYTES);
         while let Some(chunk) = response.chunk().await.map_err(|e| self.unavailable(&e))? {
             if body.len() + chunk.len() > MAX_BODY_BYTES {
                 return Err(self.too_large());
@@ -363,16 +376,28 @@ fn pods_url(base: &Uri) -> Uri {
     Uri::from_parts(parts).expect("the URL with only its path changed")
 }
 
-/// The `Authorization` header from the token file.
-pub(super) fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
+/// The largest token file read: a service account's token is about 1 KiB.
+pub const MAX_TOKEN_BYTES: u64 = 64 * 1024;
+
+/// The `Authorization` header from the token file, read on a blocking thread with
+/// [`read_bounded_file`]'s bounds: a FIFO or a device such as `/dev/zero` is an error, found
+/// without waiting for a writer or reading past [`MAX_TOKEN_BYTES`], and a slow file system
+/// stalls no task of the runtime.
+pub(super) async fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
     let fail = |what: String| {
         PodsError::new(
             KubeletError::PodsAuth,
             format!("--kubelet-token-file {}: {what}", path.display()),
         )
     };
-    let token = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let token = token.trim();
+    let owned = path.to_owned();
+    let bytes = tokio::task::spawn_blocking(move || read_bounded_file(&owned, MAX_TOKEN_BYTES))
+        .await
+        .map_err(|e| fail(e.to_string()))?
+        .map_err(|e| fail(e.to_string()))?;
+    let token = std::str::from_utf8(&bytes)
+        .map_err(|_| fail("the token is not text".into()))?
+        .trim();
     if token.is_empty() {
         return Err(fail("the file is empty".into()));
     }
@@ -385,25 +410,30 @@ pub(super) fn read_token(path: &Path) -> Result<HeaderValue, PodsError> {
 // Only the fields used; serde skips the rest of each (large) pod object.
 
 #[derive(Deserialize)]
-struct V1PodList {
+struct V1PodList<'a> {
     kind: Option<String>,
-    items: Option<Vec<Pod>>,
+    #[serde(borrow)]
+    items: Option<Vec<Pod<'a>>>,
 }
 
 #[derive(Deserialize)]
-struct Pod {
-    metadata: Metadata,
+struct Pod<'a> {
+    #[serde(borrow)]
+    metadata: Metadata<'a>,
     status: Option<PodStatus>,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct Metadata {
+struct Metadata<'a> {
     uid: Option<String>,
     name: Option<String>,
     namespace: Option<String>,
-    labels: Option<BTreeMap<String, String>>,
-    annotations: Option<BTreeMap<String, String>>,
+    /// Left as the answer's text, from which [`Kept`] reads only the keys wanted.
+    #[serde(borrow)]
+    labels: Option<&'a RawValue>,
+    #[serde(borrow)]
+    annotations: Option<&'a RawValue>,
     owner_references: Option<Vec<OwnerReference>>,
 }
 
@@ -478,7 +508,7 @@ pub fn parse_pod_list_copying(
                 m.namespace.clone().unwrap_or_default(),
                 m.name.clone().unwrap_or_default(),
             );
-            let meta = meta(m, copied);
+            let meta = meta(m, copied)?;
             if meta != PodMeta::default() {
                 answer.meta.insert(key.clone(), meta);
             }
@@ -491,17 +521,27 @@ pub fn parse_pod_list_copying(
     Ok(answer)
 }
 
+/// The label that names a Deployment's ReplicaSet: `<deployment>-<pod-template-hash>`.
+const TEMPLATE_HASH: &str = "pod-template-hash";
+
 /// The controller of a pod and its copied labels and annotations.
-fn meta(m: &Metadata, copied: &[(String, bool, String)]) -> PodMeta {
+fn meta(m: &Metadata, copied: &[(String, bool, String)]) -> Result<PodMeta, serde_json::Error> {
+    let wanted = |annotation: bool| copied.iter().filter(move |c| c.1 == annotation);
+    let label_keys: Vec<&str> = wanted(false)
+        .map(|c| c.0.as_str())
+        .chain([TEMPLATE_HASH])
+        .collect();
+    let annotation_keys: Vec<&str> = wanted(true).map(|c| c.0.as_str()).collect();
+    let labels = Kept::read(m.labels, &label_keys)?;
+    let annotations = Kept::read(m.annotations, &annotation_keys)?;
     let controller = m
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.controller == Some(true))
         .map(|o| {
-            // A Deployment's ReplicaSet is named `<deployment>-<pod-template-hash>`.
-            let hash = m.labels.as_ref().and_then(|l| l.get("pod-template-hash"));
-            let deployment = hash
+            let deployment = labels
+                .get(TEMPLATE_HASH)
                 .filter(|_| o.kind == "ReplicaSet")
                 .and_then(|h| o.name.strip_suffix(h.as_str())?.strip_suffix('-'))
                 .filter(|d| !d.is_empty());
@@ -513,16 +553,73 @@ fn meta(m: &Metadata, copied: &[(String, bool, String)]) -> PodMeta {
     let labels = copied
         .iter()
         .filter_map(|(key, annotation, name)| {
-            let from = if *annotation {
-                &m.annotations
-            } else {
-                &m.labels
-            };
-            let value = from.as_ref()?.get(key)?;
-            Some((name.clone(), value.clone()))
+            let from = if *annotation { &annotations } else { &labels };
+            Some((name.clone(), cut(from.get(key)?)))
         })
         .collect();
-    PodMeta { controller, labels }
+    Ok(PodMeta { controller, labels })
+}
+
+/// `value`, or, when longer than [`MAX_COPIED_VALUE_BYTES`], its start cut at a character
+/// boundary and marked with `…` so that a reader sees it was cut (the whole within the bound).
+fn cut(value: &str) -> String {
+    if value.len() <= MAX_COPIED_VALUE_BYTES {
+        return value.to_owned();
+    }
+    let mut end = MAX_COPIED_VALUE_BYTES - '…'.len_utf8();
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &value[..end])
+}
+
+/// Reads a JSON object of strings (a pod's labels or annotations) keeping only `keys`: the other
+/// values are skipped without being decoded into memory.
+struct Kept<'k> {
+    keys: &'k [&'k str],
+}
+
+impl Kept<'_> {
+    /// The wanted entries of `object` (`None`: the pod has none).
+    fn read(
+        object: Option<&RawValue>,
+        keys: &[&str],
+    ) -> Result<BTreeMap<String, String>, serde_json::Error> {
+        match object {
+            Some(raw) if !keys.is_empty() => {
+                Kept { keys }.deserialize(&mut serde_json::Deserializer::from_str(raw.get()))
+            }
+            _ => Ok(BTreeMap::new()),
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Kept<'_> {
+    type Value = BTreeMap<String, String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Kept<'_> {
+    type Value = BTreeMap<String, String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a map of strings")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut kept = BTreeMap::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if self.keys.contains(&key.as_str()) {
+                kept.insert(key, map.next_value::<String>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(kept)
+    }
 }
 
 fn identity(pod: Pod) -> Option<PodIdentity> {
@@ -798,6 +895,65 @@ mod tests {
             3,
             "without copied keys, only pods with a controller"
         );
+    }
+
+    #[test]
+    fn copied_values_are_cut_at_a_character_boundary_and_marked() {
+        let at_limit = "a".repeat(MAX_COPIED_VALUE_BYTES);
+        assert_eq!(cut(&at_limit), at_limit);
+        let over = "a".repeat(MAX_COPIED_VALUE_BYTES + 1);
+        let c = cut(&over);
+        assert_eq!(c.len(), MAX_COPIED_VALUE_BYTES);
+        assert_eq!(c, format!("{}…", &over[..MAX_COPIED_VALUE_BYTES - 3]));
+        // Two-byte characters: 1,021 bytes would split one, so the cut is one byte earlier.
+        let wide = "é".repeat(MAX_COPIED_VALUE_BYTES);
+        let c = cut(&wide);
+        assert_eq!(c, format!("{}…", "é".repeat(510)));
+        assert!(c.len() <= MAX_COPIED_VALUE_BYTES);
+    }
+
+    #[test]
+    fn only_the_copied_keys_are_read_and_their_values_are_capped() {
+        let huge = "x".repeat(300 * 1024);
+        let list = serde_json::json!({ "kind": "PodList", "items": [
+            { "metadata": { "name": "p", "namespace": "ns", "uid": "u",
+                "labels": { "team": "vision", "other": "o", "pod-template-hash": "h" },
+                "annotations": {
+                    "example.com/note": huge,
+                    "example.com/big-json": { "nested": [1, 2, { "deep": huge }] },
+                    "example.com/owner": huge,
+                } },
+              "status": { "phase": "Running" } },
+            { "metadata": { "name": "q", "namespace": "ns", "uid": "v",
+                "labels": null, "annotations": {} },
+              "status": { "phase": "Running" } },
+        ]});
+        let copied = [
+            ("team".to_owned(), false, "label_team".to_owned()),
+            (
+                "example.com/owner".to_owned(),
+                true,
+                "annotation_example_com_owner".to_owned(),
+            ),
+        ];
+        let answer = parse_pod_list_copying(list.to_string().as_bytes(), &copied).unwrap();
+        let p = &answer.meta[&("ns".to_owned(), "p".to_owned())];
+        assert_eq!(
+            p.labels,
+            [
+                ("label_team".to_owned(), "vision".to_owned()),
+                (
+                    "annotation_example_com_owner".to_owned(),
+                    format!("{}…", &huge[..MAX_COPIED_VALUE_BYTES - 3])
+                ),
+            ]
+        );
+        assert!(!answer.meta.contains_key(&("ns".to_owned(), "q".to_owned())));
+        assert_eq!(answer.live.len(), 2);
+        // A copied key whose value is not a string makes the answer unreadable, as before.
+        let bad = serde_json::json!({ "kind": "PodList", "items": [
+            { "metadata": { "name": "p", "uid": "u", "labels": { "team": 1 } } } ]});
+        assert!(parse_pod_list_copying(bad.to_string().as_bytes(), &copied).is_err());
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl SlicesClient {
     }
 
     async fn call(&mut self) -> Result<SliceDevices, String> {
-        let token = read_token(&self.token_file).map_err(|e| e.message)?;
+        let token = read_token(&self.token_file).await.map_err(|e| e.message)?;
         let http = match &self.http {
             Some(http) => http.clone(),
             None => {

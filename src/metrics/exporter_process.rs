@@ -84,7 +84,7 @@ impl ProcessMetrics {
     pub(super) fn new() -> ProcessMetrics {
         // SAFETY: sysconf only reads configuration values.
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        let stat = fs::read_to_string("/proc/self/stat").ok();
+        let stat = fs::read("/proc/self/stat").ok();
         ProcessMetrics {
             start_time: stat
                 .as_deref()
@@ -141,7 +141,7 @@ impl ProcessMetrics {
             .as_ref()
             .and_then(|d| d.metadata().ok())
             .map(|m| m.nlink());
-        thread_count(links, || fs::read_to_string("/proc/self/stat").ok())
+        thread_count(links, || fs::read("/proc/self/stat").ok())
     }
 
     /// The number of open descriptors: the size of `/proc/self/fd` where the kernel reports it,
@@ -157,7 +157,7 @@ impl ProcessMetrics {
 
 /// Threads from the link count of the task directory when it counts them, else from a `stat`
 /// line (field 20).
-fn thread_count(task_links: Option<u64>, stat: impl FnOnce() -> Option<String>) -> Option<f64> {
+fn thread_count(task_links: Option<u64>, stat: impl FnOnce() -> Option<Vec<u8>>) -> Option<f64> {
     match task_links {
         Some(links) if links > 2 => Some((links - 2) as f64),
         _ => stat_fields(&stat()?)?.nth(17)?.parse().ok(),

@@ -3,6 +3,10 @@
 //!
 //! A pid is reused by the kernel once its process exits, so the cache key is the pair (pid, start
 //! time): a new process behind an old pid has another start time and is read anew.
+//!
+//! Every file is read as bytes: a process names itself (`prctl(PR_SET_NAME)`, no privilege
+//! needed) with any bytes, which would otherwise make its `stat` unreadable as text and hide it
+//! from attribution. Names are converted lossily.
 
 use std::collections::HashMap;
 use std::fs;
@@ -13,7 +17,8 @@ use super::cgroup::{self, ProcessCgroup};
 /// What procfs says about one process.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProcInfo {
-    /// `comm`: the executable name, at most 15 bytes. `None` when unreadable.
+    /// `comm`: the executable name, at most 15 bytes, bytes that are not UTF-8 replaced by
+    /// U+FFFD. `None` when unreadable.
     pub name: Option<String>,
     /// The pod and container from `cgroup`; `None` when the file could not be read.
     pub cgroup: Option<ProcessCgroup>,
@@ -52,13 +57,15 @@ impl ProcTable {
         let stale = self.cache.get(&pid).is_none_or(|(s, _)| *s != start);
         if stale {
             let info = ProcInfo {
-                name: fs::read_to_string(dir.join("comm"))
+                name: fs::read(dir.join("comm"))
                     .ok()
-                    .map(|s| s.trim_end_matches('\n').to_owned())
+                    .map(|b| {
+                        String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(&b)).into_owned()
+                    })
                     .filter(|s| !s.is_empty()),
-                cgroup: fs::read_to_string(dir.join("cgroup"))
+                cgroup: fs::read(dir.join("cgroup"))
                     .ok()
-                    .map(|t| cgroup::parse(&t)),
+                    .map(|b| cgroup::parse(&String::from_utf8_lossy(&b))),
             };
             self.cache.insert(pid, (start, info));
         }
@@ -84,17 +91,23 @@ impl ProcTable {
 
 /// Field 22 of `<dir>/stat` (start time in clock ticks after boot).
 fn read_start_time(dir: &Path) -> Option<u64> {
-    parse_start_time(&fs::read_to_string(dir.join("stat")).ok()?)
+    parse_start_time(&fs::read(dir.join("stat")).ok()?)
 }
 
 /// The fields of a `stat` line from field 3 (state) on. The name (field 2) is in parentheses and
-/// may itself contain spaces and parentheses, so fields are counted after the *last* `)`.
-pub fn stat_fields(stat: &str) -> Option<std::str::SplitAsciiWhitespace<'_>> {
-    Some(stat.rsplit_once(')')?.1.split_ascii_whitespace())
+/// may itself contain any bytes, parentheses and spaces included, so fields are counted after the
+/// *last* `)`; what follows it is the kernel's numbers, always ASCII.
+pub fn stat_fields(stat: &[u8]) -> Option<std::str::SplitAsciiWhitespace<'_>> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    Some(
+        std::str::from_utf8(&stat[close + 1..])
+            .ok()?
+            .split_ascii_whitespace(),
+    )
 }
 
 /// The start time in a `stat` line (field 22, the 20th of [`stat_fields`]).
-pub fn parse_start_time(stat: &str) -> Option<u64> {
+pub fn parse_start_time(stat: &[u8]) -> Option<u64> {
     stat_fields(stat)?.nth(19)?.parse().ok()
 }
 
@@ -102,18 +115,22 @@ pub fn parse_start_time(stat: &str) -> Option<u64> {
 pub(crate) mod tests {
     use super::*;
 
-    /// A `stat` line of `name` started at `start`, shaped like the kernel's.
-    pub(crate) fn stat_line(pid: u32, name: &str, start: u64) -> String {
-        format!(
-            "{pid} ({name}) S 1 {pid} {pid} 0 -1 4194560 1234 0 0 0 50 12 0 0 20 0 8 0 {start} 1234567 890 18446744073709551615 0 0 0 0 0 0 0 4096 0 0 0 0 17 3 0 0 0 0 0\n"
-        )
+    /// A `stat` line of `name` (any bytes, as the kernel writes it) started at `start`, shaped
+    /// like the kernel's.
+    pub(crate) fn stat_line(pid: u32, name: impl AsRef<[u8]>, start: u64) -> Vec<u8> {
+        let mut line = format!("{pid} (").into_bytes();
+        line.extend_from_slice(name.as_ref());
+        line.extend_from_slice(format!(
+            ") S 1 {pid} {pid} 0 -1 4194560 1234 0 0 0 50 12 0 0 20 0 8 0 {start} 1234567 890 18446744073709551615 0 0 0 0 0 0 0 4096 0 0 0 0 17 3 0 0 0 0 0\n"
+        ).as_bytes());
+        line
     }
 
-    fn write_proc(root: &Path, pid: u32, name: &str, start: u64, cgroup: &str) {
+    fn write_proc(root: &Path, pid: u32, name: impl AsRef<[u8]>, start: u64, cgroup: &str) {
         let dir = root.join(pid.to_string());
         fs::create_dir_all(&dir).unwrap();
-        fs::write(dir.join("stat"), stat_line(pid, name, start)).unwrap();
-        fs::write(dir.join("comm"), format!("{name}\n")).unwrap();
+        fs::write(dir.join("stat"), stat_line(pid, &name, start)).unwrap();
+        fs::write(dir.join("comm"), [name.as_ref(), b"\n"].concat()).unwrap();
         fs::write(dir.join("cgroup"), cgroup).unwrap();
     }
 
@@ -128,8 +145,58 @@ pub(crate) mod tests {
             Some(42),
             "a name with spaces and parentheses"
         );
-        assert_eq!(parse_start_time("7 (x) S 1 2"), None);
-        assert_eq!(parse_start_time(""), None);
+        assert_eq!(
+            parse_start_time(&stat_line(7, b"\xff) (\xfe", 43)),
+            Some(43),
+            "a name that is not UTF-8"
+        );
+        assert_eq!(parse_start_time(b"7 (x) S 1 2"), None);
+        assert_eq!(parse_start_time(b""), None);
+    }
+
+    #[test]
+    fn a_process_named_with_bytes_that_are_not_utf8_keeps_its_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "b".repeat(64);
+        write_proc(
+            dir.path(),
+            400,
+            b"evil\xff\xfe)x",
+            7,
+            &format!("0::/kubepods/pod11111111-2222-3333-4444-555555555555/{id}\n"),
+        );
+        let mut table = ProcTable::new(dir.path());
+        let info = table.lookup(400).expect("the process is visible").clone();
+        assert_eq!(info.name.as_deref(), Some("evil\u{fffd}\u{fffd})x"));
+        let cg = info.cgroup.unwrap();
+        assert_eq!(
+            cg.pod_uid.as_deref(),
+            Some("11111111-2222-3333-4444-555555555555")
+        );
+        assert_eq!(cg.container_id.as_deref(), Some(id.as_str()));
+    }
+
+    #[test]
+    fn a_cgroup_path_with_bytes_that_are_not_utf8_still_names_the_pod() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "c".repeat(64);
+        write_proc(dir.path(), 500, "python3", 9, "");
+        // A sub-cgroup the container made for itself, named with any bytes.
+        let mut cgroup =
+            format!("0::/kubepods/pod11111111-2222-3333-4444-555555555555/{id}/").into_bytes();
+        cgroup.extend_from_slice(b"w\xff\n");
+        fs::write(dir.path().join("500/cgroup"), cgroup).unwrap();
+        let cg = ProcTable::new(dir.path())
+            .lookup(500)
+            .unwrap()
+            .cgroup
+            .clone()
+            .unwrap();
+        assert_eq!(
+            cg.pod_uid.as_deref(),
+            Some("11111111-2222-3333-4444-555555555555")
+        );
+        assert_eq!(cg.container_id.as_deref(), Some(id.as_str()));
     }
 
     #[test]
