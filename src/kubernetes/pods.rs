@@ -31,7 +31,8 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::certificates::{self, AnyCertificate};
-use crate::config::{Config, read_bounded_file};
+use crate::config::Config;
+use crate::files::read_bounded_file;
 use crate::sample::{ContainerIdentity, KubeletError, PodIdentity, PodMeta};
 
 /// The largest `/pods` answer read: room for the kubelet's default 110 pods each at the API
