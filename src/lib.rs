@@ -32,6 +32,28 @@ use config::Config;
 /// within this.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
+/// The exporter's own metrics that the running parts keep (the HTTP server's connections, the
+/// routes' scrape count, the reloader's outcome), each registered in the one registry the
+/// encoder writes whole.
+struct SelfMetrics {
+    registry: prometheus::Registry,
+    connections: http::connections::ConnectionMetrics,
+    scrapes: http::ScrapeCounter,
+    reloads: reload::ReloadMetrics,
+}
+
+impl SelfMetrics {
+    fn new() -> SelfMetrics {
+        let registry = prometheus::Registry::new();
+        SelfMetrics {
+            connections: http::connections::ConnectionMetrics::new(&registry),
+            scrapes: http::ScrapeCounter::new(&registry),
+            reloads: reload::ReloadMetrics::new(&registry),
+            registry,
+        }
+    }
+}
+
 /// The encoder's settings from the configuration.
 pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
     metrics::MetricsOptions {
@@ -84,8 +106,8 @@ pub async fn run(
     let kubelet_state = config
         .kubernetes
         .then(|| kubernetes::StateHandle::new(&config));
-    let encoder = metrics::Encoder::new(metrics_options(&config));
-    let connection_metrics = encoder.connection_metrics();
+    let own = SelfMetrics::new();
+    let encoder = metrics::Encoder::new(metrics_options(&config), own.registry);
     let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
     publisher.set_job_mapping_dir(config.job_mapping_dir());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
@@ -121,6 +143,7 @@ pub async fn run(
         kubelet,
         auth: Arc::clone(&auth),
         tls: web.tls.clone(),
+        metrics: own.reloads,
     };
     let reloading = tokio::spawn(reloader.watch(reload.hangup, stop_rx.clone()));
     // The sampler stops as soon as the signal comes, while connections drain, so that the whole
@@ -133,12 +156,12 @@ pub async fn run(
             tokio::task::spawn_blocking(move || sampler.shutdown()).await
         })
     };
-    let mut app = http::router(publisher, config.interval);
+    let mut app = http::router(publisher, config.interval, own.scrapes);
     app = app.layer(axum::middleware::from_fn_with_state(
         auth,
         http::auth::require,
     ));
-    http::server::serve(listener, app, web.tls, connection_metrics, stop_rx).await;
+    http::server::serve(listener, app, web.tls, own.connections, stop_rx).await;
     sampler_stopped.await??;
     // Stops the kubelet refresh task with the reloader that owns it; a reload still running on
     // its blocking thread is abandoned with the others.
@@ -162,7 +185,8 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     if let Some(reason) = &snapshot.nvml_error {
         tracing::error!(reason = %reason, "NVML is not available");
     }
-    let encoder = metrics::Encoder::new(metrics_options(config));
+    // The same families as a running exporter's, at their first values.
+    let encoder = metrics::Encoder::new(metrics_options(config), SelfMetrics::new().registry);
     if let Some(seconds) = snapshot.tick_duration_seconds {
         encoder.observe_tick(seconds);
     }

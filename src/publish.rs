@@ -157,7 +157,7 @@ impl Publisher {
     }
 
     /// Encodes with `opts` and the kubelet state of `kubelet` from the next publish on (a
-    /// configuration reload, which then [records](Self::record_reload) its outcome).
+    /// configuration reload, which then [publishes again](Self::republish) with its outcome).
     pub fn reconfigure(&self, opts: MetricsOptions, kubelet: Option<StateHandle>) {
         self.encoder.set_options(opts);
         *self.kubelet.lock().unwrap_or_else(|e| e.into_inner()) = kubelet;
@@ -170,13 +170,6 @@ impl Publisher {
         if jobs.as_ref().map(JobReader::dir) != dir {
             *jobs = dir.map(|dir| JobReader::new(dir.to_owned()));
         }
-    }
-
-    /// Records whether a configuration reload succeeded (see [`Encoder::record_reload`]) and
-    /// encodes the last tick again, so that the outcome and any new options are served at once.
-    pub fn record_reload(&self, ok: bool) {
-        self.encoder.record_reload(ok);
-        self.republish();
     }
 
     /// The latest kubelet state, with `--kubernetes`.
@@ -196,12 +189,6 @@ impl Publisher {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
-    }
-
-    /// Counts one `/metrics` response with this HTTP status code; the count is served from the
-    /// next tick on.
-    pub fn count_scrape(&self, code: u16) {
-        self.encoder.count_scrape(code);
     }
 
     fn publish(&self, snapshot: &Arc<Snapshot>) {
@@ -257,7 +244,10 @@ mod tests {
     }
 
     fn publisher(kubelet: Option<StateHandle>) -> Arc<Publisher> {
-        Publisher::new(Encoder::new(MetricsOptions::default()), kubelet)
+        Publisher::new(
+            Encoder::new(MetricsOptions::default(), prometheus::Registry::new()),
+            kubelet,
+        )
     }
 
     #[test]

@@ -41,6 +41,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus::Gauge;
 use tokio::signal::unix::Signal;
 use tokio::sync::watch;
 
@@ -49,7 +50,11 @@ use crate::http::auth::{AuthSwitch, BasicAuth};
 use crate::http::tls::{Stamp, TlsReloader};
 use crate::http::web_config::{WebConfigError, WebConfigFile};
 use crate::kubernetes::{StateHandle, Watcher};
+use crate::metrics::catalog::{
+    self, CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL,
+};
 use crate::publish::Publisher;
+use crate::sample::unix_now;
 use crate::sampler::LiveOptions;
 
 /// How often the files' metadata is compared with the last seen. A kubelet updates a mounted
@@ -110,6 +115,47 @@ pub(crate) struct Reloader {
     pub tls: Option<Arc<TlsReloader>>,
     /// The files watched, with their stamps when last read.
     pub watched: Vec<(PathBuf, Option<Stamp>)>,
+    /// The outcome of the last reload, served by the encoder.
+    pub metrics: ReloadMetrics,
+}
+
+/// `nvml_exporter_config_last_reload_successful` and
+/// `nvml_exporter_config_last_reload_success_timestamp_seconds`, as Prometheus serves them:
+/// kept by the reloader, served by the encoder from the registry they are registered in.
+#[derive(Debug, Clone)]
+pub struct ReloadMetrics {
+    successful: Gauge,
+    success_time: Gauge,
+}
+
+impl ReloadMetrics {
+    /// The gauges registered in `registry`, saying that the configuration loaded now (they are
+    /// made right after the first load).
+    pub fn new(registry: &prometheus::Registry) -> ReloadMetrics {
+        let gauge = |name: &str| {
+            let gauge =
+                Gauge::new(name, catalog::help(name)).expect("static gauge options are valid");
+            registry
+                .register(Box::new(gauge.clone()))
+                .expect("registered once, in the exporter's registry");
+            gauge
+        };
+        let metrics = ReloadMetrics {
+            successful: gauge(CONFIG_LAST_RELOAD_SUCCESSFUL),
+            success_time: gauge(CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS),
+        };
+        metrics.record(true);
+        metrics
+    }
+
+    /// Records a reload: whether it succeeded, and on success when (now). Served from the next
+    /// encoding on.
+    pub fn record(&self, ok: bool) {
+        self.successful.set(if ok { 1.0 } else { 0.0 });
+        if ok {
+            self.success_time.set(unix_now());
+        }
+    }
 }
 
 /// Why a reload runs.
@@ -225,7 +271,8 @@ impl Reloader {
             .and_then(|new| self.apply(new))
         {
             Ok(changed) => {
-                self.publisher.record_reload(true);
+                self.metrics.record(true);
+                self.publisher.republish();
                 if changed {
                     tracing::info!(cause, "configuration reloaded");
                 } else {
@@ -233,7 +280,8 @@ impl Reloader {
                 }
             }
             Err(message) => {
-                self.publisher.record_reload(false);
+                self.metrics.record(false);
+                self.publisher.republish();
                 tracing::error!(
                     cause,
                     "configuration reload failed, the previous configuration stays in force: {message}"

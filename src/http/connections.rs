@@ -34,7 +34,11 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
-use crate::metrics::ConnectionMetrics;
+use prometheus::{IntCounterVec, IntGauge, Opts};
+
+use crate::metrics::catalog::{
+    self, CLOSE_REASONS, HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL,
+};
 
 /// Most connections served at once, whatever the open-file limit: about 16 KiB of request
 /// buffer and some TLS state each keeps the worst case well under a 128 MiB memory limit.
@@ -106,23 +110,68 @@ impl CloseReason {
         CloseReason::Error,
     ];
 
-    /// The label value.
+    /// The label value, as the catalog lists them.
     pub fn label(self) -> &'static str {
-        match self {
-            CloseReason::Completed => "completed",
-            CloseReason::IdleTimeout => "idle_timeout",
-            CloseReason::HeadTimeout => "head_timeout",
-            CloseReason::HandshakeTimeout => "handshake_timeout",
-            CloseReason::WriteTimeout => "write_timeout",
-            CloseReason::Reclaimed => "reclaimed",
-            CloseReason::RequestLimit => "request_limit",
-            CloseReason::Refused => "refused",
-            CloseReason::Error => "error",
-        }
+        CLOSE_REASONS[self as usize - 1]
     }
 
     fn from_code(code: u8) -> Option<CloseReason> {
         CloseReason::ALL.iter().copied().find(|r| *r as u8 == code)
+    }
+}
+
+/// `nvml_exporter_http_connections` and `nvml_exporter_http_connections_closed_total`: kept by
+/// the server, served by the encoder from the registry they are registered in.
+#[derive(Debug, Clone)]
+pub struct ConnectionMetrics {
+    /// Connections open now.
+    pub open: IntGauge,
+    /// Connections closed, by [`CloseReason`].
+    pub closed_by_reason: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// Counters at zero, every reason present (so that `rate()` has a first point), registered
+    /// in `registry`.
+    pub fn new(registry: &prometheus::Registry) -> ConnectionMetrics {
+        let metrics = ConnectionMetrics::unregistered();
+        for collector in [
+            Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
+            Box::new(metrics.closed_by_reason.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("registered once, in the exporter's registry");
+        }
+        metrics
+    }
+
+    /// The counters, in no registry (tests of the server alone).
+    pub fn unregistered() -> ConnectionMetrics {
+        let open = IntGauge::new(HTTP_CONNECTIONS, catalog::help(HTTP_CONNECTIONS))
+            .expect("static gauge options are valid");
+        let closed_by_reason = IntCounterVec::new(
+            Opts::new(
+                HTTP_CONNECTIONS_CLOSED_TOTAL,
+                catalog::help(HTTP_CONNECTIONS_CLOSED_TOTAL),
+            ),
+            &["reason"],
+        )
+        .expect("static counter options are valid");
+        for reason in CloseReason::ALL {
+            closed_by_reason.with_label_values(&[reason.label()]);
+        }
+        ConnectionMetrics {
+            open,
+            closed_by_reason,
+        }
+    }
+
+    /// Counts one connection closed for `reason`.
+    pub fn closed(&self, reason: CloseReason) {
+        self.closed_by_reason
+            .with_label_values(&[reason.label()])
+            .inc();
     }
 }
 
@@ -610,6 +659,15 @@ mod tests {
     const S: u64 = 1000;
 
     #[test]
+    fn every_reason_has_its_catalog_label() {
+        assert_eq!(CloseReason::ALL.len(), CLOSE_REASONS.len());
+        let labels: Vec<&str> = CloseReason::ALL.iter().map(|r| r.label()).collect();
+        assert_eq!(labels, CLOSE_REASONS);
+        assert_eq!(CloseReason::WriteTimeout.label(), "write_timeout");
+        assert_eq!(CloseReason::Error.label(), "error");
+    }
+
+    #[test]
     fn allowances_by_activity_shortened_under_pressure() {
         use Activity::*;
         assert_eq!(Head(10 * S - 1).overrun(false), None);
@@ -703,7 +761,7 @@ mod tests {
 
     #[test]
     fn past_the_high_water_mark_a_new_connection_closes_an_idle_then_the_oldest_unfinished() {
-        let metrics = ConnectionMetrics::new();
+        let metrics = ConnectionMetrics::unregistered();
         let registry = Registry::new(16, metrics.clone());
         assert_eq!((registry.cap(), registry.high_water), (16, 12));
         let conns: Vec<Tracker> = (0..12).map(|_| registry.admit(false).unwrap()).collect();
@@ -748,7 +806,7 @@ mod tests {
 
     #[test]
     fn at_the_cap_any_idle_or_unfinished_connection_makes_room() {
-        let registry = Registry::new(16, ConnectionMetrics::new());
+        let registry = Registry::new(16, ConnectionMetrics::unregistered());
         let conns: Vec<Tracker> = (0..16).map(|_| registry.admit(false).unwrap()).collect();
         assert!(conns.iter().all(|t| closing(t).is_none()));
         let _new = registry.admit(false).unwrap();
@@ -758,7 +816,7 @@ mod tests {
 
     #[test]
     fn over_the_cap_with_only_busy_connections_the_new_one_is_refused() {
-        let metrics = ConnectionMetrics::new();
+        let metrics = ConnectionMetrics::unregistered();
         let registry = Registry::new(16, metrics.clone());
         let busy: Vec<Tracker> = (0..16)
             .map(|_| {
@@ -782,7 +840,7 @@ mod tests {
 
     #[test]
     fn the_sweep_closes_what_overran_its_allowance() {
-        let metrics = ConnectionMetrics::new();
+        let metrics = ConnectionMetrics::unregistered();
         let registry = Registry::new(100, metrics.clone());
         let silent = registry.admit(false).unwrap();
         let busy = registry.admit(false).unwrap();

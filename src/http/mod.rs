@@ -28,8 +28,10 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
+use prometheus::{IntCounterVec, Opts};
 
 use crate::files::one_line;
+use crate::metrics::catalog::{self, SCRAPES_TOTAL};
 use crate::metrics::{CONTENT_TYPE, VERSION};
 use crate::publish::{Published, Publisher};
 use crate::sample::{DeviceSample, Snapshot};
@@ -40,10 +42,39 @@ pub fn readiness_max_age(interval: Duration) -> Duration {
     (interval * 3).max(Duration::from_secs(10))
 }
 
+/// `nvml_exporter_scrapes_total`: `/metrics` responses by status code, counted by the route and
+/// served by the encoder from the registry it is registered in (from the next tick on: a scrape
+/// never encodes).
+#[derive(Debug, Clone)]
+pub struct ScrapeCounter(IntCounterVec);
+
+impl ScrapeCounter {
+    /// A counter at zero, registered in `registry`; the common code, 200, shows from the start so
+    /// that `rate()` has a first point before the first scrape is counted.
+    pub fn new(registry: &prometheus::Registry) -> ScrapeCounter {
+        let counter = IntCounterVec::new(
+            Opts::new(SCRAPES_TOTAL, catalog::help(SCRAPES_TOTAL)),
+            &["code"],
+        )
+        .expect("static counter options are valid");
+        counter.with_label_values(&["200"]);
+        registry
+            .register(Box::new(counter.clone()))
+            .expect("registered once, in the exporter's registry");
+        ScrapeCounter(counter)
+    }
+
+    /// Counts one `/metrics` response with HTTP status `code`.
+    pub fn count(&self, code: u16) {
+        self.0.with_label_values(&[code.to_string()]).inc();
+    }
+}
+
 /// What the routes share.
 #[derive(Debug, Clone)]
 struct AppState {
     publisher: Arc<Publisher>,
+    scrapes: ScrapeCounter,
     /// The sampling interval, for `/readyz`.
     interval: Duration,
 }
@@ -78,11 +109,12 @@ fn readiness(
 }
 
 /// The exporter's routes, serving what `publisher` holds; `interval` is the sampling interval (for
-/// `/readyz`). Unknown paths answer 404, other methods 405, and HEAD works wherever GET does
-/// (axum's `get` serves both).
-pub fn router(publisher: Arc<Publisher>, interval: Duration) -> Router {
+/// `/readyz`); `/metrics` responses are counted in `scrapes`. Unknown paths answer 404, other
+/// methods 405, and HEAD works wherever GET does (axum's `get` serves both).
+pub fn router(publisher: Arc<Publisher>, interval: Duration, scrapes: ScrapeCounter) -> Router {
     let state = AppState {
         publisher,
+        scrapes,
         interval,
     };
     // The layer wraps the whole method router, so a 405 on /metrics is counted too.
@@ -98,7 +130,7 @@ pub fn router(publisher: Arc<Publisher>, interval: Duration) -> Router {
 
 async fn count_scrape(State(state): State<AppState>, req: Request, next: Next) -> Response {
     let response = next.run(req).await;
-    state.publisher.count_scrape(response.status().as_u16());
+    state.scrapes.count(response.status().as_u16());
     response
 }
 
@@ -244,8 +276,28 @@ mod tests {
             .as_secs_f64()
     }
 
-    fn state() -> Arc<Publisher> {
-        Publisher::new(Encoder::new(MetricsOptions::default()), None)
+    /// A publisher and the routes' scrape counter, in one registry as `lib.rs` wires them.
+    #[derive(Clone)]
+    struct Site {
+        publisher: Arc<Publisher>,
+        scrapes: ScrapeCounter,
+    }
+
+    impl std::ops::Deref for Site {
+        type Target = Publisher;
+        fn deref(&self) -> &Publisher {
+            &self.publisher
+        }
+    }
+
+    fn state() -> Site {
+        let registry = prometheus::Registry::new();
+        let scrapes = ScrapeCounter::new(&registry);
+        let encoder = Encoder::new(MetricsOptions::default(), registry);
+        Site {
+            publisher: Publisher::new(encoder, None),
+            scrapes,
+        }
     }
 
     fn healthy_snapshot(last_tick: f64) -> Snapshot {
@@ -270,7 +322,7 @@ mod tests {
 
     /// Serves `state` on an ephemeral port from a runtime on its own thread; returns the base URL.
     /// The listener is bound before returning, so requests never race the server's start.
-    fn serve(state: Arc<Publisher>) -> String {
+    fn serve(state: Site) -> String {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.set_nonblocking(true).unwrap();
         let addr = listener.local_addr().unwrap();
@@ -281,7 +333,7 @@ mod tests {
                 .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                axum::serve(listener, router(state, INTERVAL))
+                axum::serve(listener, router(state.publisher, INTERVAL, state.scrapes))
                     .await
                     .unwrap();
             });

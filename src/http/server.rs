@@ -42,9 +42,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tower::ServiceExt;
 
-use super::connections::{self, CloseReason, Conn, Registry, Tracked, Tracker};
+use super::connections::{self, CloseReason, Conn, ConnectionMetrics, Registry, Tracked, Tracker};
 use super::tls::TlsReloader;
-use crate::metrics::ConnectionMetrics;
 
 /// Time a client gets to send a whole request head, to finish a TLS handshake, and to send its
 /// next request on a kept-alive connection ([`connections::ALLOWANCE`]; shorter under pressure).

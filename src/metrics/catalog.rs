@@ -16,7 +16,6 @@ use crate::sample::{
 
 use super::samples::Samples;
 use crate::groups::Group;
-use crate::http::connections::CloseReason;
 use crate::processes::ProcessField;
 use MetricKind::{Counter, Gauge};
 
@@ -222,6 +221,12 @@ fn values_of<T: Copy>(all: &[T], label: fn(T) -> &'static str) -> Vec<&'static s
     all.iter().map(|v| label(*v)).collect()
 }
 
+/// The help text of the catalog row `name`, so that the metrics kept in a `prometheus` registry
+/// share the catalog's wording; empty for a name not in the catalog.
+pub fn help(name: &str) -> &'static str {
+    find(name).map_or("", |d| d.help)
+}
+
 impl MetricDef {
     /// All label names of a series, identity labels first.
     pub fn all_labels(&self) -> Vec<&'static str> {
@@ -251,19 +256,30 @@ pub const PROCESS_LABELS: &[&str] = &["pid", "process_name"];
 
 /// Name of the tick-duration histogram (kept by the encoder's registry).
 pub const SAMPLE_DURATION_SECONDS: &str = "nvml_exporter_sample_duration_seconds";
-/// Name of the scrape counter (incremented by the HTTP layer, kept by the encoder's registry).
+/// Name of the scrape counter (kept by the HTTP routes in the exporter's registry).
 pub const SCRAPES_TOTAL: &str = "nvml_exporter_scrapes_total";
-/// Name of the open-connections gauge (updated by the HTTP server, kept by the encoder's
-/// registry).
+/// Name of the open-connections gauge (kept by the HTTP server in the exporter's registry).
 pub const HTTP_CONNECTIONS: &str = "nvml_exporter_http_connections";
-/// Name of the closed-connections counter (updated by the HTTP server, kept by the encoder's
-/// registry).
+/// Name of the closed-connections counter (kept by the HTTP server in the exporter's registry).
 pub const HTTP_CONNECTIONS_CLOSED_TOTAL: &str = "nvml_exporter_http_connections_closed_total";
+/// The `reason` values of [`HTTP_CONNECTIONS_CLOSED_TOTAL`], in the order of the server's
+/// `http::connections::CloseReason`, which takes its labels from here.
+pub const CLOSE_REASONS: &[&str] = &[
+    "completed",
+    "idle_timeout",
+    "head_timeout",
+    "handshake_timeout",
+    "write_timeout",
+    "reclaimed",
+    "request_limit",
+    "refused",
+    "error",
+];
 /// Name of the gauge saying whether the last configuration reload succeeded (kept by the
-/// encoder's registry).
+/// reloader in the exporter's registry).
 pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "nvml_exporter_config_last_reload_successful";
 /// Name of the gauge holding when the configuration last loaded successfully (kept by the
-/// encoder's registry).
+/// reloader in the exporter's registry).
 pub const CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: &str =
     "nvml_exporter_config_last_reload_success_timestamp_seconds";
 /// Name of the gauge of series served per collector group (kept by the encoder's registry).
@@ -1696,7 +1712,7 @@ pub static CATALOG: &[MetricDef] = &[
         kind: MetricKind::Counter,
         unit: "",
         labels: &["reason"],
-        closed_labels: &[("reason", || values_of(CloseReason::ALL, CloseReason::label))],
+        closed_labels: &[("reason", || CLOSE_REASONS.to_vec())],
         dcgm: &[],
         source: Source::Registry,
     },

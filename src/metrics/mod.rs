@@ -7,8 +7,10 @@
 //! catalog order, one writer per source (`write.rs`), every line through one function
 //! (`text::line`); then the exporter's own
 //! `process_*` families (`exporter_process.rs`, Linux) and, with `--dcgm-compat`, dcgm-exporter's
-//! names of the same views ([`dcgm`]). The tick-duration histogram and the scrape counter are
-//! kept by a `prometheus` registry and written where the catalog places them.
+//! names of the same views ([`dcgm`]). The exporter's counters and gauges that other parts keep
+//! (the HTTP server's connections and scrapes, the reloader's outcome) and the encoder's own
+//! (tick durations, series per group) are in one `prometheus` registry, wired in `lib.rs`, and
+//! written where the catalog places them.
 //!
 //! Rules the encoder enforces: a reading that is `None` (or an empty list) produces no series;
 //! a device with `up == false` keeps only `nvidia_gpu_info`, `nvidia_gpu_up 0` (and its
@@ -30,22 +32,14 @@ mod write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use prometheus::{
-    Gauge, Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
-};
+use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 use crate::config::DcgmCompat;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
-use crate::sample::unix_now;
-use catalog::{
-    CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL, EXPOSITION_BYTES,
-    HTTP_CONNECTIONS, HTTP_CONNECTIONS_CLOSED_TOTAL, SAMPLE_DURATION_SECONDS, SCRAPES_TOTAL,
-    SERIES, SERIES_DROPPED_TOTAL,
-};
+use catalog::{EXPOSITION_BYTES, SAMPLE_DURATION_SECONDS, SERIES, SERIES_DROPPED_TOTAL};
 
 use crate::groups::{DROP_ORDER, GROUPS, Group, Groups};
-use crate::http::connections::CloseReason;
 use resolve::DeviceView;
 
 pub use catalog::{REVISION, RUSTC, VERSION};
@@ -101,22 +95,14 @@ impl Default for MetricsOptions {
 }
 
 /// Turns snapshots into expositions; keeps the state that outlives one snapshot: the tick-duration
-/// histogram, the scrape counter and the configuration reload gauges (in a `prometheus` registry)
-/// and the open files the `process_*` metrics are read from. Its options can be
+/// histogram and the series counts (in the exporter's `prometheus` registry, which it writes
+/// whole) and the open files the `process_*` metrics are read from. Its options can be
 /// [replaced](Encoder::set_options) by a configuration reload; the counters carry on.
 #[derive(Debug)]
 pub struct Encoder {
     opts: RwLock<Arc<MetricsOptions>>,
     registry: Registry,
     sample_duration: Histogram,
-    /// `/metrics` responses by status code.
-    scrapes: IntCounterVec,
-    /// The HTTP server's connections, open and closed.
-    connections: ConnectionMetrics,
-    /// Whether the last configuration reload succeeded (1 from the start: the first load did).
-    reload_successful: Gauge,
-    /// When the configuration last loaded successfully, Unix seconds.
-    reload_success_time: Gauge,
     /// Series of the GPU families served per group in the last exposition.
     series: IntGaugeVec,
     /// Series `--max-series` left out, per group.
@@ -133,61 +119,39 @@ pub struct Encoder {
 }
 
 impl Encoder {
-    /// An encoder with its own registry: tick-duration histogram and scrape counter.
-    pub fn new(opts: MetricsOptions) -> Encoder {
-        let registry = Registry::new();
+    /// An encoder that registers its own metrics in `registry` and writes everything in it.
+    pub fn new(opts: MetricsOptions, registry: Registry) -> Encoder {
         let sample_duration = Histogram::with_opts(
-            HistogramOpts::new(SAMPLE_DURATION_SECONDS, help_of(SAMPLE_DURATION_SECONDS))
-                .buckets(SAMPLE_DURATION_BUCKETS.to_vec()),
+            HistogramOpts::new(
+                SAMPLE_DURATION_SECONDS,
+                catalog::help(SAMPLE_DURATION_SECONDS),
+            )
+            .buckets(SAMPLE_DURATION_BUCKETS.to_vec()),
         )
         .expect("static histogram options are valid");
-        let scrapes =
-            IntCounterVec::new(Opts::new(SCRAPES_TOTAL, help_of(SCRAPES_TOTAL)), &["code"])
-                .expect("static counter options are valid");
-        // The common case shows at 0 from the start, so rate() has a first point before the
-        // first scrape is counted.
-        scrapes.with_label_values(&["200"]);
-        let series = IntGaugeVec::new(Opts::new(SERIES, help_of(SERIES)), &["group"])
+        let series = IntGaugeVec::new(Opts::new(SERIES, catalog::help(SERIES)), &["group"])
             .expect("static gauge options are valid");
         let series_dropped = IntCounterVec::new(
-            Opts::new(SERIES_DROPPED_TOTAL, help_of(SERIES_DROPPED_TOTAL)),
+            Opts::new(SERIES_DROPPED_TOTAL, catalog::help(SERIES_DROPPED_TOTAL)),
             &["group"],
         )
         .expect("static counter options are valid");
-        let exposition_bytes = IntGauge::new(EXPOSITION_BYTES, help_of(EXPOSITION_BYTES))
+        let exposition_bytes = IntGauge::new(EXPOSITION_BYTES, catalog::help(EXPOSITION_BYTES))
             .expect("static gauge options are valid");
-        let connections = ConnectionMetrics::new();
-        let gauge = |name: &str| {
-            let gauge = Gauge::new(name, help_of(name)).expect("static gauge options are valid");
-            registry
-                .register(Box::new(gauge.clone()))
-                .expect("fresh registry");
-            gauge
-        };
-        let reload_successful = gauge(CONFIG_LAST_RELOAD_SUCCESSFUL);
-        let reload_success_time = gauge(CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS);
-        // The encoder is made right after the configuration loaded.
-        reload_successful.set(1.0);
-        reload_success_time.set(unix_now());
-        // Registration only fails on a duplicate name, and this registry is fresh.
+        // Registration only fails on a duplicate name: each is registered once.
         for collector in [
             Box::new(sample_duration.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(scrapes.clone()),
-            Box::new(connections.open.clone()),
-            Box::new(connections.closed_by_reason.clone()),
             Box::new(series.clone()),
             Box::new(series_dropped.clone()),
         ] {
-            registry.register(collector).expect("fresh registry");
+            registry
+                .register(collector)
+                .expect("registered once, in the exporter's registry");
         }
         Encoder {
             opts: RwLock::new(Arc::new(opts)),
             registry,
             sample_duration,
-            scrapes,
-            connections,
-            reload_successful,
-            reload_success_time,
             series,
             series_dropped,
             exposition_bytes,
@@ -207,27 +171,6 @@ impl Encoder {
     /// Encodes with `opts` from the next encoding on (a configuration reload).
     pub fn set_options(&self, opts: MetricsOptions) {
         *self.opts.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(opts);
-    }
-
-    /// Records a configuration reload: `nvml_exporter_config_last_reload_successful`, and on
-    /// success `nvml_exporter_config_last_reload_success_timestamp_seconds` (now). Served from the
-    /// next encoding on.
-    pub fn record_reload(&self, ok: bool) {
-        self.reload_successful.set(if ok { 1.0 } else { 0.0 });
-        if ok {
-            self.reload_success_time.set(unix_now());
-        }
-    }
-
-    /// Counts one `/metrics` response with this HTTP status code; the count appears in
-    /// `nvml_exporter_scrapes_total` from the next encoding on (a scrape never encodes).
-    pub fn count_scrape(&self, code: u16) {
-        self.scrapes.with_label_values(&[code.to_string()]).inc();
-    }
-
-    /// The HTTP server's connection counters, served from the next encoding on.
-    pub fn connection_metrics(&self) -> ConnectionMetrics {
-        self.connections.clone()
     }
 
     /// Counts one sampling tick of `seconds` in `nvml_exporter_sample_duration_seconds`: once per
@@ -332,58 +275,6 @@ impl Encoder {
         }
         dropped
     }
-}
-
-/// `nvml_exporter_http_connections` and `nvml_exporter_http_connections_closed_total`: updated
-/// by the HTTP server, served by the encoder that registered them.
-#[derive(Debug, Clone)]
-pub struct ConnectionMetrics {
-    /// Connections open now.
-    pub open: IntGauge,
-    /// Connections closed, by [`CloseReason`].
-    pub closed_by_reason: IntCounterVec,
-}
-
-impl ConnectionMetrics {
-    /// Counters at zero, every reason present (so that `rate()` has a first point), not yet
-    /// registered anywhere.
-    pub fn new() -> ConnectionMetrics {
-        let open = IntGauge::new(HTTP_CONNECTIONS, help_of(HTTP_CONNECTIONS))
-            .expect("static gauge options are valid");
-        let closed_by_reason = IntCounterVec::new(
-            Opts::new(
-                HTTP_CONNECTIONS_CLOSED_TOTAL,
-                help_of(HTTP_CONNECTIONS_CLOSED_TOTAL),
-            ),
-            &["reason"],
-        )
-        .expect("static counter options are valid");
-        for reason in CloseReason::ALL {
-            closed_by_reason.with_label_values(&[reason.label()]);
-        }
-        ConnectionMetrics {
-            open,
-            closed_by_reason,
-        }
-    }
-
-    /// Counts one connection closed for `reason`.
-    pub fn closed(&self, reason: CloseReason) {
-        self.closed_by_reason
-            .with_label_values(&[reason.label()])
-            .inc();
-    }
-}
-
-impl Default for ConnectionMetrics {
-    fn default() -> Self {
-        ConnectionMetrics::new()
-    }
-}
-
-/// Help text of a catalog row, so registry-kept metrics share the catalog's wording.
-fn help_of(name: &str) -> &'static str {
-    catalog::find(name).map_or("", |d| d.help)
 }
 
 #[cfg(test)]

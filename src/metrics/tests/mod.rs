@@ -352,9 +352,10 @@ fn encode(snap: &Snapshot) -> String {
     encode_with(MetricsOptions::default(), snap)
 }
 
-/// The exposition of `snap` as published after one tick (the tick counted, then encoded).
+/// The exposition of `snap` as published after one tick (the tick counted, then encoded), with
+/// the exporter's own metrics that the other parts keep registered as `lib.rs` wires them.
 fn encode_with(opts: MetricsOptions, snap: &Snapshot) -> String {
-    let encoder = Encoder::new(opts);
+    let encoder = Encoder::new(opts, crate::SelfMetrics::new().registry);
     if let Some(seconds) = snap.tick_duration_seconds {
         encoder.observe_tick(seconds);
     }

@@ -144,7 +144,7 @@ fn process_series_are_capped_per_gpu_but_pod_sums_count_all() {
 
 #[test]
 fn an_exited_process_leaves_no_series_behind() {
-    let enc = Encoder::new(MetricsOptions::default());
+    let enc = Encoder::new(MetricsOptions::default(), prometheus::Registry::new());
     let mut snap = shared_gpu_snapshot();
     let text = String::from_utf8(enc.encode(&snap)).unwrap();
     assert!(text.contains(r#"pid="400""#));

@@ -41,7 +41,7 @@ fn an_empty_snapshot_says_nvml_is_down_and_has_no_timestamp() {
 
 #[test]
 fn each_observed_tick_is_counted_in_the_duration_histogram() {
-    let enc = Encoder::new(MetricsOptions::default());
+    let enc = Encoder::new(MetricsOptions::default(), prometheus::Registry::new());
     let snap = snapshot(vec![]);
     enc.observe_tick(0.012);
     enc.encode(&snap);
@@ -79,16 +79,18 @@ fn each_observed_tick_is_counted_in_the_duration_histogram() {
 
 #[test]
 fn scrapes_appear_in_the_next_encoding() {
-    let enc = Encoder::new(MetricsOptions::default());
+    let registry = prometheus::Registry::new();
+    let scrapes = crate::http::ScrapeCounter::new(&registry);
+    let enc = Encoder::new(MetricsOptions::default(), registry);
     let snap = snapshot(vec![]);
     let before = String::from_utf8(enc.encode(&snap)).unwrap();
     assert_eq!(
         value(&before, r#"nvml_exporter_scrapes_total{code="200"}"#),
         Some(0.0)
     );
-    enc.count_scrape(200);
-    enc.count_scrape(200);
-    enc.count_scrape(405);
+    scrapes.count(200);
+    scrapes.count(200);
+    scrapes.count(405);
     let after = String::from_utf8(enc.encode(&snap)).unwrap();
     assert_eq!(
         value(&after, r#"nvml_exporter_scrapes_total{code="200"}"#),
@@ -102,8 +104,10 @@ fn scrapes_appear_in_the_next_encoding() {
 
 #[test]
 fn connections_open_and_closed_by_reason_appear_in_the_next_encoding() {
-    use crate::http::connections::CloseReason;
-    let enc = Encoder::new(MetricsOptions::default());
+    use crate::http::connections::{CloseReason, ConnectionMetrics};
+    let registry = prometheus::Registry::new();
+    let connections = ConnectionMetrics::new(&registry);
+    let enc = Encoder::new(MetricsOptions::default(), registry);
     let snap = snapshot(vec![]);
     let before = String::from_utf8(enc.encode(&snap)).unwrap();
     assert_eq!(value(&before, "nvml_exporter_http_connections"), Some(0.0));
@@ -114,7 +118,6 @@ fn connections_open_and_closed_by_reason_appear_in_the_next_encoding() {
         );
         assert_eq!(value(&before, &series), Some(0.0), "{series}");
     }
-    let connections = enc.connection_metrics();
     connections.open.inc();
     connections.open.inc();
     connections.closed(CloseReason::WriteTimeout);
@@ -134,7 +137,7 @@ fn max_series_leaves_out_the_most_detailed_groups_first_and_counts_them() {
     use crate::groups::Groups;
     // Two GPUs with 18 links each: per link is the bulk.
     let snap = snapshot(vec![full_device(0), full_device(1)]);
-    let all = Encoder::new(MetricsOptions::default());
+    let all = Encoder::new(MetricsOptions::default(), prometheus::Registry::new());
     let full = String::from_utf8(all.encode(&snap)).unwrap();
     let served = |text: &str, group: &str| -> f64 {
         let prefix = format!("nvml_exporter_series{{group=\"{group}\"}} ");
@@ -168,10 +171,13 @@ fn max_series_leaves_out_the_most_detailed_groups_first_and_counts_them() {
 
     // Room for all but the per-link series and the groups dropped before them.
     let max = total - links - before;
-    let enc = Encoder::new(MetricsOptions {
-        max_series: Some(max),
-        ..MetricsOptions::default()
-    });
+    let enc = Encoder::new(
+        MetricsOptions {
+            max_series: Some(max),
+            ..MetricsOptions::default()
+        },
+        prometheus::Registry::new(),
+    );
     for round in 1..=2 {
         let text = String::from_utf8(enc.encode(&snap)).unwrap();
         assert!(gpu_series(&text) <= max);
@@ -193,10 +199,13 @@ fn max_series_leaves_out_the_most_detailed_groups_first_and_counts_them() {
     }
     // A limit below the identity series leaves every other group out, never identity, up and
     // the pod assignment (the core group).
-    let enc = Encoder::new(MetricsOptions {
-        max_series: Some(1),
-        ..MetricsOptions::default()
-    });
+    let enc = Encoder::new(
+        MetricsOptions {
+            max_series: Some(1),
+            ..MetricsOptions::default()
+        },
+        prometheus::Registry::new(),
+    );
     let text = String::from_utf8(enc.encode(&snap)).unwrap();
     let gpu_families: std::collections::BTreeSet<&str> = text
         .lines()
@@ -212,7 +221,7 @@ fn max_series_leaves_out_the_most_detailed_groups_first_and_counts_them() {
 
 #[test]
 fn exposition_bytes_is_the_previous_exposition_size() {
-    let enc = Encoder::new(MetricsOptions::default());
+    let enc = Encoder::new(MetricsOptions::default(), prometheus::Registry::new());
     let snap = snapshot(vec![full_device(0)]);
     let first = enc.encode(&snap);
     assert!(!String::from_utf8_lossy(&first).contains("nvml_exporter_exposition_bytes"));
@@ -240,11 +249,14 @@ fn max_series_counts_and_leaves_out_dcgm_exporter_names_too() {
     use crate::groups::{DROP_ORDER, Group};
     let snap = snapshot(vec![full_device(0), full_device(1)]);
     let with = |dcgm_compat, max_series| {
-        let enc = Encoder::new(MetricsOptions {
-            dcgm_compat,
-            max_series,
-            ..MetricsOptions::default()
-        });
+        let enc = Encoder::new(
+            MetricsOptions {
+                dcgm_compat,
+                max_series,
+                ..MetricsOptions::default()
+            },
+            prometheus::Registry::new(),
+        );
         String::from_utf8(enc.encode(&snap)).unwrap()
     };
     let gpu_series = |text: &str| {
@@ -306,16 +318,19 @@ fn max_series_never_encodes_the_series_it_leaves_out() {
         })
         .collect();
     snap.jobs = Some(state);
-    let all = Encoder::new(MetricsOptions::default()).encode(&snap);
+    let all = Encoder::new(MetricsOptions::default(), prometheus::Registry::new()).encode(&snap);
     let job_series = String::from_utf8_lossy(&all)
         .lines()
         .filter(|l| l.starts_with("nvidia_gpu_job_info{"))
         .count();
     assert_eq!(job_series, 100_000);
-    let enc = Encoder::new(MetricsOptions {
-        max_series: Some(1_000),
-        ..MetricsOptions::default()
-    });
+    let enc = Encoder::new(
+        MetricsOptions {
+            max_series: Some(1_000),
+            ..MetricsOptions::default()
+        },
+        prometheus::Registry::new(),
+    );
     let out = enc.encode(&snap);
     let text = String::from_utf8_lossy(&out);
     assert!(!text.contains("nvidia_gpu_job_info"));
