@@ -30,6 +30,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::files::{one_line, read_small_file};
 use crate::groups::{Group, Groups, valid_names};
+use crate::metrics::dcgm::DcgmCompat;
 
 /// The NVML library loaded when neither `--nvml-lib` nor `--demo` is given. Containers get only the
 /// versioned soname from the NVIDIA container toolkit, so the unversioned name would not be found.
@@ -459,14 +460,7 @@ impl Config {
     /// The collector groups whose native families are served: the defaults (none with
     /// `--collector.disable-defaults`), then each group switched by name.
     pub fn groups(&self) -> Groups {
-        self.collectors.groups(false)
-    }
-
-    /// The collector groups sampled: [`Config::groups`] and, with `--dcgm-compat`, every group
-    /// dcgm-exporter's fields come from unless switched off by name, so that the DCGM fields are
-    /// served whatever the native defaults.
-    pub fn sampled_groups(&self) -> Groups {
-        self.collectors.groups(self.dcgm_compat != DcgmCompat::Off)
+        self.collectors.groups(Groups::none())
     }
 
     /// Whether an assigned GPU's series carry namespace, pod and container labels.
@@ -720,17 +714,14 @@ fn switch_ids() -> &'static [SwitchIds] {
 }
 
 impl Collectors {
-    /// The groups on: the defaults (none with `disable_defaults`), plus dcgm-exporter's groups
-    /// when `dcgm_compat`, then the switches.
-    pub fn groups(&self, dcgm_compat: bool) -> Groups {
+    /// The groups on: the defaults (none with `disable_defaults`) and `also`, then the switches.
+    pub fn groups(&self, also: Groups) -> Groups {
         let mut groups = if self.disable_defaults {
             Groups::none()
         } else {
             Groups::defaults()
-        };
-        if dcgm_compat {
-            groups = groups.union(crate::metrics::dcgm::groups());
         }
+        .union(also);
         for (group, on) in &self.switched {
             groups = if *on {
                 groups.with(*group)
@@ -901,20 +892,6 @@ impl<'de> Deserialize<'de> for Collectors {
         }
         Ok(c)
     }
-}
-
-/// `--dcgm-compat`: serve dcgm-exporter's metric names, units and labels (see
-/// docs/migrating-from-dcgm-exporter.md).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DcgmCompat {
-    /// Native names only.
-    #[default]
-    Off,
-    /// dcgm-exporter's names only (the exporter's own self-metrics stay).
-    Dcgm,
-    /// Native names first, then dcgm-exporter's.
-    Both,
 }
 
 /// Where the NVML library comes from.
@@ -1400,7 +1377,7 @@ mod tests {
         // --dcgm-compat samples what dcgm-exporter's fields come from, unless turned off by name;
         // the native families served stay those of the groups on.
         let c = load_args(&["--dcgm-compat=both"]).unwrap();
-        let sampled = c.sampled_groups();
+        let sampled = crate::sampler_options(&c).groups;
         assert!(sampled.contains(Group::Clocks) && sampled.contains(Group::ClockEvents));
         assert!(
             !sampled.contains(Group::NvlinkLinks),
@@ -1408,8 +1385,9 @@ mod tests {
         );
         assert_eq!(c.groups(), Groups::defaults());
         let c = load_args(&["--dcgm-compat", "--no-collector.clocks"]).unwrap();
-        assert!(!c.sampled_groups().contains(Group::Clocks));
-        assert_eq!(load_args(&[]).unwrap().sampled_groups(), Groups::defaults());
+        assert!(!crate::sampler_options(&c).groups.contains(Group::Clocks));
+        let c = load_args(&[]).unwrap();
+        assert_eq!(crate::sampler_options(&c).groups, Groups::defaults());
         let c = load_args(&["--collector.memory=false"]).unwrap();
         assert!(!c.groups().contains(Group::Memory));
         let f = file("collector.disable-defaults = true\ncollector.power = true\n");

@@ -62,7 +62,7 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
         processes: config.processes,
         dcgm_compat: config.dcgm_compat,
         // Only the dcgm-exporter series carry it; asking the environment once is enough.
-        hostname: if config.dcgm_compat == config::DcgmCompat::Off {
+        hostname: if config.dcgm_compat == metrics::dcgm::DcgmCompat::Off {
             String::new()
         } else {
             metrics::dcgm::hostname()
@@ -80,7 +80,12 @@ pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
         device_timeout: config.device_timeout(),
         stale_grace: config.stale_grace(),
         processes: config.processes.then(|| config.host_proc.clone()),
-        groups: config.sampled_groups(),
+        // With --dcgm-compat every group dcgm-exporter's fields come from is sampled, unless
+        // switched off by name, so that its fields are served whatever the native defaults.
+        groups: config.collectors.groups(match config.dcgm_compat {
+            metrics::dcgm::DcgmCompat::Off => groups::Groups::none(),
+            _ => metrics::dcgm::groups(),
+        }),
         idle_threshold: config.idle_threshold,
     }
 }

@@ -20,6 +20,9 @@
 //! Like dcgm-exporter, a GPU that is lost (`up == false`) has no series at all, and a reading the
 //! GPU does not support is absent.
 
+use clap::ValueEnum;
+use serde::Deserialize;
+
 use crate::sample::{ContainerRef, DeviceSample, Snapshot};
 
 use super::catalog::{CATALOG, Combine, Dcgm, MetricDef, Source};
@@ -28,6 +31,20 @@ use super::samples::Samples;
 use super::text::{self, Text};
 use super::write::PerGroup;
 use crate::groups::{GROUPS, Groups};
+
+/// `--dcgm-compat`: serve dcgm-exporter's metric names, units and labels (see
+/// docs/migrating-from-dcgm-exporter.md).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcgmCompat {
+    /// Native names only.
+    #[default]
+    Off,
+    /// dcgm-exporter's names only (the exporter's own self-metrics stay).
+    Dcgm,
+    /// Native names first, then dcgm-exporter's.
+    Both,
+}
 
 /// Where `GPU_I_PROFILE`, `GPU_I_ID` go in a GPU instance's labels: after `modelName`.
 pub const MIG_LABELS_AT: usize = 5;

@@ -34,10 +34,10 @@ use std::sync::{Arc, RwLock};
 
 use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
-use crate::config::DcgmCompat;
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
 use catalog::{EXPOSITION_BYTES, SAMPLE_DURATION_SECONDS, SERIES, SERIES_DROPPED_TOTAL};
+use dcgm::DcgmCompat;
 
 use crate::groups::{DROP_ORDER, GROUPS, Group, Groups};
 use resolve::DeviceView;

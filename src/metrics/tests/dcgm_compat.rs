@@ -1,7 +1,7 @@
 //! `--dcgm-compat`: the dcgm-exporter families of the same snapshot.
 
 use super::*;
-use crate::config::DcgmCompat;
+use crate::metrics::dcgm::DcgmCompat;
 
 fn encode_mode(mode: DcgmCompat, hostname: &str, snap: &Snapshot) -> String {
     encode_with(

@@ -245,8 +245,8 @@ fn dropped_total(text: &str) -> f64 {
 
 #[test]
 fn max_series_counts_and_leaves_out_dcgm_exporter_names_too() {
-    use crate::config::DcgmCompat;
     use crate::groups::{DROP_ORDER, Group};
+    use crate::metrics::dcgm::DcgmCompat;
     let snap = snapshot(vec![full_device(0), full_device(1)]);
     let with = |dcgm_compat, max_series| {
         let enc = Encoder::new(
