@@ -46,9 +46,10 @@ use tokio::signal::unix::Signal;
 use tokio::sync::watch;
 
 use crate::config::{self, Config, ConfigError};
-use crate::http::auth::{AuthSwitch, BasicAuth};
+use crate::http::auth::AuthSwitch;
+use crate::http::settings::{build_auth, build_tls};
 use crate::http::tls::{Stamp, TlsReloader};
-use crate::http::web_config::{WebConfigError, WebConfigFile};
+use crate::http::web_config::WebConfigFile;
 use crate::kubernetes::{StateHandle, Watcher};
 use crate::metrics::catalog::{
     self, CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL,
@@ -310,29 +311,15 @@ impl Reloader {
         // Everything that can fail, before anything is applied.
         let tls = match (&self.tls, &web.tls) {
             (Some(_), Some(settings)) if self.web.tls.as_ref() != Some(settings) => {
-                Some(TlsReloader::new(settings.clone()).map_err(|error| {
-                    WebConfigError::Tls {
-                        path: web_path.clone(),
-                        error: Box::new(error),
-                    }
-                    .to_string()
-                })?)
+                Some(build_tls(&web_path, settings.clone()).map_err(|e| e.to_string())?)
             }
             _ => None,
         };
         // Turning basic auth off was refused above: a change names users.
         let auth = match &web.basic_auth_users {
-            Some(users) if web.basic_auth_users != self.web.basic_auth_users => Some(
-                BasicAuth::new(users.clone())
-                    .map(Arc::new)
-                    .map_err(|error| {
-                        WebConfigError::Auth {
-                            path: web_path.clone(),
-                            error,
-                        }
-                        .to_string()
-                    })?,
-            ),
+            Some(users) if web.basic_auth_users != self.web.basic_auth_users => Some(Arc::new(
+                build_auth(&web_path, users.clone()).map_err(|e| e.to_string())?,
+            )),
             _ => None,
         };
 

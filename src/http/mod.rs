@@ -1,7 +1,8 @@
 //! The HTTP side: serves what the sampler last published, never touching NVML or encoding.
 //!
 //! [`web_config`] reads the `--web-config` file (TLS, client certificates, basic auth, in the
-//! Prometheus exporter-toolkit format), [`tls`] builds and rebuilds the rustls configuration,
+//! Prometheus exporter-toolkit format), [`settings`] makes what it names ready to serve,
+//! [`tls`] builds and rebuilds the rustls configuration,
 //! [`auth`] checks basic-auth credentials, [`server`] runs the accept loop with its bounds and
 //! [`connections`] keeps every connection within its allowances.
 //!
@@ -13,10 +14,11 @@
 pub mod auth;
 pub mod connections;
 pub mod server;
+pub mod settings;
 pub mod tls;
 pub mod web_config;
 
-pub use web_config::WebSettings;
+pub use settings::WebSettings;
 
 use std::fmt::Write;
 use std::sync::Arc;

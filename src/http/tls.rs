@@ -29,7 +29,7 @@ use super::web_config::{ClientAuth, TlsSettings, TlsVersion};
 use crate::certificates::{self, AnyCertificate, CertificateFileError};
 
 /// Why the TLS settings cannot be served. Each names the `tls_server_config` key and file at
-/// fault; [`super::WebSettings::load`] puts the web-config file in front.
+/// fault; [`super::settings::build_tls`] puts the web-config file in front.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
     /// `cert_file` or `client_ca_file` cannot be read as PEM certificates.

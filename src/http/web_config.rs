@@ -7,18 +7,15 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer};
 
-use super::auth::{AuthError, BasicAuth};
-use super::tls::{TlsError, TlsReloader};
 use crate::files::one_line;
 
-/// Why the `--web-config` file cannot be used: one line that names the file (and the line of it,
-/// for a mistake in the text), printed before the exporter exits with status 2.
+/// Why the `--web-config` file cannot be read as one: one line that names the file (and the line
+/// of it, for a mistake in the text).
 #[derive(Debug, thiserror::Error)]
-pub enum WebConfigError {
+pub enum FileError {
     /// The file cannot be read.
     #[error("--web-config: cannot read {}: {error}", path.display())]
     Read {
@@ -34,22 +31,6 @@ pub enum WebConfigError {
         path: PathBuf,
         /// What is wrong in it.
         error: ParseError,
-    },
-    /// The certificate, key or client CA files cannot be served.
-    #[error("--web-config {}: {error}", path.display())]
-    Tls {
-        /// The web-config file that names them.
-        path: PathBuf,
-        /// Which file is at fault and why (boxed: far larger than the other variants).
-        error: Box<TlsError>,
-    },
-    /// The basic-auth users cannot be used.
-    #[error("--web-config {}: {error}", path.display())]
-    Auth {
-        /// The file.
-        path: PathBuf,
-        /// Which user is at fault and why.
-        error: AuthError,
     },
 }
 
@@ -221,18 +202,18 @@ pub struct WebConfigFile {
 
 impl WebConfigFile {
     /// Reads and validates `path`; the error names the file, and the line for YAML errors.
-    pub fn read(path: &Path) -> Result<WebConfigFile, WebConfigError> {
+    pub fn read(path: &Path) -> Result<WebConfigFile, FileError> {
         let text = crate::files::read_small_file(path)
             .and_then(|bytes| {
                 String::from_utf8(bytes)
                     .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
             })
-            .map_err(|error| WebConfigError::Read {
+            .map_err(|error| FileError::Read {
                 path: path.to_owned(),
                 error,
             })?;
         let dir = path.parent().unwrap_or(Path::new("."));
-        WebConfigFile::parse(&text, dir).map_err(|error| WebConfigError::Parse {
+        WebConfigFile::parse(&text, dir).map_err(|error| FileError::Parse {
             path: path.to_owned(),
             error,
         })
@@ -362,65 +343,6 @@ fn validate_tls(t: RawTls, dir: &Path) -> Result<TlsSettings, ParseError> {
     })
 }
 
-/// Everything `--web-config` asks for, loaded and checked: what [`super::server::serve`] needs.
-#[derive(Debug, Default, Clone)]
-pub struct WebSettings {
-    /// Serve HTTPS with these certificates instead of plain HTTP.
-    pub tls: Option<Arc<TlsReloader>>,
-    /// Require one of these users on every path but `/healthz` and `/readyz`.
-    pub auth: Option<Arc<BasicAuth>>,
-    /// The web-config file these came from; `None` without `--web-config`.
-    pub path: Option<PathBuf>,
-    /// What the file says (empty without one): a reload compares the new file with it.
-    pub file: WebConfigFile,
-}
-
-impl WebSettings {
-    /// Reads and validates the web-config file, or plain HTTP without auth when there is none.
-    ///
-    /// Everything that can be wrong is found here, before serving: YAML syntax, unknown keys,
-    /// unreadable or mismatched certificate and key, a bad client CA, a malformed bcrypt hash.
-    /// The error is one line naming the file (and the line, for YAML errors).
-    pub fn load(path: Option<&Path>) -> Result<WebSettings, WebConfigError> {
-        let Some(path) = path else {
-            return Ok(WebSettings::default());
-        };
-        let parsed = WebConfigFile::read(path)?;
-        let tls = parsed
-            .tls
-            .clone()
-            .map(|settings| TlsReloader::new(settings).map(Arc::new))
-            .transpose()
-            .map_err(|error| WebConfigError::Tls {
-                path: path.to_owned(),
-                error: Box::new(error),
-            })?;
-        let auth = parsed
-            .basic_auth_users
-            .clone()
-            .map(|users| BasicAuth::new(users).map(Arc::new))
-            .transpose()
-            .map_err(|error| WebConfigError::Auth {
-                path: path.to_owned(),
-                error,
-            })?;
-        Ok(WebSettings {
-            tls,
-            auth,
-            path: Some(path.to_owned()),
-            file: parsed,
-        })
-    }
-
-    /// The web-config file, when one was given that turns on neither TLS nor basic auth (an
-    /// empty file, or only comments): worth a warning, since whoever wrote it meant something.
-    pub fn enables_nothing(&self) -> Option<&Path> {
-        self.path
-            .as_deref()
-            .filter(|_| self.tls.is_none() && self.auth.is_none())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -428,7 +350,7 @@ mod tests {
     /// The error as printed, for a file at /etc/nvml-exporter/web.yml.
     fn parse(text: &str) -> Result<WebConfigFile, String> {
         WebConfigFile::parse(text, Path::new("/etc/nvml-exporter")).map_err(|error| {
-            WebConfigError::Parse {
+            FileError::Parse {
                 path: PathBuf::from("/etc/nvml-exporter/web.yml"),
                 error,
             }
