@@ -149,14 +149,14 @@ steps_failed=()
 # it in $steps_passed or $steps_failed (the names) and returns 0 either way, so a failed step
 # does not end a script under `set -e`.
 step() { # name command...
-  local name=$1
+  local name=$1 started=$SECONDS
   shift
   echo "=== $name"
   if "$@"; then
-    echo "PASS  $name"
+    echo "PASS  $name ($((SECONDS - started)) s)"
     steps_passed=$((steps_passed + 1))
   else
-    echo "FAIL  $name"
+    echo "FAIL  $name ($((SECONDS - started)) s)"
     steps_failed+=("$name")
   fi
 }
