@@ -217,16 +217,10 @@ fn groups_are_switched_by_file_and_environment_and_flags_win() {
     );
     assert_eq!(
         gpu_families(&m),
-        [
-            "nvidia_gpu_energy_joules_total",
-            "nvidia_gpu_info",
-            "nvidia_gpu_power_limit_watts",
-            "nvidia_gpu_power_watts",
-            "nvidia_gpu_up"
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect()
+        gpu_families(&once(&[
+            "--collector.disable-defaults",
+            "--collector.power"
+        ]))
     );
     // Of two flags of one group, the later wins.
     let m = once(&["--no-collector.memory", "--collector.memory"]);

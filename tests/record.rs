@@ -22,6 +22,8 @@
 )]
 
 mod common;
+#[path = "saturation/families.rs"]
+mod saturation;
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -182,19 +184,16 @@ fn record_running(scenario: &Path, start: &str) -> String {
     recorder.scenario()
 }
 
-/// The GPM families, averages over time.
-const GPM_FAMILIES: [&str; 7] = [
-    "nvidia_gpu_sm_active_ratio",
-    "nvidia_gpu_sm_occupancy_ratio",
-    "nvidia_gpu_tensor_active_ratio",
-    "nvidia_gpu_dram_active_ratio",
-    "nvidia_gpu_graphics_engine_active_ratio",
-    "nvidia_gpu_pipe_active_ratio",
-    "nvidia_gpu_media_engine_active_ratio",
-];
+/// The GPM families that are averages over time (the ratios).
+fn gpm_averages() -> Vec<&'static str> {
+    saturation::gpm_families()
+        .into_iter()
+        .filter(|n| n.ends_with("_ratio"))
+        .collect()
+}
 
 /// Serves `recording` (a running-clock recording of `original` from t = `start` s) and the
-/// original from `start`, waits until both serve every GPM family and `until` holds, and checks
+/// original from `start`, waits until both serve every GPM average and `until` holds, and checks
 /// that they serve the same GPM series with the same values (to rounding), except `skip`
 /// ((family, GPU) whose inputs move, so their average depends on the window). Returns both
 /// expositions.
@@ -209,6 +208,7 @@ fn assert_gpm_round_trip(
     let replay = common::write_atomic(dir.path(), "recorded.toml", recording);
     let flags = common::every_group();
     let args = common::with_every_group(&flags, &[]);
+    let averages = gpm_averages();
     let serve = |scenario: &Path, start: &str| {
         let e = common::Exporter::start(
             &[
@@ -218,13 +218,13 @@ fn assert_gpm_round_trip(
             &args,
         );
         e.wait_metrics(Duration::from_secs(20), "GPM averages", |m| {
-            GPM_FAMILIES.iter().all(|f| !m.find(f, &[]).is_empty()) && until(m)
+            averages.iter().all(|f| !m.find(f, &[]).is_empty()) && until(m)
         })
     };
     let gpm = |m: &common::Exposition| {
         m.series
             .iter()
-            .filter(|s| GPM_FAMILIES.contains(&s.name.as_str()))
+            .filter(|s| averages.contains(&s.name.as_str()))
             .filter(|s| {
                 let gpu = s.labels.get("gpu").map(String::as_str).unwrap_or_default();
                 !skip.contains(&(s.name.as_str(), gpu))

@@ -137,10 +137,9 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
         "nvidia_gpu_pod_idle_gpu_seconds_total",
         "nvidia_gpu_pod_sm_active_gpu_seconds_total",
     ];
-    let gpm_values: Vec<&str> = CATALOG
-        .iter()
-        .filter(|d| d.name != "nvidia_gpu_gpm_supported" && saturation::is_gpm_family(d.name))
-        .map(|d| d.name)
+    let gpm_values: Vec<&str> = saturation::gpm_families()
+        .into_iter()
+        .filter(|n| *n != "nvidia_gpu_gpm_supported")
         .collect();
     let missing: Vec<&str> = CATALOG
         .iter()

@@ -224,21 +224,19 @@ fn full_gpm() -> GpmMetrics {
     }
 }
 
-/// Families that come from GPM samples (everything of the saturation group but the flag).
+/// Families that come from GPM averages, in catalog order: those a device holding only
+/// [`full_gpm`] serves beyond what a device with no readings serves.
 fn gpm_families() -> Vec<&'static str> {
-    vec![
-        "nvidia_gpu_graphics_engine_active_ratio",
-        "nvidia_gpu_sm_active_ratio",
-        "nvidia_gpu_sm_occupancy_ratio",
-        "nvidia_gpu_tensor_active_ratio",
-        "nvidia_gpu_dram_active_ratio",
-        "nvidia_gpu_pipe_active_ratio",
-        "nvidia_gpu_pcie_gpm_transmit_bytes_per_second",
-        "nvidia_gpu_pcie_gpm_receive_bytes_per_second",
-        "nvidia_gpu_nvlink_gpm_transmit_bytes_per_second",
-        "nvidia_gpu_nvlink_gpm_receive_bytes_per_second",
-        "nvidia_gpu_media_engine_active_ratio",
-    ]
+    let mut gpm_only = bare_device(0);
+    gpm_only.gpm = Some(full_gpm());
+    let with = encode(&snapshot(vec![gpm_only]));
+    let without = encode(&snapshot(vec![bare_device(0)]));
+    let (with, without) = (families_of_gpu(&with, 0), families_of_gpu(&without, 0));
+    CATALOG
+        .iter()
+        .map(|d| d.name)
+        .filter(|n| with.contains(n) && !without.contains(n))
+        .collect()
 }
 
 /// A device with nothing readable beyond its identity.
