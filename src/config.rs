@@ -30,6 +30,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::files::{one_line, read_small_file};
 use crate::groups::{Group, Groups, valid_names};
+use crate::kubernetes::{DraOptions, KubernetesOptions, PodsOptions};
 use crate::metrics::dcgm::DcgmCompat;
 
 /// The NVML library loaded when neither `--nvml-lib` nor `--demo` is given. Containers get only the
@@ -447,6 +448,29 @@ impl Config {
                 )
             })
             .collect()
+    }
+
+    /// What the kubelet refresh reads (`--kubernetes-*`, `--kubelet-*`), defaults resolved: the
+    /// pod list only where it is fetched, DRA only with `--kubernetes-dra`.
+    pub fn kubernetes_options(&self) -> KubernetesOptions {
+        KubernetesOptions {
+            pod_resources_socket: self.pod_resources_socket.clone(),
+            resource_names: self.kubernetes_resource_names.clone(),
+            refresh: self.kubernetes_refresh(),
+            timeout: self.kubernetes_timeout,
+            token_file: self.kubelet_token_file.clone(),
+            pods: self.fetch_pods().then(|| PodsOptions {
+                url: self.kubelet_url.clone(),
+                ca_file: (!self.kubelet_insecure_tls).then(|| self.kubelet_ca_file.clone()),
+                copied: self.copied_pod_metadata(),
+            }),
+            dra: self.kubernetes_dra.then(|| DraOptions {
+                driver: self.kubernetes_dra_driver.clone(),
+                node_name: self.kubernetes_node_name.clone().unwrap_or_default(),
+                api_url: self.kubernetes_api_url(),
+                api_ca_file: self.kubernetes_api_ca_file.clone(),
+            }),
+        }
     }
 
     /// The HPC job mapping directory read: `--hpc-job-mapping-dir`, while the `jobs` group is on
@@ -2029,5 +2053,63 @@ mod tests {
             e.contains("--max-processes-per-gpu") && e.contains("line 2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn kubernetes_options_hold_the_pod_list_and_dra_only_when_used() {
+        let k = load_args(&["--kubernetes", "--interval", "2s"])
+            .unwrap()
+            .kubernetes_options();
+        assert_eq!(k.refresh, Duration::from_secs(2), "the interval by default");
+        assert_eq!(
+            k.pods, None,
+            "no /pods without --kubelet-pods or --processes"
+        );
+        assert_eq!(k.dra, None);
+
+        let k = load_args(&[
+            "--kubernetes",
+            "--kubelet-pods",
+            "--kubelet-insecure-tls",
+            "--kubernetes-pod-labels",
+            "app.kubernetes.io/name",
+        ])
+        .unwrap()
+        .kubernetes_options();
+        let pods = k.pods.unwrap();
+        assert_eq!(
+            pods.ca_file, None,
+            "not verified with --kubelet-insecure-tls"
+        );
+        assert_eq!(
+            pods.copied,
+            [(
+                "app.kubernetes.io/name".to_owned(),
+                false,
+                "label_app_kubernetes_io_name".to_owned()
+            )]
+        );
+        let pods = load_args(&["--kubernetes", "--kubelet-pods"])
+            .unwrap()
+            .kubernetes_options()
+            .pods
+            .unwrap();
+        assert_eq!(pods.ca_file, Some(PathBuf::from(DEFAULT_KUBELET_CA_FILE)));
+
+        let dra = load_args(&[
+            "--kubernetes",
+            "--kubernetes-dra",
+            "--kubernetes-node-name",
+            "node-1",
+            "--kubernetes-api-url",
+            "https://10.0.0.1:6443",
+        ])
+        .unwrap()
+        .kubernetes_options()
+        .dra
+        .unwrap();
+        assert_eq!(dra.node_name, "node-1");
+        assert_eq!(dra.driver, DEFAULT_DRA_DRIVER);
+        assert_eq!(dra.api_url, "https://10.0.0.1:6443");
     }
 }
