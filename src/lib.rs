@@ -108,16 +108,18 @@ pub async fn run(
         tracing::warn!("{warning}");
     }
     // The kubelet is asked on this runtime, never on the sampler threads.
+    let kubernetes_options = config.kubernetes_options();
     let kubelet_state = config
         .kubernetes
-        .then(|| kubernetes::StateHandle::new(&config));
+        .then(|| kubernetes::StateHandle::new(&kubernetes_options));
     let own = SelfMetrics::new();
     let encoder = metrics::Encoder::new(metrics_options(&config), own.registry);
     let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
     publisher.set_job_mapping_dir(config.job_mapping_dir());
     // A change of assignments is served at once (encoded off the runtime's workers), not at the
     // next tick.
-    let kubelet = kubelet_state.map(|state| reload::Kubelet::start(&config, state, &publisher));
+    let kubelet =
+        kubelet_state.map(|state| reload::Kubelet::start(&kubernetes_options, state, &publisher));
     let sampler = {
         let publisher = Arc::clone(&publisher);
         sampler::Sampler::start(sampler_options(&config), move |snapshot| {
@@ -182,7 +184,7 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     }
     let mut snapshot = sampler::sample_once(&sampler_options(config));
     if config.kubernetes {
-        snapshot.kubernetes = Some(kubelet_once(config));
+        snapshot.kubernetes = Some(kubelet_once(&config.kubernetes_options()));
     }
     if let Some(dir) = config.job_mapping_dir() {
         snapshot.jobs = Some(jobs::JobReader::new(dir.to_owned()).read(&snapshot.devices));
@@ -213,12 +215,12 @@ pub fn startup_warnings(web: Option<&http::WebSettings>) -> Vec<String> {
 }
 
 /// One `List` call on a runtime of its own (`--once` runs without one).
-fn kubelet_once(config: &Config) -> sample::KubernetesState {
+fn kubelet_once(options: &kubernetes::KubernetesOptions) -> sample::KubernetesState {
     match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
-        Ok(runtime) => runtime.block_on(kubernetes::list_once(config)),
+        Ok(runtime) => runtime.block_on(kubernetes::list_once(options)),
         Err(e) => {
             tracing::error!(error = %e, "cannot start a runtime to ask the kubelet");
             sample::KubernetesState::new()

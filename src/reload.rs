@@ -50,7 +50,7 @@ use crate::http::auth::AuthSwitch;
 use crate::http::settings::{build_auth, build_tls};
 use crate::http::tls::{Stamp, TlsReloader};
 use crate::http::web_config::WebConfigFile;
-use crate::kubernetes::{StateHandle, Watcher};
+use crate::kubernetes::{KubernetesOptions, StateHandle, Watcher};
 use crate::metrics::catalog::{
     self, CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL,
 };
@@ -88,11 +88,15 @@ pub(crate) struct Kubelet {
 }
 
 impl Kubelet {
-    /// Refreshes `state` as `config` says, publishing every change of assignments at once (on a
+    /// Refreshes `state` as `options` say, publishing every change of assignments at once (on a
     /// blocking thread, since it encodes). Called on the runtime.
-    pub(crate) fn start(config: &Config, state: StateHandle, publisher: &Arc<Publisher>) -> Self {
+    pub(crate) fn start(
+        options: &KubernetesOptions,
+        state: StateHandle,
+        publisher: &Arc<Publisher>,
+    ) -> Self {
         let publisher = Arc::clone(publisher);
-        let watcher = Watcher::spawn(config, state.clone(), move || {
+        let watcher = Watcher::spawn(options, state.clone(), move || {
             let publisher = Arc::clone(&publisher);
             tokio::task::spawn_blocking(move || publisher.republish());
         });
@@ -328,17 +332,20 @@ impl Reloader {
         if *self.sampler.get() != sampler {
             self.sampler.set(sampler);
         }
-        if kubelet_settings(&new) != kubelet_settings(&self.config) {
+        let kubernetes = new.kubernetes_options();
+        if new.kubernetes != self.config.kubernetes
+            || kubernetes != self.config.kubernetes_options()
+        {
             let state = self.kubelet.take().map(|k| k.state);
             self.kubelet = new.kubernetes.then(|| {
                 let state = match state {
                     Some(state) => {
-                        state.reconfigure(&new);
+                        state.reconfigure(&kubernetes);
                         state
                     }
-                    None => StateHandle::new(&new),
+                    None => StateHandle::new(&kubernetes),
                 };
-                Kubelet::start(&new, state, &self.publisher)
+                Kubelet::start(&kubernetes, state, &self.publisher)
             });
         }
         self.publisher.reconfigure(
@@ -441,24 +448,6 @@ fn reads_empty(path: &std::path::Path) -> bool {
             .map(str::trim)
             .all(|line| line.is_empty() || line.starts_with('#'))
     })
-}
-
-/// What the kubelet refresh task is built from: when it differs, the task restarts.
-fn kubelet_settings(c: &Config) -> impl PartialEq + '_ {
-    (
-        c.kubernetes,
-        (&c.pod_resources_socket, &c.kubernetes_resource_names),
-        (c.kubernetes_refresh(), c.kubernetes_timeout),
-        (&c.kubelet_url, &c.kubelet_token_file, &c.kubelet_ca_file),
-        (c.kubelet_insecure_tls, c.fetch_pods()),
-        (&c.kubernetes_pod_labels, &c.kubernetes_pod_annotations),
-        (
-            c.kubernetes_dra,
-            &c.kubernetes_dra_driver,
-            &c.kubernetes_node_name,
-        ),
-        (c.kubernetes_api_url(), &c.kubernetes_api_ca_file),
-    )
 }
 
 /// A configuration error as one log line, without the "error: " that `main` prints.

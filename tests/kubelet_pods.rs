@@ -108,6 +108,13 @@ fn config(url: &str, files: &Files) -> Config {
     }
 }
 
+/// The `/pods` client that `config` makes.
+fn pods_client(config: &Config) -> PodsClient {
+    let options = config.kubernetes_options();
+    let pods = options.pods.as_ref().expect("the pod list is fetched");
+    PodsClient::new(pods, &options)
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -138,7 +145,7 @@ fn the_pod_list_is_fetched_with_the_token_and_the_token_is_re_read_after_rotatio
     let api = FakeKubeletApi::start("token-1", Reply::Body(POD_LIST.into()));
     let files = Files::new("token-1", api.ca_pem());
     let rt = runtime();
-    let mut client = PodsClient::new(&config(&api.url(), &files));
+    let mut client = pods_client(&config(&api.url(), &files));
 
     assert_eq!(fetch(&rt, &mut client).unwrap(), expected_pods());
 
@@ -175,7 +182,7 @@ fn a_forbidden_answer_names_the_rbac_fix_and_other_statuses_are_http_errors() {
     let api = FakeKubeletApi::start("t", Reply::Status(403, forbidden.into()));
     let files = Files::new("t", api.ca_pem());
     let rt = runtime();
-    let mut client = PodsClient::new(&config(&api.url(), &files));
+    let mut client = pods_client(&config(&api.url(), &files));
 
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsAuth);
     assert!(message.contains("403"), "{message}");
@@ -208,7 +215,7 @@ fn the_serving_certificate_is_verified_against_the_ca_file_unless_insecure() {
     let files = Files::new("t", &other_ca.pem);
     let rt = runtime();
 
-    let mut client = PodsClient::new(&config(&api.url(), &files));
+    let mut client = pods_client(&config(&api.url(), &files));
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsTls);
     assert!(message.contains("UnknownIssuer"), "{message}");
     assert!(
@@ -233,12 +240,12 @@ fn the_serving_certificate_is_verified_against_the_ca_file_unless_insecure() {
         kubelet_insecure_tls: true,
         ..config(&api.url(), &files)
     };
-    let mut client = PodsClient::new(&insecure);
+    let mut client = pods_client(&insecure);
     assert_eq!(fetch(&rt, &mut client).unwrap(), expected_pods());
 
     // The right CA, written after the failures: a new connection reads it again.
     std::fs::write(&files.ca, api.ca_pem()).unwrap();
-    let mut client = PodsClient::new(&config(&api.url(), &files));
+    let mut client = pods_client(&config(&api.url(), &files));
     assert_eq!(fetch(&rt, &mut client).unwrap(), expected_pods());
 }
 
@@ -247,7 +254,7 @@ fn a_slow_kubelet_times_out_and_the_next_call_starts_afresh() {
     let api = FakeKubeletApi::start("t", Reply::Body(POD_LIST.into()));
     let files = Files::new("t", api.ca_pem());
     let rt = runtime();
-    let mut client = PodsClient::new(&Config {
+    let mut client = pods_client(&Config {
         kubernetes_timeout: Duration::from_millis(300),
         ..config(&api.url(), &files)
     });
@@ -276,7 +283,7 @@ fn a_kubelet_that_closes_connections_after_each_answer_costs_no_errors() {
     api.set_close_after_answer(true);
     let files = Files::new("t", api.ca_pem());
     let rt = runtime();
-    let mut client = PodsClient::new(&config(&api.url(), &files));
+    let mut client = pods_client(&config(&api.url(), &files));
     for _ in 0..20 {
         assert_eq!(fetch(&rt, &mut client).unwrap(), expected_pods());
     }
@@ -288,7 +295,7 @@ fn garbage_and_oversized_answers_are_parse_errors() {
     let api = FakeKubeletApi::start("t", Reply::Body(b"<html>oops</html>".to_vec()));
     let files = Files::new("t", api.ca_pem());
     let rt = runtime();
-    let mut client = PodsClient::new(&config(&api.url(), &files));
+    let mut client = pods_client(&config(&api.url(), &files));
 
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsParse);
     assert!(message.contains("not a pod list"), "{message}");
@@ -338,7 +345,7 @@ fn a_token_file_that_is_a_fifo_or_a_device_is_refused_without_waiting_or_reading
     ] {
         let mut config = config(&api.url(), &files);
         config.kubelet_token_file = path.clone();
-        let mut client = PodsClient::new(&config);
+        let mut client = pods_client(&config);
         // A FIFO without a writer would wait forever, /dev/zero never ends: the 5 s timeout
         // (PodsTimeout) would say so.
         let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsAuth);
@@ -359,7 +366,7 @@ fn no_kubelet_listening_is_unavailable() {
     };
     let files = Files::new("t", &Ca::new("ca").pem);
     let rt = runtime();
-    let mut client = PodsClient::new(&config(&format!("https://127.0.0.1:{port}"), &files));
+    let mut client = pods_client(&config(&format!("https://127.0.0.1:{port}"), &files));
     let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsUnavailable);
     assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
 }
@@ -405,10 +412,10 @@ fn the_watcher_fills_refreshes_and_keeps_the_pod_list_apart_from_kubernetes_up()
     };
     let rt = runtime();
     let (changes, changed) = std::sync::mpsc::channel();
-    let watcher = StateHandle::new(&config);
+    let watcher = StateHandle::new(&config.kubernetes_options());
     let handle = watcher.clone();
     let _task = rt.block_on(async {
-        Watcher::spawn(&config, handle.clone(), move || {
+        Watcher::spawn(&config.kubernetes_options(), handle.clone(), move || {
             let _ = changes.send(handle.current().pods.len());
         })
     });
@@ -461,8 +468,9 @@ fn pods_reasons_are_only_served_when_the_pod_list_is_fetched() {
         ..Config::default()
     };
     let rt = runtime();
-    let watcher = StateHandle::new(&config);
-    let _task = rt.block_on(async { Watcher::spawn(&config, watcher.clone(), || {}) });
+    let watcher = StateHandle::new(&config.kubernetes_options());
+    let _task =
+        rt.block_on(async { Watcher::spawn(&config.kubernetes_options(), watcher.clone(), || {}) });
     let state = wait_state(&watcher, "a failed List", |s| {
         errors(s, KubeletError::Unavailable) > 0
     });

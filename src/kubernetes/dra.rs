@@ -19,11 +19,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use crate::config::Config;
 use crate::sample::{ContainerRef, KubeletError, PodAssignment};
 
 use super::proto::ListPodResourcesResponse;
 use super::slices::{self, SliceDevices, SlicesClient};
+use super::{DraOptions, KubernetesOptions};
 
 /// The error reasons of DRA attribution, counted only with `--kubernetes-dra`.
 pub const REASONS: &[KubeletError] = &[
@@ -98,11 +98,12 @@ pub struct Dra {
 }
 
 impl Dra {
-    /// The resolver of `config`'s driver and node. Calls nothing yet.
-    pub fn new(config: &Config) -> Dra {
+    /// The resolver of `dra`'s driver and node, with the token file and timeout of `options`.
+    /// Calls nothing yet.
+    pub fn new(dra: &DraOptions, options: &KubernetesOptions) -> Dra {
         Dra {
-            driver: config.kubernetes_dra_driver.clone(),
-            client: SlicesClient::new(config),
+            driver: dra.driver.clone(),
+            client: SlicesClient::new(dra, options),
             devices: SliceDevices::new(),
             listed_at: None,
             retry_at: None,
@@ -300,10 +301,12 @@ mod tests {
 
     #[test]
     fn a_missing_name_makes_one_list_and_a_stale_cache_another() {
-        let mut dra = Dra::new(&Config {
-            kubernetes_node_name: Some("node-1".into()),
-            ..Config::default()
-        });
+        let options = DraOptions {
+            driver: "gpu.nvidia.com".into(),
+            node_name: "node-1".into(),
+            ..DraOptions::default()
+        };
+        let mut dra = Dra::new(&options, &KubernetesOptions::default());
         let now = Instant::now();
         assert!(dra.should_list(&[claimed("gpu-0")], now), "never listed");
         dra.listed_at = Some(now);

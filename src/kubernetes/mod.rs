@@ -12,7 +12,7 @@
 //! fail the last successful list is kept: containers keep their GPUs across a kubelet restart,
 //! and dropping the labels for its duration would split every series twice.
 //!
-//! With [`Config::fetch_pods`] (per-process attribution, or `--kubelet-pods`) each refresh also
+//! With [`KubernetesOptions::pods`] (per-process attribution, or `--kubelet-pods`) each refresh also
 //! fetches the kubelet's pod list ([`pods`]), at the same time as `List` and with the same
 //! deadline, into [`KubernetesState::pods`]. Its failures are counted under their own `pods_*`
 //! reasons and kept apart from `up`, which stays about the pod-resources API; a failed call keeps
@@ -39,14 +39,64 @@ pub mod proto;
 pub mod slices;
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use crate::config::Config;
+use http::Uri;
+
 use crate::sample::{KubeletError, KubernetesState, PodAssignment};
 
 use client::PodResourcesClient;
 use mapping::ResourceFilter;
 use pods::PodsClient;
+
+/// What the kubelet refresh is built from (`--kubernetes-*`, `--kubelet-*`), with the defaults
+/// that depend on other options resolved. A reload restarts the refresh when these change.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KubernetesOptions {
+    /// The kubelet's pod-resources socket (`--pod-resources-socket`).
+    pub pod_resources_socket: PathBuf,
+    /// Extended resource names counted besides NVIDIA's (`--kubernetes-resource-names`).
+    pub resource_names: Vec<String>,
+    /// How often the kubelet is asked (`--kubernetes-refresh`, or the interval).
+    pub refresh: Duration,
+    /// The deadline of each call (`--kubernetes-timeout`).
+    pub timeout: Duration,
+    /// The service account token sent to the kubelet and the API server
+    /// (`--kubelet-token-file`).
+    pub token_file: PathBuf,
+    /// The kubelet's pod list, where it is fetched; `None` otherwise.
+    pub pods: Option<PodsOptions>,
+    /// DRA claims, with `--kubernetes-dra`; `None` otherwise.
+    pub dra: Option<DraOptions>,
+}
+
+/// How the kubelet's `/pods` is fetched.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PodsOptions {
+    /// The kubelet's base URL (`--kubelet-url`).
+    pub url: Uri,
+    /// The CA that signs the kubelet's certificate (`--kubelet-ca-file`); `None` with
+    /// `--kubelet-insecure-tls`.
+    pub ca_file: Option<PathBuf>,
+    /// The pod labels and annotations copied onto `nvidia_gpu_pod_info`: (key, whether an
+    /// annotation, Prometheus label name), in option order, labels first.
+    pub copied: Vec<(String, bool, String)>,
+}
+
+/// How the DRA driver's ResourceSlices are read from the API server.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DraOptions {
+    /// The DRA driver whose claims are read (`--kubernetes-dra-driver`).
+    pub driver: String,
+    /// This node's name, as the slices give it (`--kubernetes-node-name`).
+    pub node_name: String,
+    /// The API server (`--kubernetes-api-url`, or the in-cluster service).
+    pub api_url: Uri,
+    /// The CA that signs the API server's certificate (`--kubernetes-api-ca-file`).
+    pub api_ca_file: PathBuf,
+}
 
 /// The latest kubelet state, shared between the refresh task and the publisher.
 #[derive(Debug, Clone)]
@@ -54,15 +104,15 @@ pub struct StateHandle(Arc<Mutex<KubernetesState>>);
 
 impl StateHandle {
     /// Nothing asked yet: down, no assignments, every error reason at 0.
-    pub fn new(config: &Config) -> StateHandle {
-        StateHandle(Arc::new(Mutex::new(initial_state(config))))
+    pub fn new(options: &KubernetesOptions) -> StateHandle {
+        StateHandle(Arc::new(Mutex::new(initial_state(options))))
     }
 
     /// Follows a configuration reload that changes whether the pod list is fetched: its error
     /// reasons appear from 0, or disappear with the list. The rest of the state carries on.
-    pub fn reconfigure(&self, config: &Config) {
+    pub fn reconfigure(&self, options: &KubernetesOptions) {
         let mut state = self.lock();
-        if config.kubernetes_dra {
+        if options.dra.is_some() {
             for reason in dra::REASONS {
                 state.errors.entry(*reason).or_insert(0);
             }
@@ -71,7 +121,7 @@ impl StateHandle {
                 .errors
                 .retain(|reason, _| !dra::REASONS.contains(reason));
         }
-        if config.fetch_pods() {
+        if options.pods.is_some() {
             for reason in pods::REASONS {
                 state.errors.entry(*reason).or_insert(0);
             }
@@ -121,13 +171,13 @@ impl Watcher {
     /// `on_change` is called (on the runtime) whenever a refresh changes the GPU assignments or
     /// the pod list, so the publisher can serve them before the next tick.
     pub fn spawn(
-        config: &Config,
+        options: &KubernetesOptions,
         state: StateHandle,
         on_change: impl Fn() + Send + Sync + 'static,
     ) -> Watcher {
-        let mut refresher = Refresher::new(config, state.clone());
+        let mut refresher = Refresher::new(options, state.clone());
         refresher.on_change = Some(Box::new(on_change));
-        let refresh = config.kubernetes_refresh();
+        let refresh = options.refresh;
         let task = tokio::spawn(async move {
             let mut ticks = tokio::time::interval(refresh);
             // A call that takes longer than the period delays the next one instead of bunching
@@ -149,22 +199,22 @@ impl Drop for Watcher {
 }
 
 /// Calls `List` (and `/pods` when asked to) once and returns the resulting state, for `--once`.
-pub async fn list_once(config: &Config) -> KubernetesState {
-    let state = StateHandle::new(config);
-    Refresher::new(config, state.clone()).refresh().await;
+pub async fn list_once(options: &KubernetesOptions) -> KubernetesState {
+    let state = StateHandle::new(options);
+    Refresher::new(options, state.clone()).refresh().await;
     state.current()
 }
 
 /// Nothing asked yet. The `pods_*` error reasons exist only where the pod list is fetched, so
 /// that a node without `--processes` does not serve counters for calls it never makes.
-fn initial_state(config: &Config) -> KubernetesState {
+fn initial_state(options: &KubernetesOptions) -> KubernetesState {
     let mut state = KubernetesState::new();
-    if !config.fetch_pods() {
+    if options.pods.is_none() {
         state
             .errors
             .retain(|reason, _| !pods::REASONS.contains(reason));
     }
-    if !config.kubernetes_dra {
+    if options.dra.is_none() {
         state
             .errors
             .retain(|reason, _| !dra::REASONS.contains(reason));
@@ -180,7 +230,7 @@ struct Refresher {
     state: StateHandle,
     /// Told when the assignments or the pod list change.
     on_change: Option<OnChange>,
-    /// The `/pods` client, with [`Config::fetch_pods`].
+    /// The `/pods` client, with [`KubernetesOptions::pods`].
     pods: Option<PodsClient>,
     /// How the last `/pods` call ended; `None` before the first. Only for logging changes.
     pods_last: Option<Result<(), KubeletError>>,
@@ -196,30 +246,30 @@ struct Refresher {
 type OnChange = Box<dyn Fn() + Send + Sync>;
 
 impl Refresher {
-    fn new(config: &Config, state: StateHandle) -> Refresher {
+    fn new(options: &KubernetesOptions, state: StateHandle) -> Refresher {
         // A refresher made anew by a reload carries on from the assignments served.
         let listed = state.current().assignments;
         Refresher {
-            client: PodResourcesClient::new(&config.pod_resources_socket),
-            filter: ResourceFilter::new(config.kubernetes_resource_names.iter().cloned()),
-            timeout: config.kubernetes_timeout,
+            client: PodResourcesClient::new(&options.pod_resources_socket),
+            filter: ResourceFilter::new(options.resource_names.iter().cloned()),
+            timeout: options.timeout,
             state,
             on_change: None,
-            pods: config.fetch_pods().then(|| {
-                if config.kubelet_insecure_tls {
+            pods: options.pods.as_ref().map(|pods| {
+                if pods.ca_file.is_none() {
                     tracing::warn!(
-                        url = %config.kubelet_url,
+                        url = %pods.url,
                         "--kubelet-insecure-tls: the kubelet's serving certificate is not verified; \
                          anyone who can intercept node traffic can answer /pods and receives the \
                          service account token"
                     );
                 }
-                PodsClient::new(config)
+                PodsClient::new(pods, options)
             }),
             pods_last: None,
             listed,
             ended: BTreeSet::new(),
-            dra: config.kubernetes_dra.then(|| dra::Dra::new(config)),
+            dra: options.dra.as_ref().map(|dra| dra::Dra::new(dra, options)),
         }
     }
 

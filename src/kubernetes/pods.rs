@@ -31,9 +31,10 @@ use serde::de::{DeserializeSeed, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 use crate::certificates::{self, AnyCertificate};
-use crate::config::Config;
 use crate::files::read_bounded_file;
 use crate::sample::{ContainerIdentity, KubeletError, PodIdentity, PodMeta};
+
+use super::{KubernetesOptions, PodsOptions};
 
 /// The largest `/pods` answer read: room for the kubelet's default 110 pods each at the API
 /// server's 256 KiB limit on annotations (27.5 MiB) and their specs, and a bound on what a
@@ -92,21 +93,21 @@ pub struct PodsClient {
     /// The HTTP client, whose pool keeps the keep-alive connection between calls. Made (reading
     /// the CA file) on the first call and again after a failed one.
     http: Option<reqwest::Client>,
-    /// The labels and annotations copied ([`Config::copied_pod_metadata`]).
+    /// The labels and annotations copied ([`PodsOptions::copied`]).
     copied: Vec<(String, bool, String)>,
 }
 
 impl PodsClient {
-    /// A client for the kubelet of `config` (`--kubelet-*`, `--kubernetes-timeout`). Touches
-    /// neither the network nor the files until the first call.
-    pub fn new(config: &Config) -> PodsClient {
+    /// A client for the kubelet of `pods` (`--kubelet-*`), with the token file and timeout of
+    /// `options`. Touches neither the network nor the files until the first call.
+    pub fn new(pods: &PodsOptions, options: &KubernetesOptions) -> PodsClient {
         PodsClient {
-            url: pods_url(&config.kubelet_url),
-            token_file: config.kubelet_token_file.clone(),
-            ca_file: (!config.kubelet_insecure_tls).then(|| config.kubelet_ca_file.clone()),
-            timeout: config.kubernetes_timeout,
+            url: pods_url(&pods.url),
+            token_file: options.token_file.clone(),
+            ca_file: pods.ca_file.clone(),
+            timeout: options.timeout,
             http: None,
-            copied: config.copied_pod_metadata(),
+            copied: pods.copied.clone(),
         }
     }
 
@@ -701,14 +702,19 @@ mod tests {
         });
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("token"), "t\n").unwrap();
-        let client = PodsClient::new(&Config {
-            processes: true,
-            kubelet_url: format!("https://{address}").parse().unwrap(),
-            kubelet_token_file: dir.path().join("token"),
-            kubelet_insecure_tls: true,
-            kubernetes_timeout: Duration::from_secs(10),
-            ..Config::default()
-        });
+        let pods = PodsOptions {
+            url: format!("https://{address}").parse().unwrap(),
+            ca_file: None,
+            copied: Vec::new(),
+        };
+        let client = PodsClient::new(
+            &pods,
+            &KubernetesOptions {
+                token_file: dir.path().join("token"),
+                timeout: Duration::from_secs(10),
+                ..KubernetesOptions::default()
+            },
+        );
         (client, dir)
     }
 

@@ -23,10 +23,10 @@ use http::Uri;
 use http::header::{ACCEPT, AUTHORIZATION};
 use serde::Deserialize;
 
-use crate::config::Config;
 use crate::sample::DeviceRef;
 
 use super::pods::{causes, chain, client_tls, read_token, tls_cause};
+use super::{DraOptions, KubernetesOptions};
 
 /// How long a successful list is kept before it is made again even though every claimed device
 /// is in it (a device name can come back with another UUID after the driver re-publishes).
@@ -58,13 +58,10 @@ pub struct SlicesClient {
 impl SlicesClient {
     /// A client for `--kubernetes-api-url`, `--kubernetes-node-name` and
     /// `--kubernetes-dra-driver`; touches nothing until the first call.
-    pub fn new(config: &Config) -> SlicesClient {
-        let base = config.kubernetes_api_url();
-        let selector = format!(
-            "spec.nodeName={},spec.driver={}",
-            config.kubernetes_node_name.as_deref().unwrap_or_default(),
-            config.kubernetes_dra_driver
-        );
+    /// The token file and timeout are `options`'.
+    pub fn new(dra: &DraOptions, options: &KubernetesOptions) -> SlicesClient {
+        let base = dra.api_url.clone();
+        let selector = format!("spec.nodeName={},spec.driver={}", dra.node_name, dra.driver);
         let path = format!(
             "{}{LIST_PATH}?fieldSelector={}",
             base.path().trim_end_matches('/'),
@@ -74,10 +71,10 @@ impl SlicesClient {
         parts.path_and_query = Some(path.parse().expect("a URL path with a query"));
         SlicesClient {
             url: Uri::from_parts(parts).expect("the URL with only its path changed"),
-            driver: config.kubernetes_dra_driver.clone(),
-            token_file: config.kubelet_token_file.clone(),
-            ca_file: config.kubernetes_api_ca_file.clone(),
-            timeout: config.kubernetes_timeout,
+            driver: dra.driver.clone(),
+            token_file: options.token_file.clone(),
+            ca_file: dra.api_ca_file.clone(),
+            timeout: options.timeout,
             http: None,
         }
     }
@@ -396,11 +393,13 @@ mod tests {
 
     #[test]
     fn the_list_url_selects_this_node_and_driver() {
-        let client = SlicesClient::new(&Config {
-            kubernetes_api_url: Some("https://10.0.0.1:6443".parse().unwrap()),
-            kubernetes_node_name: Some("node-1".into()),
-            ..Config::default()
-        });
+        let dra = DraOptions {
+            driver: "gpu.nvidia.com".into(),
+            node_name: "node-1".into(),
+            api_url: "https://10.0.0.1:6443".parse().unwrap(),
+            api_ca_file: PathBuf::new(),
+        };
+        let client = SlicesClient::new(&dra, &KubernetesOptions::default());
         assert_eq!(
             client.url().to_string(),
             "https://10.0.0.1:6443/apis/resource.k8s.io/v1/resourceslices\
