@@ -34,6 +34,7 @@
 pub mod client;
 pub mod dra;
 pub mod mapping;
+pub mod pod_list;
 pub mod pods;
 pub mod proto;
 pub mod slices;
@@ -313,7 +314,7 @@ impl Refresher {
 
     /// Records the result of one `/pods` call; true when the pod list or what it says of the
     /// pods (controllers, copied labels) changed.
-    fn apply_pods(&mut self, result: Result<pods::KubeletPods, pods::PodsError>) -> bool {
+    fn apply_pods(&mut self, result: Result<pod_list::KubeletPods, pods::PodsError>) -> bool {
         let url = self
             .pods
             .as_ref()
