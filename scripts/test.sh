@@ -11,7 +11,7 @@
 #      live Prometheus scraping the demo with pods from the fake kubelet;
 #   8. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
 #      against a known square wave, across an exporter restart (scripts/e2e-busy.sh, which runs
-#      next to steps 3 to 7: it mostly waits).
+#      next to steps 1 to 7: it mostly waits).
 # Installs what is missing (Debian's prometheus for promtool and tmux, gpustat, nvidia-ml-py,
 # nvitop and nvitop-exporter from PyPI, the real driver library from Debian non-free, unpacked
 # under target/) when run as root.
@@ -41,12 +41,37 @@ fi
 export NVML_EXPORTER_TEST_REAL_NVML=$real_lib
 
 # The binary and the simulator, where cargo puts them (CARGO_TARGET_DIR or target/).
-cargo build --workspace --locked
+cargo build --workspace --examples --locked
 target_dir=$(cargo_target_dir)
 bin=$target_dir/debug/nvml-exporter
 sim=$target_dir/debug/libnvml_sim.so
 
-step "cargo test" cargo test --workspace --locked
+# cargo-nextest (on every machine of this project's kind) runs the tests of every binary side by
+# side, as .config/nextest.toml says; cargo test, one binary after another, where it is missing.
+# No crate has doc tests. The tests are built first, so that the busy-time check's own cargo
+# calls do not wait behind their build.
+if cargo nextest --version >/dev/null 2>&1; then
+  tests=(cargo nextest run --workspace --locked)
+else
+  tests=(cargo test --workspace --locked)
+fi
+"${tests[@]}" --no-run
+
+# The busy-time check needs five and a half minutes of scrapes and almost no CPU: it starts now,
+# runs next to the steps below and is waited for after them.
+busy_log=$(mktemp)
+scripts/e2e-busy.sh "$bin" >"$busy_log" 2>&1 &
+busy_pid=$!
+lib_pids+=("$busy_pid")
+wait_busy() {
+  local rc=0
+  wait "$busy_pid" || rc=$?
+  cat "$busy_log"
+  rm -f "$busy_log"
+  return $rc
+}
+
+step "${tests[*]:0:3}" "${tests[@]}"
 
 lint_scenarios() {
   local ok=0 scenario out
@@ -97,20 +122,6 @@ lint_dcgm_scenarios() {
   return $ok
 }
 step "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
-# The busy-time check needs five and a half minutes of scrapes and almost no CPU: it runs next to
-# the steps below and is waited for after them.
-busy_log=$(mktemp)
-scripts/e2e-busy.sh "$bin" >"$busy_log" 2>&1 &
-busy_pid=$!
-lib_pids+=("$busy_pid")
-wait_busy() {
-  local rc=0
-  wait "$busy_pid" || rc=$?
-  cat "$busy_log"
-  rm -f "$busy_log"
-  return $rc
-}
-
 step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ours" python3 nvml-sim/ci/check-gpustat.py "$sim" "$bin"
 step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"

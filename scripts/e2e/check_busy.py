@@ -126,13 +126,18 @@ def main():
         start = time.monotonic()
         print(f"first scrape at {first}; restarting the exporter about {WINDOW_S // 2} s in")
 
-        # Halfway, right after a scrape, with GPU 0 idle for the next 2.5 s at least.
+        # Halfway, right after a scrape, with GPU 0 idle for the next 1.5 s at least (a restart
+        # and the restarted exporter's first tick take a fraction of that). The window is 5.5 s
+        # of every 10 s period, so that one of the two phases 15 s scrapes fall at, 5 s apart,
+        # is always in it.
         time.sleep(WINDOW_S / 2)
-        while True:
+        for _ in range(4):
             seen = last_scrape(prom, args.job)
             wait_for("the next scrape", lambda: last_scrape(prom, args.job) not in (None, seen), 30)
-            if BUSY <= phase() <= PERIOD - 2.5:
+            if BUSY <= phase() <= PERIOD - 1.5:
                 break
+        else:
+            sys.exit("FAIL: no scrape fell where GPU 0 stays idle long enough for a restart")
         exporter.kill()
         exporter.wait(timeout=10)
         exporter = subprocess.Popen(args.command)
