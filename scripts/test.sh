@@ -41,7 +41,7 @@ fi
 export NVML_EXPORTER_TEST_REAL_NVML=$real_lib
 
 # The binary and the simulator, where cargo puts them (CARGO_TARGET_DIR or target/).
-cargo build --workspace --examples --locked
+cargo build --workspace --lib --bins --examples --locked
 target_dir=$(cargo_target_dir)
 bin=$target_dir/debug/nvml-exporter
 sim=$target_dir/debug/libnvml_sim.so

@@ -41,23 +41,23 @@ impl MetricKind {
     }
 }
 
-/// Reads one device's series of a family: extra label values (in [`MetricDef::labels`] order)
+/// The series of a family for one device: extra label values (in [`MetricDef::labels`] order)
 /// and values. The encoder adds the identity labels `gpu` and `uuid`.
-pub type DeviceReader = fn(&SystemInfo, &DeviceSample, &mut Samples);
+pub type DeviceSeries = fn(&SystemInfo, &DeviceSample, &mut Samples);
 
 /// Reads a per-container family from one container's GPU-seconds on one device.
-pub type WorkloadReader = fn(&WorkloadSeconds) -> Option<f64>;
+pub type WorkloadSeries = fn(&WorkloadSeconds) -> Option<f64>;
 
 /// Reads an exporter-wide family from the snapshot.
-pub type ExporterReader = fn(&Snapshot, &mut Samples);
+pub type ExporterSeries = fn(&Snapshot, &mut Samples);
 
 /// Where a family's values come from.
 #[derive(Debug, Clone, Copy)]
 pub enum Source {
     /// Per GPU, served only while the device is up (a lost device's readings disappear).
-    Device(DeviceReader),
+    Device(DeviceSeries),
     /// Per GPU, served even while the device is down (identity and the `up` flag itself).
-    DeviceIdentity(DeviceReader),
+    DeviceIdentity(DeviceSeries),
     /// Per GPU, one series per container the kubelet assigned the GPU to
     /// (`Snapshot::kubernetes`, resolved by the encoder), labelled with [`POD_LABELS`].
     PodAssignments,
@@ -78,9 +78,9 @@ pub enum Source {
     Jobs,
     /// Per GPU, one series per container holding it now (`Snapshot::workloads`), labelled with
     /// [`POD_LABELS`]; then per (MIG instance, container), with [`MIG_LABELS`] before them.
-    Workloads(WorkloadReader),
+    Workloads(WorkloadSeries),
     /// One family for the exporter, from the snapshot.
-    Exporter(ExporterReader),
+    Exporter(ExporterSeries),
     /// Kept by the encoder's own registry (state that outlives a snapshot: histograms, counters
     /// incremented by the HTTP layer).
     Registry,

@@ -16,8 +16,8 @@ use crate::kubernetes::mapping;
 use crate::sample::{ContainerRef, DeviceSample, PodMeta, Snapshot};
 
 use super::catalog::{
-    CATALOG, DeviceReader, ExporterReader, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
-    Source, WorkloadReader,
+    CATALOG, DeviceSeries, ExporterSeries, MIG_LABELS, MetricDef, POD_LABELS, PROCESS_LABELS,
+    Source, WorkloadSeries,
 };
 use super::resolve::{DeviceView, container_labels};
 use super::samples::Samples;
@@ -111,7 +111,7 @@ fn pod_pairs(
 fn device_series(
     out: &mut Text,
     def: &MetricDef,
-    read: DeviceReader,
+    read: DeviceSeries,
     always: bool,
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
@@ -208,7 +208,7 @@ fn jobs(out: &mut Text, def: &MetricDef, devices: &[DeviceView<'_>]) {
 }
 
 /// One series per container holding each GPU, then each MIG GPU instance, with its GPU-seconds.
-fn workloads(out: &mut Text, def: &MetricDef, read: WorkloadReader, devices: &[DeviceView<'_>]) {
+fn workloads(out: &mut Text, def: &MetricDef, read: WorkloadSeries, devices: &[DeviceView<'_>]) {
     for d in devices {
         for w in &d.workloads {
             if let Some(value) = read(w) {
@@ -326,7 +326,7 @@ fn outside_allocation(out: &mut Text, def: &MetricDef, devices: &[DeviceView<'_>
 fn exporter_series(
     out: &mut Text,
     def: &MetricDef,
-    read: ExporterReader,
+    read: ExporterSeries,
     snap: &Snapshot,
     samples: &mut Samples,
 ) {
