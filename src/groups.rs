@@ -52,6 +52,8 @@ pub enum Group {
     RowRemap,
     /// XID events.
     Xid,
+    /// The health verdict of each GPU (`crate::health`).
+    Health,
     /// NVLink summed over a GPU's links.
     Nvlink,
     /// NVLink per link.
@@ -131,6 +133,12 @@ pub const GROUPS: &[GroupInfo] = &[
         "row remapping (Ampere and newer) and retired pages (older GPUs)",
     ),
     info(Group::Xid, "xid", true, "XID error events"),
+    info(
+        Group::Health,
+        "health",
+        true,
+        "each GPU's health verdict: state, and each active reason with its action (read whatever other groups are on)",
+    ),
     info(
         Group::Nvlink,
         "nvlink",
@@ -290,6 +298,7 @@ pub const DROP_ORDER: &[Group] = &[
     Group::Memory,
     Group::Saturation,
     Group::Utilization,
+    Group::Health,
 ];
 
 /// The names `--collector.NAME` accepts, comma-separated, for error messages.
