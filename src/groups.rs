@@ -46,9 +46,9 @@ pub enum Group {
     PcieLink,
     /// Volatile ECC counters.
     Ecc,
-    /// Lifetime ECC counters.
+    /// Lifetime ECC counters and remapped rows.
     EccLifetime,
-    /// Row remapping and retired pages.
+    /// Row remapping state and retired pages.
     RowRemap,
     /// XID events.
     Xid,
@@ -130,7 +130,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::RowRemap,
         "row-remap",
         true,
-        "row remapping (Ampere and newer) and retired pages (older GPUs)",
+        "row remapping pending and failed (Ampere and newer) and retired pages (older GPUs)",
     ),
     info(Group::Xid, "xid", true, "XID error events"),
     info(
@@ -203,7 +203,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::EccLifetime,
         "ecc-lifetime",
         false,
-        "lifetime (InfoROM) ECC error counters",
+        "lifetime (InfoROM) ECC error counters and the rows remapped after them",
     ),
     info(Group::Bar1, "bar1", false, "BAR1 memory total and used"),
     info(

@@ -1124,7 +1124,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_remapped_rows",
-        group: Group::RowRemap,
+        group: Group::EccLifetime,
         help: "Memory rows remapped after ECC errors (Ampere and newer).",
         kind: MetricKind::Gauge,
         unit: "",

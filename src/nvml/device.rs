@@ -562,7 +562,7 @@ fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, grou
     if groups.contains(Group::EccLifetime) {
         s.ecc_aggregate = ecc(t, 2, EccCounter::Aggregate);
     }
-    if !health && !groups.contains(Group::RowRemap) {
+    if !health && !groups.any(&[Group::RowRemap, Group::EccLifetime]) {
         return;
     }
 
