@@ -621,6 +621,10 @@ label_enum!(
     }
 );
 
+#[allow(
+    clippy::derivable_impls,
+    reason = "label_enum! declares the variants and takes no #[default]"
+)]
 impl Default for HealthState {
     fn default() -> Self {
         HealthState::Healthy

@@ -15,6 +15,7 @@
 //!   (a new NVML session), or the exporter restarted with the node. Any other XID holds
 //!   [`XID_WINDOW`] after its last event.
 
+pub mod docs;
 pub mod rules;
 
 use std::collections::{BTreeMap, HashMap};
