@@ -46,12 +46,14 @@ pub enum Group {
     PcieLink,
     /// Volatile ECC counters.
     Ecc,
-    /// Lifetime ECC counters.
+    /// Lifetime ECC counters and remapped rows.
     EccLifetime,
-    /// Row remapping and retired pages.
+    /// Row remapping state and retired pages.
     RowRemap,
     /// XID events.
     Xid,
+    /// The health verdict of each GPU (`crate::health`).
+    Health,
     /// NVLink summed over a GPU's links.
     Nvlink,
     /// NVLink per link.
@@ -128,9 +130,15 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::RowRemap,
         "row-remap",
         true,
-        "row remapping (Ampere and newer) and retired pages (older GPUs)",
+        "row remapping pending and failed (Ampere and newer) and retired pages (older GPUs)",
     ),
     info(Group::Xid, "xid", true, "XID error events"),
+    info(
+        Group::Health,
+        "health",
+        true,
+        "each GPU's health verdict: state, and each active reason with its action (read whatever other groups are on)",
+    ),
     info(
         Group::Nvlink,
         "nvlink",
@@ -195,7 +203,7 @@ pub const GROUPS: &[GroupInfo] = &[
         Group::EccLifetime,
         "ecc-lifetime",
         false,
-        "lifetime (InfoROM) ECC error counters",
+        "lifetime (InfoROM) ECC error counters and the rows remapped after them",
     ),
     info(Group::Bar1, "bar1", false, "BAR1 memory total and used"),
     info(
@@ -290,6 +298,7 @@ pub const DROP_ORDER: &[Group] = &[
     Group::Memory,
     Group::Saturation,
     Group::Utilization,
+    Group::Health,
 ];
 
 /// The names `--collector.NAME` accepts, comma-separated, for error messages.

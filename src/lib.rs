@@ -9,6 +9,7 @@ mod certificates;
 pub mod config;
 pub mod files;
 pub mod groups;
+pub mod health;
 pub mod http;
 pub mod jobs;
 pub mod kubernetes;

@@ -311,6 +311,31 @@ pub struct DeviceSample {
     /// Busy time integrated by the sampler over this NVML session's readings (not read from
     /// NVML): the `_seconds_total` counters.
     pub busy: BusySeconds,
+
+    /// The health verdict the sampler gave this reading (not read from NVML: see
+    /// `crate::health`); `None` while the `health` group is off.
+    pub health: Option<Health>,
+}
+
+/// A GPU's health verdict: the worst state of its active reasons, and each reason with the action
+/// it asks for (`nvidia_gpu_health_state`, `nvidia_gpu_health_reason`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Health {
+    /// The worst state among `reasons`; healthy when there are none.
+    pub state: HealthState,
+    /// Every active reason, in rule-table order, each once.
+    pub reasons: Vec<HealthReason>,
+}
+
+/// One active reason of a verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HealthReason {
+    /// Short and stable (`xid_79`, `nvlink_down`): the `reason` label.
+    pub reason: &'static str,
+    /// What the reason asks of an operator: the `action` label.
+    pub action: HealthAction,
+    /// The state the reason puts the GPU in.
+    pub state: HealthState,
 }
 
 /// Busy time of a GPU or MIG GPU instance, integrated by the sampler: each reading times the
@@ -586,6 +611,37 @@ macro_rules! label_enum {
         }
     };
 }
+
+label_enum!(
+    /// A GPU's health, from best to worst: `nvidia_gpu_health_state` serves its position (0, 1, 2).
+    HealthState {
+        Healthy => "healthy",
+        Degraded => "degraded",
+        Failed => "failed",
+    }
+);
+
+#[allow(
+    clippy::derivable_impls,
+    reason = "label_enum! declares the variants and takes no #[default]"
+)]
+impl Default for HealthState {
+    fn default() -> Self {
+        HealthState::Healthy
+    }
+}
+
+label_enum!(
+    /// `action` label of `nvidia_gpu_health_reason`: what a reason asks of an operator, from the
+    /// least to the most disruptive.
+    HealthAction {
+        None => "none",
+        RestartWorkload => "restart_workload",
+        ResetGpu => "reset_gpu",
+        RebootNode => "reboot_node",
+        DrainAndService => "drain_and_service",
+    }
+);
 
 label_enum!(
     /// `threshold` label of `nvidia_gpu_temperature_threshold_celsius`.

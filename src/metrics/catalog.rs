@@ -9,9 +9,9 @@
 use std::borrow::Cow;
 
 use crate::sample::{
-    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, JobsError, KubeletError,
-    MediaEngine, NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason,
-    WorkloadSeconds,
+    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, HealthAction, HealthState,
+    JobsError, KubeletError, MediaEngine, NvLinkErrorType, Snapshot, SystemInfo,
+    TemperatureThreshold, ThrottleReason, WorkloadSeconds,
 };
 
 use super::samples::Samples;
@@ -1124,7 +1124,7 @@ pub static CATALOG: &[MetricDef] = &[
     },
     MetricDef {
         name: "nvidia_gpu_remapped_rows",
-        group: Group::RowRemap,
+        group: Group::EccLifetime,
         help: "Memory rows remapped after ECC errors (Ampere and newer).",
         kind: MetricKind::Gauge,
         unit: "",
@@ -1209,6 +1209,48 @@ pub static CATALOG: &[MetricDef] = &[
             if let Some(p) = d.retired_pages {
                 out.labelled(&["single_bit_ecc"], p.single_bit_ecc as f64);
                 out.labelled(&["double_bit_ecc"], p.double_bit_ecc as f64);
+            }
+        }),
+    },
+    // --- Health -----------------------------------------------------------------------------
+    MetricDef {
+        name: "nvidia_gpu_health_state",
+        group: Group::Health,
+        help: "The GPU's health verdict: 0 healthy, 1 degraded, 2 failed (the worst of its active reasons; rules in docs/health.md). Served while the GPU is down too.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::DeviceIdentity(|_, d, out| {
+            if let Some(h) = &d.health {
+                out.value(h.state as u8 as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_health_reason",
+        group: Group::Health,
+        help: "Each active reason of the GPU's health verdict, with the action it asks for; always 1, absent when the GPU is healthy.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["reason", "action"],
+        closed_labels: &[
+            ("reason", || {
+                crate::health::rules::RULES
+                    .iter()
+                    .filter(|r| r.state != HealthState::Healthy)
+                    .map(|r| r.reason)
+                    .collect()
+            }),
+            ("action", || {
+                values_of(HealthAction::ALL, HealthAction::label)
+            }),
+        ],
+        dcgm: &[],
+        source: Source::DeviceIdentity(|_, d, out| {
+            for r in d.health.iter().flat_map(|h| &h.reasons) {
+                out.labelled(&[r.reason, r.action.label()], 1.0);
             }
         }),
     },

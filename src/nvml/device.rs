@@ -313,6 +313,9 @@ fn read_metrics(
     read_memory_errors(t, d, s, groups);
     if groups.any(&[Group::Nvlink, Group::NvlinkLinks]) {
         s.nvlinks = read_nvlinks(t, d, nvlink_count);
+    } else if groups.contains(Group::Health) {
+        // The health rules need only whether each link is up.
+        s.nvlinks = link_states(t, d, nvlink_count);
     }
 }
 
@@ -404,8 +407,9 @@ fn read_clocks(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Gro
     if groups.contains(Group::Clocks) {
         read_frequencies(t, d, s);
     }
-    // The thermal group's slowdown flag is read from the clock-event reasons too.
-    if groups.any(&[Group::ClockEvents, Group::Thermal]) {
+    // The thermal group's slowdown flag and the health rules' slowdowns are read from the
+    // clock-event reasons too.
+    if groups.any(&[Group::ClockEvents, Group::Thermal, Group::Health]) {
         read_clock_events(t, d, s);
     }
     if groups.contains(Group::ClockEvents) {
@@ -493,8 +497,10 @@ fn perf_policy(reason: ThrottleReason) -> PerformancePolicy {
 
 fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
     let p = &mut s.pcie;
+    // The health rules compare the link's width with its maximum.
+    let link = groups.any(&[Group::PcieLink, Group::Health]);
     if !groups.contains(Group::Pcie) {
-        if groups.contains(Group::PcieLink) {
+        if link {
             read_pcie_link(t, d, s);
         }
         return;
@@ -514,7 +520,7 @@ fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Group
             d.pcie_replay_counter()
         })
         .map(u64::from);
-    if groups.contains(Group::PcieLink) {
+    if link {
         read_pcie_link(t, d, s);
     }
 }
@@ -548,13 +554,15 @@ fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, grou
             uncorrected,
         })
     };
-    if groups.contains(Group::Ecc) {
+    // The health rules read the volatile uncorrectable count and the row remapping state.
+    let health = groups.contains(Group::Health);
+    if health || groups.contains(Group::Ecc) {
         s.ecc_volatile = ecc(t, 0, EccCounter::Volatile);
     }
     if groups.contains(Group::EccLifetime) {
         s.ecc_aggregate = ecc(t, 2, EccCounter::Aggregate);
     }
-    if !groups.contains(Group::RowRemap) {
+    if !health && !groups.any(&[Group::RowRemap, Group::EccLifetime]) {
         return;
     }
 

@@ -64,6 +64,14 @@ impl XidLog {
         }
     }
 
+    /// The counts of every device, by uuid: what a new session's health verdicts take as known.
+    pub fn counts(&self) -> HashMap<String, BTreeMap<u64, u64>> {
+        let log = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        log.iter()
+            .map(|(u, x)| (u.clone(), x.counts.clone()))
+            .collect()
+    }
+
     /// Copies the counts and last-event time into the matching devices of a snapshot.
     pub fn fill(&self, devices: &mut [DeviceSample]) {
         let log = self.devices.lock().unwrap_or_else(|p| p.into_inner());

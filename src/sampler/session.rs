@@ -28,6 +28,7 @@ use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
 use crate::groups::{Group, Groups};
+use crate::health::Tracker;
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
@@ -67,6 +68,9 @@ pub(super) struct Session {
     nvml: Arc<Nvml>,
     errors: Arc<ErrorCounter>,
     xid_log: Option<Arc<XidLog>>,
+    /// What the health verdicts remember between ticks; a new session (the driver was
+    /// re-initialised, which resets the GPUs) starts it again.
+    health: Tracker,
 }
 
 impl Session {
@@ -109,6 +113,7 @@ impl Session {
             nvml,
             errors: Arc::clone(errors),
             xid_log: xids.cloned(),
+            health: Tracker::new(xids.map(|x| x.counts()).unwrap_or_default()),
         };
         session.configure(opts);
         Ok(session)
@@ -125,8 +130,9 @@ impl Session {
             .processes
             .clone()
             .filter(|_| opts.groups.contains(Group::Processes));
-        // Without the xid group no event set is registered; with it, one thread watches.
-        if !opts.groups.contains(Group::Xid) {
+        // Without the xid and health groups no event set is registered; with either, one thread
+        // watches.
+        if !opts.groups.any(&[Group::Xid, Group::Health]) {
             self.xid_stop = None;
         } else if self.xid_stop.is_none()
             && let Some(log) = &self.xid_log
@@ -267,6 +273,11 @@ impl Session {
             self.slots.iter_mut().map(|s| s.view(now, grace)).collect();
         if let Some(xids) = xids {
             xids.fill(&mut devices);
+        }
+        if self.groups.contains(Group::Health) {
+            for d in &mut devices {
+                d.health = Some(self.health.evaluate(d, now));
+            }
         }
         Snapshot {
             nvml_up: true,

@@ -134,13 +134,19 @@ fn missing_readings_produce_no_series() {
 }
 
 #[test]
-fn a_lost_device_keeps_only_info_and_up_0() {
+fn a_lost_device_keeps_only_info_up_0_and_its_health() {
     let mut lost = full_device(1);
     lost.up = false;
     let text = encode(&snapshot(vec![full_device(0), lost]));
+    // Its health verdict is what says why it is down and what to do.
     assert_eq!(
         families_of_gpu(&text, 1),
-        ["nvidia_gpu_info", "nvidia_gpu_up"]
+        [
+            "nvidia_gpu_info",
+            "nvidia_gpu_up",
+            "nvidia_gpu_health_state",
+            "nvidia_gpu_health_reason"
+        ]
     );
     assert_eq!(
         value(&text, r#"nvidia_gpu_up{gpu="1",uuid="GPU-1"}"#),

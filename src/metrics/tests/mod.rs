@@ -144,6 +144,14 @@ fn full_device(index: u32) -> DeviceSample {
         // MIG off: no instances.
         mig_instances: Vec::new(),
         busy: full_busy(),
+        health: Some(Health {
+            state: HealthState::Failed,
+            reasons: vec![HealthReason {
+                reason: "xid_79",
+                action: HealthAction::RebootNode,
+                state: HealthState::Failed,
+            }],
+        }),
     }
 }
 

@@ -1,0 +1,89 @@
+//! `docs/health.md`, rendered from the rule table (checked by a test; `UPDATE_DOCS=1 cargo test
+//! --lib health::docs` writes it).
+
+use std::fmt::Write;
+
+use super::XID_WINDOW;
+use super::rules::{RULES, Signal, action_doc};
+use crate::sample::{HealthAction, HealthState};
+
+/// The whole page.
+pub fn render_markdown() -> String {
+    let mut md = String::from(
+        "# GPU health\n\n<!-- Generated from src/health/rules.rs: `UPDATE_DOCS=1 cargo test --lib health::docs`. -->\n\n\
+Every tick the exporter gives each GPU a verdict from the rules below (the `health` collector group,\n\
+on by default): `nvidia_gpu_health_state` (0 healthy, 1 degraded, 2 failed: the worst state among\n\
+the active rules) and, for each active rule, `nvidia_gpu_health_reason{reason, action} 1` (absent\n\
+when the GPU is healthy). Both are served while a GPU is down. The rules read what they need\n\
+whatever other collector groups are on. A MIG instance's health is its GPU's: join on `gpu`/`uuid`.\n\n\
+## Rules\n\n| signal | state | reason | action | meaning |\n|---|---|---|---|---|\n",
+    );
+    for r in RULES {
+        let _ = writeln!(
+            md,
+            "| {} | {} | `{}` | `{}` | {} |",
+            signal(r.signal),
+            r.state.label(),
+            r.reason,
+            r.action.label(),
+            r.doc
+        );
+    }
+    md.push_str("\nRules in state `healthy` never become a reason: they say which XIDs leave the GPU healthy.\nAn XID the table does not list changes no verdict; it is counted in `nvidia_gpu_xid_errors_total`.\n\n## Actions\n\n| action | what to do |\n|---|---|\n");
+    for a in HealthAction::ALL {
+        let _ = writeln!(md, "| `{}` | {} |", a.label(), action_doc(*a));
+    }
+    let _ = write!(
+        md,
+        "\n## How long a verdict holds\n\n\
+- A condition NVML shows (uncorrectable volatile ECC count, row remap pending or failed, an NVLink link\n  \
+down, PCIe width, a slowdown, a lost or unreadable GPU) is active while the reading shows it and\n  \
+clears with it: links back up, a remap applied by a reset (which also restarts the volatile ECC count).\n\
+- An XID is news when its count grew since the previous tick (for the first reading, since the exporter\n  \
+started or the driver was re-initialised). An XID whose action is `reset_gpu`, `reboot_node` or\n  \
+`drain_and_service` holds until the GPU is seen reset: NVML answered GPU_IS_LOST or GPU_REQUIRES_RESET\n  \
+and then answers again, or the driver was re-initialised, or the exporter restarted (with the node).\n  \
+Any other XID holds {} minutes after its last event.\n\n\
+States: `{}` needs nothing, `{}` works with less (or needs action soon), `{}` must not take work.\n",
+        XID_WINDOW.as_secs() / 60,
+        HealthState::Healthy.label(),
+        HealthState::Degraded.label(),
+        HealthState::Failed.label(),
+    );
+    md
+}
+
+fn signal(s: Signal) -> String {
+    match s {
+        Signal::Xid(code) => format!("XID {code}"),
+        Signal::EccUncorrectable => "volatile uncorrectable ECC errors > 0".into(),
+        Signal::RowRemapFailure => "row remap failed".into(),
+        Signal::RowRemapPending => "row remap pending".into(),
+        Signal::NvlinkDown => "an NVLink link of the board down".into(),
+        Signal::PcieWidth => "PCIe width below its maximum".into(),
+        Signal::ThermalSlowdown => "clock event: thermal slowdown (sw or hw)".into(),
+        Signal::PowerSlowdown => "clock event: hw power brake".into(),
+        Signal::Lost => "GPU lost".into(),
+        Signal::Unreadable => "no fresh reading past --stale-grace".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checked_in_docs_match_the_rule_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/health.md");
+        let rendered = render_markdown();
+        if std::env::var_os("UPDATE_DOCS").is_some() {
+            std::fs::write(path, &rendered).expect("write docs/health.md");
+            return;
+        }
+        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(
+            on_disk == rendered,
+            "docs/health.md is out of date; run `UPDATE_DOCS=1 cargo test --lib health::docs`"
+        );
+    }
+}
