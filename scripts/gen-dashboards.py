@@ -554,7 +554,7 @@ def node():
               "Per GPU: ECC errors since the driver loaded (volatile) and over the GPU's life (InfoROM),"
               " memory rows remapped, and whether a remap is pending (needs a reset) or failed (needs"
               " service). Uncorrected errors, pending or failed remaps need attention. The lifetime"
-              " counts need --collector.ecc-lifetime.",
+              " counts and the rows remapped need --collector.ecc-lifetime.",
               "none", targets(
                   (f"sum by (instance, gpu, error_type) (nvidia_gpu_ecc_errors_total{{{DEV}}})", ""),
                   (f"sum by (instance, gpu, error_type) (nvidia_gpu_ecc_lifetime_errors{{{DEV}}})", ""),
