@@ -56,6 +56,7 @@ fn every_scenario_gpu_is_served_with_its_identity() {
         "v100x2",
         "h100-mig",
         "a100-mig",
+        "health",
     ] {
         let m = once(scenario);
         let gpus = scenario_gpus(scenario);
@@ -111,6 +112,7 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
         "v100x2",
         "h100-mig",
         "a100-mig",
+        "health",
     ] {
         for name in once(scenario).names() {
             served.insert(name.to_string());
