@@ -84,3 +84,20 @@ pub fn one_line(msg: &str) -> String {
         })
         .collect()
 }
+
+/// For the tests of a generated document: asserts that the checked-in file at `relative` (to the
+/// crate's directory) holds `rendered`, or writes it there when `UPDATE_DOCS` is set; `update`
+/// is the command that rewrites it, named in the failure.
+#[cfg(test)]
+pub(crate) fn assert_generated(relative: &str, rendered: &str, update: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+    if std::env::var_os("UPDATE_DOCS").is_some() {
+        std::fs::write(&path, rendered).expect("write the generated document");
+        return;
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == rendered,
+        "{relative} is out of date; run `{update}`"
+    );
+}

@@ -12,6 +12,15 @@ use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(30);
 
+/// What a GPU that is down still serves (default groups): its identity, `up 0`, and the health
+/// verdict that says why it is down.
+const DOWN_FAMILIES: [&str; 4] = [
+    "nvidia_gpu_info",
+    "nvidia_gpu_up",
+    "nvidia_gpu_health_state",
+    "nvidia_gpu_health_reason",
+];
+
 fn faults_env(start: &str) -> Vec<(&'static str, String)> {
     vec![
         (
@@ -56,9 +65,8 @@ fn a_lost_gpu_goes_down_alone_and_comes_back() {
         .map(|s| s.name.as_str())
         .collect();
     assert_eq!(
-        g1_series,
-        ["nvidia_gpu_info", "nvidia_gpu_up"],
-        "a lost GPU keeps only info and up"
+        g1_series, DOWN_FAMILIES,
+        "a lost GPU keeps only info, up and its health verdict"
     );
     for g in [0, 2, 3] {
         assert_eq!(up(&lost, g), Some(1.0), "GPU {g} unaffected");
@@ -106,7 +114,7 @@ fn a_gpu_hanging_30_s_does_not_hold_up_the_others() {
             .into_iter()
             .map(|s| s.name.as_str())
             .collect::<Vec<_>>(),
-        ["nvidia_gpu_info", "nvidia_gpu_up"],
+        DOWN_FAMILIES,
         "a hung GPU past the grace serves no stale numbers"
     );
     // While GPU 2 hangs, ticks keep their cadence for the others, and scrapes stay fast.
@@ -222,9 +230,8 @@ fn gpus_whose_every_call_fails_go_down_after_the_grace_and_come_back() {
             .map(|s| s.name.as_str())
             .collect();
         assert_eq!(
-            series,
-            ["nvidia_gpu_info", "nvidia_gpu_up"],
-            "GPU {g} ({error}) keeps only info and up"
+            series, DOWN_FAMILIES,
+            "GPU {g} ({error}) keeps only info, up and its health verdict"
         );
     }
     assert_eq!(up(&down, 2), Some(1.0), "GPU 2 unaffected");

@@ -513,7 +513,7 @@ fn unfinished_large_request_heads_stay_within_the_memory_limit() {
             let conns: Vec<TcpStream> = (0..510)
                 .filter_map(|_| {
                     let s = open(addr, 1, &head).pop();
-                    let rss = rss_of(pid);
+                    let rss = common::memory_of(pid, "VmRSS");
                     peak.fetch_max(rss as usize, Ordering::Relaxed);
                     s
                 })
@@ -526,23 +526,12 @@ fn unfinished_large_request_heads_stay_within_the_memory_limit() {
         "510 unfinished 395 KB request heads",
         attack,
     );
-    let peak = (peak.load(Ordering::Relaxed) as u64).max(rss_of(pid));
+    let peak = (peak.load(Ordering::Relaxed) as u64).max(common::memory_of(pid, "VmRSS"));
     assert!(
         peak < MEMORY_LIMIT_BYTES,
         "resident memory reached {} MiB",
         peak >> 20
     );
-}
-
-/// The resident memory (`VmRSS`) of process `pid`, in bytes.
-fn rss_of(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmRSS in /proc/PID/status")
-        * 1024
 }
 
 #[test]

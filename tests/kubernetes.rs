@@ -583,17 +583,6 @@ fn pod_info_names_the_controller_and_the_copied_labels_from_the_pod_list() {
     assert!(!power[0].labels.contains_key("controller_kind"));
 }
 
-/// The peak resident memory of process `pid` (`VmHWM` of `/proc/PID/status`), bytes.
-fn peak_rss(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM in /proc/PID/status")
-        * 1024
-}
-
 #[test]
 fn a_full_node_of_pods_with_large_annotations_is_read_within_the_daemonset_s_memory() {
     let dir = tempfile::tempdir().unwrap();
@@ -642,7 +631,7 @@ fn a_full_node_of_pods_with_large_annotations_is_read_within_the_daemonset_s_mem
         (api.requests().len() >= asked + 3).then_some(())
     });
     // The DaemonSet's limit is 128 Mi; the answer alone is 27 MB.
-    let peak = peak_rss(e.child.id());
+    let peak = common::memory_of(e.child.id(), "VmHWM");
     assert!(
         peak < 64 * 1024 * 1024,
         "peak resident memory {} MiB",

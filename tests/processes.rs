@@ -253,26 +253,7 @@ fn a_gpu_held_by_one_container_lends_it_to_its_processes_until_they_exit() {
     let sock_dir = tempfile::tempdir().unwrap();
     let socket = sock_dir.path().join("kubelet.sock");
     // GPU0 is time-sliced between two pods, GPU1 belongs to one container.
-    let _kubelet = FakeKubelet::start(
-        &socket,
-        vec![
-            pod(
-                "ml",
-                "train-a",
-                "main",
-                "nvidia.com/gpu",
-                &[&format!("{GPU0}::0")],
-            ),
-            pod(
-                "ml",
-                "infer-b",
-                "server",
-                "nvidia.com/gpu",
-                &[&format!("{GPU0}::1")],
-            ),
-            pod("ml", "solo-c", "trainer", "nvidia.com/gpu", &[GPU1]),
-        ],
-    );
+    let _kubelet = FakeKubelet::start(&socket, shared_pod_resources().to_vec());
     // The loader exits at t = 60 s: about ten seconds into the run.
     let env = shared_env(&[("NVML_SIM_START", "50".into())]);
     let e = Exporter::start(

@@ -306,10 +306,15 @@ impl Unauthenticated {
         }
     }
 
-    /// How many requests were asked, and how many of them were served 200.
-    fn finish(mut self) -> (usize, usize) {
+    /// Stops asking, and asserts that some requests were asked and none was served 200.
+    fn finish_none_served(mut self) {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        self.thread.take().unwrap().join().unwrap()
+        let (asked, served) = self.thread.take().unwrap().join().unwrap();
+        assert!(asked > 0);
+        assert_eq!(
+            served, 0,
+            "{served} of {asked} requests without credentials were served"
+        );
     }
 }
 
@@ -371,12 +376,7 @@ fn a_reload_never_turns_basic_auth_off() {
             (status == 200 && m.value(RELOAD_OK, &[]) == Some(1.0)).then_some(())
         });
     }
-    let (asked, served) = anyone.finish();
-    assert!(asked > 0);
-    assert_eq!(
-        served, 0,
-        "{served} of {asked} requests without credentials were served"
-    );
+    anyone.finish_none_served();
 }
 
 #[test]
@@ -416,12 +416,7 @@ fn a_file_rewritten_by_a_writer_that_truncates_first_reloads_without_a_lapse() {
     let (status, m) = scrape(&e, "alice");
     assert_eq!(status, 200);
     assert_eq!(m.value(RELOAD_OK, &[]), Some(1.0));
-    let (asked, served) = anyone.finish();
-    assert!(asked > 0);
-    assert_eq!(
-        served, 0,
-        "{served} of {asked} requests without credentials were served"
-    );
+    anyone.finish_none_served();
 }
 
 #[test]

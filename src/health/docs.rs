@@ -74,16 +74,10 @@ mod tests {
 
     #[test]
     fn checked_in_docs_match_the_rule_table() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/health.md");
-        let rendered = render_markdown();
-        if std::env::var_os("UPDATE_DOCS").is_some() {
-            std::fs::write(path, &rendered).expect("write docs/health.md");
-            return;
-        }
-        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            on_disk == rendered,
-            "docs/health.md is out of date; run `UPDATE_DOCS=1 cargo test --lib health::docs`"
+        crate::files::assert_generated(
+            "docs/health.md",
+            &render_markdown(),
+            "UPDATE_DOCS=1 cargo test --lib health::docs",
         );
     }
 }

@@ -16,7 +16,8 @@ pub fn render_markdown() -> String {
          metrics::docs`; do not edit by hand. -->\n\n\
          Values are in base units (bytes, seconds, joules, watts, hertz, celsius; ratios in 0..1). \
          A reading the GPU does not support is absent, never 0. While a GPU is lost \
-         (`nvidia_gpu_up 0`) only `nvidia_gpu_info` and `nvidia_gpu_up` remain for it.\n\n",
+         (`nvidia_gpu_up 0`) only `nvidia_gpu_info`, `nvidia_gpu_up` and its health verdict \
+         remain for it.\n\n",
     );
 
     groups_section(&mut md);
@@ -269,16 +270,10 @@ mod tests {
 
     #[test]
     fn checked_in_docs_match_the_catalog() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md");
-        let rendered = render_markdown();
-        if std::env::var_os("UPDATE_DOCS").is_some() {
-            std::fs::write(path, &rendered).expect("write docs/metrics.md");
-            return;
-        }
-        let on_disk = std::fs::read_to_string(path).unwrap_or_default();
-        assert!(
-            on_disk == rendered,
-            "docs/metrics.md is out of date; run `UPDATE_DOCS=1 cargo test -p nvml-exporter metrics::docs`"
+        crate::files::assert_generated(
+            "docs/metrics.md",
+            &render_markdown(),
+            "UPDATE_DOCS=1 cargo test -p nvml-exporter metrics::docs",
         );
     }
 

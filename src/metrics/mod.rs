@@ -13,8 +13,8 @@
 //! written where the catalog places them.
 //!
 //! Rules the encoder enforces: a reading that is `None` (or an empty list) produces no series;
-//! a device with `up == false` keeps only `nvidia_gpu_info`, `nvidia_gpu_up 0` (and its
-//! `nvidia_gpu_pod_info`); every per-GPU series carries `gpu` and `uuid`; families come in
+//! a device with `up == false` keeps only `nvidia_gpu_info`, `nvidia_gpu_up 0`, its health
+//! verdict (and its `nvidia_gpu_pod_info`); every per-GPU series carries `gpu` and `uuid`; families come in
 //! catalog order, series by GPU index and then in label order (processes by pid). Attribution
 //! rules (pod labels, MIG instances, processes) are in `resolve.rs`.
 

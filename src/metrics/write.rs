@@ -6,7 +6,7 @@
 //! `gpu` and `uuid`, then the row's own labels, then (for a GPU or MIG instance with a single
 //! owner) `namespace`, `pod`, `container`. A MIG instance's series follow its GPU's with
 //! `gpu_instance` and `mig_profile` after the row's labels. A device that is not up keeps only
-//! the families that are always served (identity, `up`, pod assignments).
+//! the families that are always served (identity, `up`, pod assignments, health).
 
 use prometheus::proto::MetricFamily;
 

@@ -570,3 +570,16 @@ pub fn write_atomic(dir: &Path, name: &str, text: &str) -> PathBuf {
     std::fs::rename(&tmp, &path).unwrap();
     path
 }
+
+/// A memory figure of process `pid` from `/proc/PID/status`, in bytes: `VmRSS` (resident now),
+/// `VmHWM` (its peak).
+pub fn memory_of(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let prefix = format!("{field}:");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
+        * 1024
+}
