@@ -31,6 +31,9 @@ EXPECTED = {
     # GPU 7: a process holds 20 GiB, SM activity 0. GPU 0 is idle too but holds no memory.
     "NvidiaGpuIdleWhileAllocated": {"7"},
     "NvidiaGpuXidError": {"6"},
+    # The verdict: GPU 6 failed by its XID 79 (reboot_node), GPU 5 degraded by its thermal slowdown.
+    "NvidiaGpuUnhealthy": {"6"},
+    "NvidiaGpuDegraded": {"5"},
     "NvidiaGpuLost": set(),
     # GPU 5: hot, SW thermal slowdown active.
     "NvidiaGpuThermalThrottling": {"5"},
@@ -64,6 +67,8 @@ EXPECTED_MIG = {
     "NvidiaGpuLowSaturation": set(),  # no utilization in MIG mode; GPU 1 is at 60 %
     "NvidiaGpuIdleWhileAllocated": {"0/9"},
     "NvidiaGpuXidError": set(),
+    "NvidiaGpuUnhealthy": set(),  # both GPUs healthy until the reconfiguration at 60 s
+    "NvidiaGpuDegraded": set(),
     "NvidiaGpuLost": set(),
     "NvidiaGpuThermalThrottling": set(),
     "NvidiaGpuUncorrectableEccErrors": set(),
