@@ -86,13 +86,17 @@ seconds=60
 # never allocated itself (its instances are), though its memory is in use. Idle: the demo's GPUs 0
 # and 7 and the MIG node's GI 9, as NvidiaGpuIdleWhileAllocated says; active, the other 9. Shared:
 # the demo's GPU 4 and shared.toml's GPU 0; the MIG GPU whose three instances three pods hold is
-# not shared. Pods: 5 + 3 + 4. The waste dashboard's funnel reads the same from the rules; its
-# saturated step is not pinned: GI 10's SM activity steps between 0.1 and the threshold 0.5.
+# not shared. Pods: 5 + 3 + 4. Health: the demo's GPU 6 failed (XID 79, 20 s into the run) and
+# GPU 5 degraded (thermal slowdown), every other GPU healthy. The waste dashboard's funnel reads
+# the same from the rules; its saturated step is not pinned: GI 10's SM activity steps between
+# 0.1 and the threshold 0.5.
 # Only without --check lines, which add GPUs.
 expect=(
   "gpu-fleet.json:GPUs=12"
   "gpu-fleet.json:GPUs up=12"
   "gpu-fleet.json:GPUs lost=0"
+  "gpu-fleet.json:GPUs failed=1"
+  "gpu-fleet.json:GPUs degraded=1"
   "gpu-fleet.json:GPUs allocated=12"
   "gpu-fleet.json:Allocated but idle now=3"
   "gpu-fleet.json:XID events over the range=1"

@@ -296,6 +296,17 @@ POD_RULES = (
     " Read from the per-pod recording rules of deploy/prometheus/alerts.yaml (pod:...), so that it"
     " stays fast on thousands of GPUs: the GPU selection does not narrow it."
 )
+HEALTH_DEF = (
+    " The verdict is the exporter's own (the health collector group, on by default), from the rule"
+    " table of docs/health.md: nvidia_gpu_health_state is 0 healthy, 1 degraded (works with less, or"
+    " needs action soon), 2 failed (must not take work); nvidia_gpu_health_reason names each active"
+    " reason with the action it asks for (none, restart_workload, reset_gpu, reboot_node,"
+    " drain_and_service; the Actions table of docs/health.md says what each means). Served while a"
+    " GPU is down too."
+)
+# One series per GPU and action among its active reasons: a GPU with two reasons asking for the
+# same action counts once for it.
+HEALTH_ACTIONS = f"group by (job, instance, gpu, uuid, action) (nvidia_gpu_health_reason{{{DEV}}})"
 # The queue labels the Workloads dashboard groups by: Kueue's queue label and Volcano's queue
 # annotation of a pod, as --kubernetes-pod-labels and --kubernetes-pod-annotations name them.
 KUEUE_QUEUE = "label_kueue_x_k8s_io_queue_name"
@@ -344,24 +355,38 @@ def fleet():
     idle_count = f"count({SM_OR_UTIL}{{{DEV}}} < 0.05 and on ({KEY}) {ALLOCATED}{{{POD}}})"
     alloc_sum = f"sum(instance:nvidia_gpu_allocated:count{{{NODE}}})"
     idle_sum = f"sum(instance:nvidia_gpu_allocated_idle:count{{{NODE}}})"
+    health = f"nvidia_gpu_health_state{{{DEV}}}"
     panels = [
         stat(l, "GPUs", "GPUs the selected exporters report (nvidia_gpu_info), lost ones included.",
-             "none", f"count(nvidia_gpu_info{{{DEV}}}) or vector(0)"),
+             "none", f"count(nvidia_gpu_info{{{DEV}}}) or vector(0)", w=3),
         stat(l, "GPUs up", "GPUs whose last sampling tick read them (nvidia_gpu_up 1).",
-             "none", f"count(nvidia_gpu_up{{{DEV}}} == 1) or vector(0)"),
+             "none", f"count(nvidia_gpu_up{{{DEV}}} == 1) or vector(0)", w=3),
         stat(l, "GPUs lost",
              "GPUs the exporter can no longer read (nvidia_gpu_up 0: fell off the bus, needs a reset);"
              " the NvidiaGpuLost alert fires for them. 0 is healthy.",
-             "none", f"count(nvidia_gpu_up{{{DEV}}} == 0) or vector(0)", thresholds=warn_if_above(1)),
-        stat(l, "GPUs allocated", "GPUs allocated now." + ALLOC_DEF, "none", f"{alloc_count} or vector(0)"),
+             "none", f"count(nvidia_gpu_up{{{DEV}}} == 0) or vector(0)", w=3, thresholds=warn_if_above(1)),
+        stat(l, "GPUs failed",
+             "GPUs whose health verdict is failed now (nvidia_gpu_health_state 2): they must not take"
+             " work, and the NvidiaGpuUnhealthy alert fires for them after a minute. A lost GPU is"
+             " failed too. 0 is healthy; the table of unhealthy GPUs by action below says what to do."
+             + HEALTH_DEF,
+             "none", f"count({health} == 2) or vector(0)", w=3, thresholds={"mode": "absolute", "steps": [
+                 {"color": "green", "value": None}, {"color": "red", "value": 1}]}),
+        stat(l, "GPUs degraded",
+             "GPUs whose health verdict is degraded now (nvidia_gpu_health_state 1): they work with"
+             " less (a slowdown, a link down) or need action soon; the NvidiaGpuDegraded alert fires"
+             " for them after 15 minutes. 0 is healthy." + HEALTH_DEF,
+             "none", f"count({health} == 1) or vector(0)", w=3, thresholds=warn_if_above(1)),
+        stat(l, "GPUs allocated", "GPUs allocated now." + ALLOC_DEF, "none", f"{alloc_count} or vector(0)",
+             w=3),
         stat(l, "Allocated but idle now",
              "Allocated GPUs that are idle now (the NvidiaGpuIdleWhileAllocated condition, without"
              " its 30 minutes)." + ALLOC_DEF,
-             "none", f"{idle_count} or vector(0)", thresholds=warn_if_above(1)),
+             "none", f"{idle_count} or vector(0)", w=3, thresholds=warn_if_above(1)),
         stat(l, "GPU-hours allocated but idle",
              "GPU-hours wasted over the dashboard range: allocated GPUs that were idle." + ALLOC_DEF + HOURS_DEF
              + PER_NODE,
-             "suffix: GPU-h", gpu_hours(f"{idle_sum} or vector(0)"), thresholds=warn_if_above(1)),
+             "suffix: GPU-h", gpu_hours(f"{idle_sum} or vector(0)"), w=3, thresholds=warn_if_above(1)),
 
         panel(l, "timeseries", "Fleet utilization vs SM activity",
               "Average over the selected GPUs. Utilization: share of time at least one kernel ran."
@@ -425,13 +450,21 @@ def fleet():
               "suffix: GPU-h", [target(
                   "topk(10, " + gpu_hours(NS_IDLE_GPU_SECONDS) + ")", instant=True, fmt="table")], 8, 8),
 
+        panel(l, "table", "Unhealthy GPUs by action",
+              "How many GPUs ask for each action now: a GPU counts once for every action among its"
+              " active health reasons (nvidia_gpu_health_reason), so a GPU with reasons asking for"
+              " two actions counts in both rows and the rows can add up to more than the failed and"
+              " degraded GPUs. Empty when every selected GPU is healthy. The node dashboard's GPU"
+              " health table names each GPU's reasons." + HEALTH_DEF,
+              "none", [target(f"count by (action) ({HEALTH_ACTIONS})", instant=True, fmt="table")],
+              8, 8, transformations=renamed({"Value": "GPUs"})),
         panel(l, "table", "XID events by GPU",
               "XID codes each GPU reported, with the count since the exporter started"
               " (nvidia_gpu_xid_errors_total at its highest in the range). 48, 64, 74, 79, 95, 119 and"
               " 120 mean the GPU needs a reset or service.",
               "none", [target(
                   f"sum by (instance, gpu, xid) (max_over_time(nvidia_gpu_xid_errors_total{{{DEV}}}[$__range]))",
-                  instant=True, fmt="table")], 12, 8),
+                  instant=True, fmt="table")], 8, 8),
         panel(l, "timeseries", "ECC errors",
               "Corrected and uncorrected ECC errors per second. Corrected errors are"
               " fixed by the hardware; uncorrected ones may have corrupted data (NvidiaGpuUncorrectableEccErrors)."
@@ -439,12 +472,15 @@ def fleet():
               " the GPU node dashboard shows them per GPU." + PER_NODE,
               "short", targets(
                   (f"sum by (error_type) (instance:nvidia_gpu_ecc_errors:rate5m{{{NODE}}})", "{{error_type}}"),
-              ), 12, 8),
+              ), 8, 8),
     ]
+    by_action = next(p for p in panels if p["title"] == "Unhealthy GPUs by action")
+    by_action["options"]["sortBy"] = [{"displayName": "GPUs", "desc": True}]
     return dashboard(
         "nvml-gpu-fleet", "GPU fleet",
-        "Every GPU nvml-exporter reports: how many are up, how busy versus how saturated, which are"
-        " allocated but idle and the GPU-hours that wastes, power and energy, namespaces, XID and ECC.",
+        "Every GPU nvml-exporter reports: how many are up, failed or degraded, how busy versus how"
+        " saturated, which are allocated but idle and the GPU-hours that wastes, power and energy,"
+        " namespaces, unhealthy GPUs by action, XID and ECC.",
         panels)
 
 
@@ -550,6 +586,24 @@ def node():
                    (f"sum by (instance, gpu) (rate(nvidia_gpu_nvlink_links_receive_bytes_total{{{DEV}}}[$__rate_interval]))",
                     g + " rx")),
 
+        panel(l, "table", "GPU health",
+              "Each GPU's health verdict now (nvidia_gpu_health_state: healthy, degraded or failed) and"
+              " its active reasons (nvidia_gpu_health_reason), one row per reason with the action it"
+              " asks for; a healthy GPU has one row without reason. docs/health.md lists the rules"
+              " (the signal behind each reason) and what each action means." + HEALTH_DEF,
+              "none", [target(
+                  f"max by (instance, gpu) (nvidia_gpu_health_state{{{DEV}}})"
+                  f" * on (instance, gpu) group_right ()"
+                  f" max by (instance, gpu, reason, action) (nvidia_gpu_health_reason{{{DEV}}})"
+                  f" or on (instance, gpu) max by (instance, gpu) (nvidia_gpu_health_state{{{DEV}}})",
+                  instant=True, fmt="table")],
+              24, 8, transformations=[
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "indexByName": {"instance": 0, "gpu": 1, "Value": 2, "reason": 3, "action": 4},
+                      "renameByName": {"Value": "state"},
+                  }},
+              ]),
         panel(l, "table", "ECC and remapped rows",
               "Per GPU: ECC errors since the driver loaded (volatile) and over the GPU's life (InfoROM),"
               " memory rows remapped, and whether a remap is pending (needs a reset) or failed (needs"
@@ -633,6 +687,19 @@ def node():
         {"matcher": {"id": "byName", "options": "SM activity"},
          "properties": [{"id": "unit", "value": "percentunit"}]},
     ]
+    health = next(p for p in panels if p["title"] == "GPU health")
+    # The state's name in words and in colour, so that colour is never the only signal.
+    health["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": "state"}, "properties": [
+            {"id": "mappings", "value": [{"type": "value", "options": {
+                "0": {"text": "healthy", "color": "green", "index": 0},
+                "1": {"text": "degraded", "color": "orange", "index": 1},
+                "2": {"text": "failed", "color": "red", "index": 2},
+            }}]},
+            {"id": "custom.cellOptions", "value": {"type": "color-background", "mode": "basic"}},
+        ]},
+    ]
+    health["options"]["sortBy"] = [{"displayName": "state", "desc": True}]
     processes = next(p for p in panels if p["title"] == "Processes")
     processes["fieldConfig"]["overrides"] = [
         {"matcher": {"id": "byName", "options": "SM utilization"},
