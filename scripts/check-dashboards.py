@@ -21,6 +21,9 @@
   6. waste (waste.json): the funnel stats and the per-pod columns, run the same way, count and
      measure a made-up node's GPUs as their descriptions say, and the right-sizing table's MIG
      profile mappings name the smallest 80 GB profile that holds each peak;
+  7. health (gpu-fleet.json, gpu-node.json): the failed and degraded stats, the unhealthy GPUs by
+     action and the node's GPU health table, run the same way, count and list a made-up node's
+     verdicts as their descriptions say, and the table names each state in words;
   and first, a self-test: a broken dashboard (typo in a metric name, unparsable expr, panel
   without a unit) must fail each of the three, so the checks themselves cannot silently pass.
 
@@ -617,6 +620,64 @@ def waste_errors(promtool, source):
     return errors + promtool_errors(promtool, exprs, input_series, "10m", WASTE_PANELS)
 
 
+# The health panels on a made-up node: GPU 0 healthy; GPU 1 failed on XID 79 with an
+# uncorrectable ECC count too (two actions); GPU 2 degraded by two reasons asking for one action
+# (counted once for it); GPU 3 degraded by a thermal slowdown (action none).
+HEALTH_GPUS = [
+    ("0", 0, []),
+    ("1", 2, [("xid_79", "reboot_node"), ("ecc_uncorrectable", "reset_gpu")]),
+    ("2", 1, [("ecc_uncorrectable", "reset_gpu"), ("row_remap_pending", "reset_gpu")]),
+    ("3", 1, [("thermal_slowdown", "none")]),
+]
+HEALTH_PANELS = {
+    "gpu-fleet.json": {
+        ("GPUs failed", "A"): [("", 1)],
+        ("GPUs degraded", "A"): [("", 2)],
+        ("Unhealthy GPUs by action", "A"): [
+            ('action="none"', 1), ('action="reboot_node"', 1), ('action="reset_gpu"', 2)],
+    },
+    "gpu-node.json": {
+        ("GPU health", "A"): [('instance="i",gpu="0"', 0)] + [
+            (f'instance="i",gpu="{gpu}",reason="{reason}",action="{action}"', state)
+            for gpu, state, reasons in HEALTH_GPUS for reason, action in reasons],
+    },
+}
+# What the node dashboard's state column must show for each value: text as well as colour.
+HEALTH_STATES = {0: ("healthy", "green"), 1: ("degraded", "orange"), 2: ("failed", "red")}
+
+
+def health_errors(promtool, source):
+    """Check 7: the health panels of HEALTH_PANELS, as recording rules, on the node of HEALTH_GPUS
+    (`promtool test rules`), and the node table's state column naming each state in words."""
+    errors = []
+    if source.name == "gpu-node.json":
+        d = json.loads(Path(source.path).read_text())
+        table = next((p for p in d["panels"] if p.get("title") == "GPU health"), {})
+        mappings = [prop["value"] for o in table.get("fieldConfig", {}).get("overrides", [])
+                    if o["matcher"]["options"] == "state"
+                    for prop in o["properties"] if prop["id"] == "mappings"]
+        options = mappings[0][0]["options"] if len(mappings) == 1 and mappings[0] else {}
+        for value, (text, colour) in HEALTH_STATES.items():
+            got = options.get(str(value), {})
+            if (got.get("text"), got.get("color")) != (text, colour):
+                errors.append(f"GPU health: state {value} shows {got.get('text')!r} in"
+                              f" {got.get('color')!r}, expected {text!r} in {colour!r}")
+    want = HEALTH_PANELS[source.name]
+    exprs = all_panel_exprs(source, want, 60)
+    missing = sorted(set(want) - set(exprs))
+    if missing:
+        return errors + [f"no target {t!r}" for t in missing]
+    input_series = []
+    for gpu, state, reasons in HEALTH_GPUS:
+        labels = f'job="j",instance="i",gpu="{gpu}",uuid="GPU-{gpu}"'
+        input_series.append({"series": f"nvidia_gpu_health_state{{{labels}}}", "values": f"{state}+0x10"})
+        input_series += [
+            {"series": f'nvidia_gpu_health_reason{{{labels},reason="{reason}",action="{action}"}}',
+             "values": "1+0x10"}
+            for reason, action in reasons]
+    return errors + promtool_errors(promtool, exprs, input_series, "10m", want)
+
+
 def run_static(args):
     failed = 0
 
@@ -652,6 +713,9 @@ def run_static(args):
         if s.name == "waste.json":
             report(f"{s.name}: funnel and per-pod panels count a made-up node as they say, MIG"
                    " profiles by peak memory (promtool test rules)", waste_errors(args.promtool, s))
+        if s.name in HEALTH_PANELS:
+            report(f"{s.name}: health panels count and list a made-up node's verdicts as they say"
+                   " (promtool test rules)", health_errors(args.promtool, s))
     return 1 if failed else 0
 
 
