@@ -140,10 +140,7 @@ impl ReloadMetrics {
         let gauge = |name: &str| {
             let gauge =
                 Gauge::new(name, catalog::help(name)).expect("static gauge options are valid");
-            registry
-                .register(Box::new(gauge.clone()))
-                .expect("registered once, in the exporter's registry");
-            gauge
+            crate::metrics::registered(registry, gauge)
         };
         let metrics = ReloadMetrics {
             successful: gauge(CONFIG_LAST_RELOAD_SUCCESSFUL),

@@ -60,8 +60,9 @@ impl Tracker {
     /// The verdict of `d`'s reading taken into account at `now`.
     pub fn evaluate(&mut self, d: &DeviceSample, now: Instant) -> Health {
         let lost = !d.up && !d.stale;
+        let none = BTreeMap::new();
         let held = if d.uuid.is_empty() {
-            BTreeMap::new()
+            &none
         } else {
             let baseline = self.baseline.get(&d.uuid);
             let memory = self.gpus.entry(d.uuid.clone()).or_insert_with(|| Memory {
@@ -69,7 +70,7 @@ impl Tracker {
                 ..Memory::default()
             });
             memory.update(d, lost, now);
-            memory.held.clone()
+            &memory.held
         };
         verdict(|signal| match signal {
             Signal::Xid(code) => held.contains_key(&code),

@@ -134,16 +134,14 @@ impl ConnectionMetrics {
     /// Counters at zero, every reason present (so that `rate()` has a first point), registered
     /// in `registry`.
     pub fn new(registry: &prometheus::Registry) -> ConnectionMetrics {
-        let metrics = ConnectionMetrics::unregistered();
-        for collector in [
-            Box::new(metrics.open.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(metrics.closed_by_reason.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("registered once, in the exporter's registry");
+        let ConnectionMetrics {
+            open,
+            closed_by_reason,
+        } = ConnectionMetrics::unregistered();
+        ConnectionMetrics {
+            open: crate::metrics::registered(registry, open),
+            closed_by_reason: crate::metrics::registered(registry, closed_by_reason),
         }
-        metrics
     }
 
     /// The counters, in no registry (tests of the server alone).

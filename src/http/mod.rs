@@ -60,10 +60,7 @@ impl ScrapeCounter {
         )
         .expect("static counter options are valid");
         counter.with_label_values(&["200"]);
-        registry
-            .register(Box::new(counter.clone()))
-            .expect("registered once, in the exporter's registry");
-        ScrapeCounter(counter)
+        ScrapeCounter(crate::metrics::registered(registry, counter))
     }
 
     /// Counts one `/metrics` response with HTTP status `code`.

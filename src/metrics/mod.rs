@@ -138,16 +138,9 @@ impl Encoder {
         .expect("static counter options are valid");
         let exposition_bytes = IntGauge::new(EXPOSITION_BYTES, catalog::help(EXPOSITION_BYTES))
             .expect("static gauge options are valid");
-        // Registration only fails on a duplicate name: each is registered once.
-        for collector in [
-            Box::new(sample_duration.clone()) as Box<dyn prometheus::core::Collector>,
-            Box::new(series.clone()),
-            Box::new(series_dropped.clone()),
-        ] {
-            registry
-                .register(collector)
-                .expect("registered once, in the exporter's registry");
-        }
+        let sample_duration = registered(&registry, sample_duration);
+        let series = registered(&registry, series);
+        let series_dropped = registered(&registry, series_dropped);
         Encoder {
             opts: RwLock::new(Arc::new(opts)),
             registry,
@@ -275,6 +268,19 @@ impl Encoder {
         }
         dropped
     }
+}
+
+/// `collector`, registered in `registry`: the exporter's one registry (made in `lib.rs`), which
+/// the encoder writes whole; the part that keeps the collector updates it.
+pub fn registered<C>(registry: &Registry, collector: C) -> C
+where
+    C: prometheus::core::Collector + Clone + 'static,
+{
+    // Registration only fails on a duplicate name, and each collector is registered once.
+    registry
+        .register(Box::new(collector.clone()))
+        .expect("registered once, in the exporter's registry");
+    collector
 }
 
 #[cfg(test)]
