@@ -388,6 +388,14 @@ fn a_slow_kubelet_times_out_without_delaying_ticks_or_scrapes() {
     );
     let elapsed = started.elapsed().as_secs_f64();
     assert_eq!(m.value("nvml_exporter_kubernetes_up", &[]), Some(0.0));
+    // A kubelet that gives up at the deadline it was sent is a timeout too, not an RPC error.
+    assert_eq!(
+        m.value(
+            "nvml_exporter_kubernetes_errors_total",
+            &[("reason", "rpc")]
+        ),
+        Some(0.0)
+    );
     // Ticks kept their pace (300ms) while every call to the kubelet hung: at least half of the
     // expected count, and none of them waited on the kubelet.
     let ticked = ticks(&m) - ticks(&first);

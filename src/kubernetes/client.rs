@@ -86,8 +86,18 @@ impl PodResourcesClient {
         &mut self,
         deadline: Duration,
     ) -> Result<ListPodResourcesResponse, ListError> {
+        let started = tokio::time::Instant::now();
         match tokio::time::timeout(deadline, self.call(deadline)).await {
-            Ok(result) => result.map_err(|s| ListError::from_status(&s)),
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(status)) => {
+                let mut error = ListError::from_status(&status);
+                // A server that enforces the `grpc-timeout` it was sent answers at the deadline
+                // (tonic with Cancelled); that answer can be read before our own timer fires.
+                if started.elapsed() >= deadline {
+                    error.reason = KubeletError::Timeout;
+                }
+                Err(error)
+            }
             Err(_elapsed) => Err(ListError {
                 reason: KubeletError::Timeout,
                 message: format!("no answer within {}", humantime::format_duration(deadline)),
