@@ -4,7 +4,7 @@
 #      deploy/prometheus/alerts.yaml (regenerated into a temporary file and diffed);
 #   2. yamllint on the hand-written manifests;
 #   3. `kubectl kustomize` renders deploy/kubernetes, deploy/kubernetes/core and the
-#      deploy/kubernetes/processes and deploy/kubernetes/dra overlays;
+#      deploy/kubernetes/processes, deploy/kubernetes/dra and deploy/kubernetes/health overlays;
 #   4. `kubernetes-validate --strict` validates the built-in kinds (and the whole processes
 #      overlay) against the schemas of the oldest and the newest Kubernetes versions named in
 #      K8S_VERSIONS, and the overlay is checked to carry what --processes needs;
@@ -129,41 +129,46 @@ PY
 step "processes overlay: hostPID, /host/proc, kubelet URL, nodes/proxy binding" \
   processes_overlay_fits
 
-# The DRA overlay: core/ plus the ResourceSlice RBAC; built-in kinds only, validated whole, and
-# checked to turn DRA on with the node's name, a token, and exactly the read of resourceslices.
-validate_dra() {
+# The overlays that talk to the API server (dra, health): core/ plus a ClusterRole; built-in
+# kinds only, validated whole, and checked to turn their option on with the node's name, a token,
+# and exactly the rules RULES (JSON) bound to the exporter's ServiceAccount.
+validate_api_overlay() { # overlay variable clusterrole rules
   local version ok=0
-  render deploy/kubernetes/dra "$work/dra.yaml" || return 1
+  render "deploy/kubernetes/$1" "$work/$1.yaml" || return 1
   for version in $k8s_versions; do
-    kubernetes-validate --strict --quiet -k "$version" "$work/dra.yaml" || ok=1
+    kubernetes-validate --strict --quiet -k "$version" "$work/$1.yaml" || ok=1
   done
-  python3 - "$work/dra.yaml" <<'PY' || ok=1
-import sys, yaml
-objs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(open(sys.argv[1])) if o}
+  python3 - "$work/$1.yaml" "$@" <<'PY' || ok=1
+import json, sys, yaml
+path, overlay, variable, role, want = sys.argv[1:]
+objs = {(o["kind"], o["metadata"]["name"]): o for o in yaml.safe_load_all(open(path)) if o}
 pod = objs[("DaemonSet", "nvml-exporter")]["spec"]["template"]["spec"]
 env = {e["name"]: e for e in pod["containers"][0].get("env", [])}
-rules = objs[("ClusterRole", "nvml-exporter-resourceslices")]["rules"]
-binding = objs[("ClusterRoleBinding", "nvml-exporter-resourceslices")]
+rules = objs[("ClusterRole", role)]["rules"]
+binding = objs[("ClusterRoleBinding", role)]
 problems = [m for ok, m in [
     (pod.get("automountServiceAccountToken") is True, "no service account token mounted"),
-    (env.get("NVML_EXPORTER_KUBERNETES_DRA", {}).get("value") == "true",
-     "NVML_EXPORTER_KUBERNETES_DRA"),
+    (env.get(variable, {}).get("value") == "true", variable),
     (env.get("NVML_EXPORTER_KUBERNETES_NODE_NAME", {}).get("valueFrom", {}).get("fieldRef", {})
      .get("fieldPath") == "spec.nodeName", "NVML_EXPORTER_KUBERNETES_NODE_NAME from spec.nodeName"),
-    (rules == [{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"],
-                "verbs": ["list"]}],
-     "the ClusterRole grants list on resourceslices and nothing else"),
-    (binding["roleRef"]["name"] == "nvml-exporter-resourceslices"
+    (rules == json.loads(want), f"the ClusterRole grants exactly {want}, not {rules}"),
+    (binding["roleRef"]["name"] == role
      and {"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "nvml-exporter"}
      in binding["subjects"], "ClusterRoleBinding binds the exporter's ServiceAccount"),
 ] if not ok]
 for p in problems:
-    print("dra overlay:", p)
+    print(f"{overlay} overlay:", p)
 sys.exit(1 if problems else 0)
 PY
   return $ok
 }
-step "dra overlay: kubernetes-validate --strict, DRA env, resourceslices binding" validate_dra
+step "dra overlay: kubernetes-validate --strict, DRA env, resourceslices binding" \
+  validate_api_overlay dra NVML_EXPORTER_KUBERNETES_DRA nvml-exporter-resourceslices \
+  '[{"apiGroups": ["resource.k8s.io"], "resources": ["resourceslices"], "verbs": ["list"]}]'
+step "health overlay: kubernetes-validate --strict, node condition env, nodes/status and events binding" \
+  validate_api_overlay health NVML_EXPORTER_KUBERNETES_NODE_CONDITION nvml-exporter-node-health \
+  '[{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
+    {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]'
 
 check_rules() {
   [ -s "$work/rules.yaml" ] || { echo "no rules extracted from the PrometheusRule"; return 1; }

@@ -40,7 +40,7 @@ use clap::{ArgAction, Args, FromArgMatches, ValueEnum};
 use serde::Deserialize;
 
 use crate::groups::{Group, Groups};
-use crate::kubernetes::{DraOptions, KubernetesOptions, PodsOptions};
+use crate::kubernetes::{ApiServer, DraOptions, KubernetesOptions, PodsOptions};
 use crate::metrics::dcgm::DcgmCompat;
 
 use values::{
@@ -294,8 +294,9 @@ pub struct Config {
           default_value = DEFAULT_DRA_DRIVER, help_heading = "Kubernetes")]
     pub kubernetes_dra_driver: String,
 
-    /// This node's name, whose ResourceSlices are read (with --kubernetes-dra; in a DaemonSet,
-    /// from the downward API's spec.nodeName)
+    /// This node's name, whose ResourceSlices are read (with --kubernetes-dra) and whose status
+    /// gets the health condition (with --kubernetes-node-condition); in a DaemonSet, from the
+    /// downward API's spec.nodeName
     #[arg(
         long,
         env = "NVML_EXPORTER_KUBERNETES_NODE_NAME",
@@ -304,7 +305,8 @@ pub struct Config {
     )]
     pub kubernetes_node_name: Option<String>,
 
-    /// The API server, asked for ResourceSlices with --kubernetes-dra [default:
+    /// The API server, asked for ResourceSlices with --kubernetes-dra and told the health
+    /// condition with --kubernetes-node-condition [default:
     /// https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT, as in-cluster clients]
     #[arg(long, env = "NVML_EXPORTER_KUBERNETES_API_URL", value_name = "URL",
           value_parser = parse_url, help_heading = "Kubernetes")]
@@ -316,6 +318,14 @@ pub struct Config {
     #[arg(long, env = "NVML_EXPORTER_KUBERNETES_API_CA_FILE", value_name = "PATH",
           default_value = DEFAULT_KUBELET_CA_FILE, help_heading = "Kubernetes")]
     pub kubernetes_api_ca_file: PathBuf,
+
+    /// Write the GPUs' health verdicts to this node's status as the condition NvidiaGpuHealthy,
+    /// and an Event on every change of a GPU's state (needs --kubernetes-node-name, the health
+    /// group and the RBAC of deploy/kubernetes/health)
+    #[arg(long, env = "NVML_EXPORTER_KUBERNETES_NODE_CONDITION", value_name = "BOOL",
+          default_value_t = false, action = ArgAction::Set, num_args = 0..=1,
+          default_missing_value = "true", require_equals = true, help_heading = "Kubernetes")]
+    pub kubernetes_node_condition: bool,
 
     /// Serve per-process GPU memory and SM utilization, and per-pod sums of them (needs the
     /// host's pids: hostPID in Kubernetes)
@@ -481,10 +491,18 @@ impl Config {
             }),
             dra: self.kubernetes_dra.then(|| DraOptions {
                 driver: self.kubernetes_dra_driver.clone(),
-                node_name: self.kubernetes_node_name.clone().unwrap_or_default(),
-                api_url: self.kubernetes_api_url(),
-                api_ca_file: self.kubernetes_api_ca_file.clone(),
+                api: self.api_server(),
             }),
+            node_condition: self.kubernetes_node_condition.then(|| self.api_server()),
+        }
+    }
+
+    /// This node in the API server, as DRA and the node condition reach it.
+    fn api_server(&self) -> ApiServer {
+        ApiServer {
+            node_name: self.kubernetes_node_name.clone().unwrap_or_default(),
+            url: self.kubernetes_api_url(),
+            ca_file: self.kubernetes_api_ca_file.clone(),
         }
     }
 
@@ -759,8 +777,8 @@ mod tests {
         .kubernetes_options()
         .dra
         .unwrap();
-        assert_eq!(dra.node_name, "node-1");
+        assert_eq!(dra.api.node_name, "node-1");
         assert_eq!(dra.driver, DEFAULT_DRA_DRIVER);
-        assert_eq!(dra.api_url, "https://10.0.0.1:6443");
+        assert_eq!(dra.api.url, "https://10.0.0.1:6443");
     }
 }

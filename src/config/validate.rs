@@ -4,6 +4,7 @@
 use super::loading::{Origin, Origins};
 use super::values::{fmt_duration, quote};
 use super::{Config, ConfigError, MAX_INTERVAL, MIN_INTERVAL};
+use crate::groups::Group;
 
 impl Config {
     /// Refuses values that parse but cannot be used, naming the option and where its value came
@@ -180,13 +181,35 @@ impl Config {
             .take()
             .map(|n| n.trim().to_owned())
             .filter(|n| !n.is_empty());
-        if self.kubernetes && self.kubernetes_dra && self.kubernetes_node_name.is_none() {
+        if self.kubernetes_node_condition && !self.kubernetes {
+            // Silently writing nothing would look like a node whose GPUs were never checked.
             return Err(invalid(
-                "kubernetes_node_name",
-                "is needed by --kubernetes-dra (set NVML_EXPORTER_KUBERNETES_NODE_NAME from the \
-                 downward API's spec.nodeName)"
-                    .into(),
+                "kubernetes_node_condition",
+                "needs --kubernetes".into(),
             ));
+        }
+        if self.kubernetes_node_condition && !self.groups().contains(Group::Health) {
+            return Err(invalid(
+                "kubernetes_node_condition",
+                "needs the health collector group, which gives the verdicts it writes".into(),
+            ));
+        }
+        for (on, flag) in [
+            (self.kubernetes_dra, "--kubernetes-dra"),
+            (
+                self.kubernetes_node_condition,
+                "--kubernetes-node-condition",
+            ),
+        ] {
+            if self.kubernetes && on && self.kubernetes_node_name.is_none() {
+                return Err(invalid(
+                    "kubernetes_node_name",
+                    format!(
+                        "is needed by {flag} (set NVML_EXPORTER_KUBERNETES_NODE_NAME from the \
+                         downward API's spec.nodeName)"
+                    ),
+                ));
+            }
         }
         self.kubernetes_resource_names = std::mem::take(&mut self.kubernetes_resource_names)
             .into_iter()
@@ -407,6 +430,36 @@ mod tests {
         assert!(e.contains("--kubelet-url") && e.contains("line 1"), "{e}");
         assert!(err(&["--kubelet-token-file", ""]).contains("--kubelet-token-file"));
         assert!(err(&["--kubelet-ca-file", ""]).contains("--kubelet-ca-file"));
+    }
+
+    #[test]
+    fn the_node_condition_needs_kubernetes_a_node_name_and_the_health_group() {
+        let on = [
+            "--kubernetes-node-condition",
+            "--kubernetes-node-name",
+            "n1",
+        ];
+        let e = err(&on);
+        assert!(
+            e.contains("--kubernetes-node-condition") && e.contains("needs --kubernetes"),
+            "{e}"
+        );
+        let e = err(&["--kubernetes", "--kubernetes-node-condition"]);
+        assert!(
+            e.contains("--kubernetes-node-name") && e.contains("--kubernetes-node-condition"),
+            "{e}"
+        );
+        let e = err(&[&["--kubernetes", "--no-collector.health"][..], &on].concat());
+        assert!(
+            e.contains("--kubernetes-node-condition") && e.contains("health"),
+            "{e}"
+        );
+        let k = load_args(&[&["--kubernetes"][..], &on].concat())
+            .unwrap()
+            .kubernetes_options();
+        let api = k.node_condition.expect("the node condition is written");
+        assert_eq!(api.node_name, "n1");
+        assert_eq!(k.dra, None);
     }
 
     #[test]

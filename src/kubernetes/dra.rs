@@ -303,8 +303,10 @@ mod tests {
     fn a_missing_name_makes_one_list_and_a_stale_cache_another() {
         let options = DraOptions {
             driver: "gpu.nvidia.com".into(),
-            node_name: "node-1".into(),
-            ..DraOptions::default()
+            api: crate::kubernetes::ApiServer {
+                node_name: "node-1".into(),
+                ..Default::default()
+            },
         };
         let mut dra = Dra::new(&options, &KubernetesOptions::default());
         let now = Instant::now();

@@ -71,6 +71,9 @@ pub struct KubernetesOptions {
     pub pods: Option<PodsOptions>,
     /// DRA claims, with `--kubernetes-dra`; `None` otherwise.
     pub dra: Option<DraOptions>,
+    /// Where the health condition is written, with `--kubernetes-node-condition`; `None`
+    /// otherwise.
+    pub node_condition: Option<ApiServer>,
 }
 
 /// How the kubelet's `/pods` is fetched.
@@ -91,12 +94,19 @@ pub struct PodsOptions {
 pub struct DraOptions {
     /// The DRA driver whose claims are read (`--kubernetes-dra-driver`).
     pub driver: String,
-    /// This node's name, as the slices give it (`--kubernetes-node-name`).
+    /// Where this node's slices are listed.
+    pub api: ApiServer,
+}
+
+/// This node in the API server: what DRA and the node condition are told.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ApiServer {
+    /// This node's name, as the API server knows it (`--kubernetes-node-name`).
     pub node_name: String,
     /// The API server (`--kubernetes-api-url`, or the in-cluster service).
-    pub api_url: Uri,
+    pub url: Uri,
     /// The CA that signs the API server's certificate (`--kubernetes-api-ca-file`).
-    pub api_ca_file: PathBuf,
+    pub ca_file: PathBuf,
 }
 
 /// The latest kubelet state, shared between the refresh task and the publisher.

@@ -60,8 +60,11 @@ impl SlicesClient {
     /// `--kubernetes-dra-driver`; touches nothing until the first call.
     /// The token file and timeout are `options`'.
     pub fn new(dra: &DraOptions, options: &KubernetesOptions) -> SlicesClient {
-        let base = dra.api_url.clone();
-        let selector = format!("spec.nodeName={},spec.driver={}", dra.node_name, dra.driver);
+        let base = dra.api.url.clone();
+        let selector = format!(
+            "spec.nodeName={},spec.driver={}",
+            dra.api.node_name, dra.driver
+        );
         let path = format!(
             "{}{LIST_PATH}?fieldSelector={}",
             base.path().trim_end_matches('/'),
@@ -73,7 +76,7 @@ impl SlicesClient {
             url: Uri::from_parts(parts).expect("the URL with only its path changed"),
             driver: dra.driver.clone(),
             token_file: options.token_file.clone(),
-            ca_file: dra.api_ca_file.clone(),
+            ca_file: dra.api.ca_file.clone(),
             timeout: options.timeout,
             http: None,
         }
@@ -395,9 +398,11 @@ mod tests {
     fn the_list_url_selects_this_node_and_driver() {
         let dra = DraOptions {
             driver: "gpu.nvidia.com".into(),
-            node_name: "node-1".into(),
-            api_url: "https://10.0.0.1:6443".parse().unwrap(),
-            api_ca_file: PathBuf::new(),
+            api: crate::kubernetes::ApiServer {
+                node_name: "node-1".into(),
+                url: "https://10.0.0.1:6443".parse().unwrap(),
+                ca_file: PathBuf::new(),
+            },
         };
         let client = SlicesClient::new(&dra, &KubernetesOptions::default());
         assert_eq!(
