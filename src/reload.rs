@@ -50,7 +50,7 @@ use crate::http::auth::AuthSwitch;
 use crate::http::settings::{build_auth, build_tls};
 use crate::http::tls::{Stamp, TlsReloader};
 use crate::http::web_config::WebConfigFile;
-use crate::kubernetes::{KubernetesOptions, StateHandle, Watcher};
+use crate::kubernetes::{KubernetesOptions, StateHandle, Watcher, node_condition};
 use crate::metrics::catalog::{
     self, CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL,
 };
@@ -79,22 +79,33 @@ pub struct Triggers {
     pub hangup: Option<Signal>,
 }
 
-/// The kubelet state and its refresh task, with `--kubernetes`.
+/// The kubelet state and its refresh task, with `--kubernetes`, and the node condition's writer,
+/// with `--kubernetes-node-condition`.
 pub(crate) struct Kubelet {
     /// The latest answer, shared with the publisher.
     pub state: StateHandle,
     /// Refreshes `state`; stops when dropped.
     _watcher: Watcher,
+    /// Writes the GPUs' health to the node; stops when dropped.
+    _condition: Option<node_condition::Writer>,
 }
 
 impl Kubelet {
     /// Refreshes `state` as `options` say, publishing every change of assignments at once (on a
-    /// blocking thread, since it encodes). Called on the runtime.
+    /// blocking thread, since it encodes), and with `--kubernetes-node-condition` writes the
+    /// published health verdicts to the node. Called on the runtime.
     pub(crate) fn start(
         options: &KubernetesOptions,
         state: StateHandle,
         publisher: &Arc<Publisher>,
     ) -> Self {
+        let condition = options.node_condition.as_ref().map(|api| {
+            let publisher = Arc::clone(publisher);
+            node_condition::Writer::spawn(api, options, state.clone(), move || {
+                let published = publisher.current();
+                published.sampled.then(|| Arc::clone(&published.snapshot))
+            })
+        });
         let publisher = Arc::clone(publisher);
         let watcher = Watcher::spawn(options, state.clone(), move || {
             let publisher = Arc::clone(&publisher);
@@ -103,6 +114,7 @@ impl Kubelet {
         Kubelet {
             state,
             _watcher: watcher,
+            _condition: condition,
         }
     }
 }

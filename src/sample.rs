@@ -772,6 +772,11 @@ label_enum!(
         DraSlices => "dra_slices",
         DraUnknownDevice => "dra_unknown_device",
         DraMalformed => "dra_malformed",
+        NodeConditionForbidden => "node_condition_forbidden",
+        NodeConditionConflict => "node_condition_conflict",
+        NodeConditionHttp => "node_condition_http",
+        NodeConditionTimeout => "node_condition_timeout",
+        NodeConditionUnavailable => "node_condition_unavailable",
     }
 );
 

@@ -30,10 +30,15 @@
 //! driver's ResourceSlices, read from the API server only when the cached ones lack a claimed
 //! device ([`slices`]). Its failures are counted under the `dra_*` reasons; the device-plugin
 //! assignments of the same answer are served whatever they are.
+//!
+//! With `--kubernetes-node-condition` a [`node_condition::Writer`] task writes the GPUs' health
+//! verdicts, read from the published snapshots, to the node's status and to Events. Its failures
+//! are counted under the `node_condition_*` reasons; it writes, and reads nothing back.
 
 pub mod client;
 pub mod dra;
 pub mod mapping;
+pub mod node_condition;
 pub mod pod_list;
 pub mod pods;
 pub mod proto;
@@ -119,30 +124,29 @@ impl StateHandle {
         StateHandle(Arc::new(Mutex::new(initial_state(options))))
     }
 
-    /// Follows a configuration reload that changes whether the pod list is fetched: its error
-    /// reasons appear from 0, or disappear with the list. The rest of the state carries on.
+    /// Follows a configuration reload that changes what is asked: the error reasons of a call
+    /// turned on appear from 0, those of a call turned off disappear, and the pod list goes with
+    /// its call. The rest of the state carries on.
     pub fn reconfigure(&self, options: &KubernetesOptions) {
         let mut state = self.lock();
-        if options.dra.is_some() {
-            for reason in dra::REASONS {
-                state.errors.entry(*reason).or_insert(0);
+        for (on, reasons) in optional_reasons(options) {
+            if on {
+                for reason in reasons {
+                    state.errors.entry(*reason).or_insert(0);
+                }
+            } else {
+                state.errors.retain(|reason, _| !reasons.contains(reason));
             }
-        } else {
-            state
-                .errors
-                .retain(|reason, _| !dra::REASONS.contains(reason));
         }
-        if options.pods.is_some() {
-            for reason in pods::REASONS {
-                state.errors.entry(*reason).or_insert(0);
-            }
-        } else {
-            state
-                .errors
-                .retain(|reason, _| !pods::REASONS.contains(reason));
+        if options.pods.is_none() {
             state.pods = Arc::from([]);
             state.pod_meta = Arc::default();
         }
+    }
+
+    /// Counts one failed call under `reason`.
+    pub fn count_error(&self, reason: KubeletError) {
+        *self.lock().errors.entry(reason).or_default() += 1;
     }
 
     /// A copy of the latest state (cheap: the assignment list is shared).
@@ -216,21 +220,26 @@ pub async fn list_once(options: &KubernetesOptions) -> KubernetesState {
     state.current()
 }
 
-/// Nothing asked yet. The `pods_*` error reasons exist only where the pod list is fetched, so
-/// that a node without `--processes` does not serve counters for calls it never makes.
+/// Nothing asked yet. The error reasons of the optional calls (the pod list, DRA, the node
+/// condition) exist only where the call is made, so that a node does not serve counters for
+/// calls it never makes.
 fn initial_state(options: &KubernetesOptions) -> KubernetesState {
     let mut state = KubernetesState::new();
-    if options.pods.is_none() {
-        state
-            .errors
-            .retain(|reason, _| !pods::REASONS.contains(reason));
-    }
-    if options.dra.is_none() {
-        state
-            .errors
-            .retain(|reason, _| !dra::REASONS.contains(reason));
+    for (on, reasons) in optional_reasons(options) {
+        if !on {
+            state.errors.retain(|reason, _| !reasons.contains(reason));
+        }
     }
     state
+}
+
+/// Whether each optional call is made, with its error reasons.
+fn optional_reasons(options: &KubernetesOptions) -> [(bool, &'static [KubeletError]); 3] {
+    [
+        (options.pods.is_some(), pods::REASONS),
+        (options.dra.is_some(), dra::REASONS),
+        (options.node_condition.is_some(), node_condition::REASONS),
+    ]
 }
 
 /// One `List` call (and `/pods` call) and what it changes.
@@ -431,7 +440,9 @@ impl Refresher {
                     .errors
                     .iter()
                     .filter(|(reason, _)| {
-                        !pods::REASONS.contains(reason) && !dra::REASONS.contains(reason)
+                        optional_reasons(&KubernetesOptions::default())
+                            .iter()
+                            .all(|(_, reasons)| !reasons.contains(reason))
                     })
                     .map(|(_, n)| *n);
                 if state.up || list_errors.sum::<u64>() == 0 {

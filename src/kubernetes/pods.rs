@@ -322,6 +322,18 @@ pub(super) fn client_tls(ca_file: Option<&Path>, option: &str) -> Result<ClientC
     Ok(config)
 }
 
+/// An HTTPS client of the API server trusting the CA bundle at `ca_file` (`option` names it in
+/// the error): no proxy, no redirects (the request carries a bearer token).
+pub(super) fn https_client(ca_file: &Path, option: &str) -> Result<reqwest::Client, String> {
+    let tls = client_tls(Some(ca_file), option)?;
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| format!("the HTTPS client: {}", causes(&e)))
+}
+
 /// The rustls error among `e`'s causes: what refused the handshake, if TLS did.
 pub(super) fn tls_cause(e: &reqwest::Error) -> Option<&rustls::Error> {
     let mut cause = e.source();

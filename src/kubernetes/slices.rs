@@ -25,7 +25,7 @@ use serde::Deserialize;
 
 use crate::sample::DeviceRef;
 
-use super::pods::{causes, chain, client_tls, read_token, tls_cause};
+use super::pods::{causes, chain, https_client, read_token, tls_cause};
 use super::{DraOptions, KubernetesOptions};
 
 /// How long a successful list is kept before it is made again even though every claimed device
@@ -109,13 +109,7 @@ impl SlicesClient {
         let http = match &self.http {
             Some(http) => http.clone(),
             None => {
-                let tls = client_tls(Some(&self.ca_file), "--kubernetes-api-ca-file")?;
-                let http = reqwest::Client::builder()
-                    .tls_backend_preconfigured(tls)
-                    .no_proxy()
-                    .redirect(reqwest::redirect::Policy::none())
-                    .build()
-                    .map_err(|e| format!("the HTTPS client for {}: {}", self.url, causes(&e)))?;
+                let http = https_client(&self.ca_file, "--kubernetes-api-ca-file")?;
                 self.http.insert(http).clone()
             }
         };

@@ -1663,7 +1663,7 @@ pub static CATALOG: &[MetricDef] = &[
     MetricDef {
         name: "nvml_exporter_kubernetes_errors_total",
         group: Group::Core,
-        help: "Failed calls to the kubelet, by reason (with --kubernetes): its pod-resources API, and its pod list (pods_* reasons, with --processes).",
+        help: "Failed calls to the kubelet and the API server, by reason (with --kubernetes): the pod-resources API, the kubelet's pod list (pods_*, where it is read), the DRA ResourceSlices (dra_*, with --kubernetes-dra) and the node condition (node_condition_*, with --kubernetes-node-condition).",
         kind: MetricKind::Counter,
         unit: "",
         labels: &["reason"],

@@ -47,22 +47,34 @@ struct State {
 
 /// A running fake kubelet HTTPS API on 127.0.0.1. Stops on drop.
 pub struct FakeKubeletApi {
-    addr: SocketAddr,
-    ca: Ca,
+    server: TlsServer,
     state: Arc<Mutex<State>>,
+}
+
+/// An HTTP/1.1 server over TLS on 127.0.0.1, with a serving certificate signed by a CA made for
+/// it. Stops on drop.
+pub struct TlsServer {
+    pub addr: SocketAddr,
+    pub ca: Ca,
     runtime: Option<tokio::runtime::Runtime>,
 }
 
-impl FakeKubeletApi {
-    /// Serves `reply` on `/pods` to requests carrying `Bearer <token>`.
-    pub fn start(token: &str, reply: Reply) -> FakeKubeletApi {
-        FakeKubeletApi::start_at("/pods", token, reply)
-    }
-
-    /// Serves `reply` on `path` to requests carrying `Bearer <token>`: with the ResourceSlice
-    /// list's path, a fake API server.
-    pub fn start_at(path: &str, token: &str, reply: Reply) -> FakeKubeletApi {
-        let ca = Ca::new("fake kubelet CA");
+impl TlsServer {
+    /// Answers each request with `answer`; `keep_alive` says, per connection, whether it stays
+    /// open after an answer.
+    pub fn start<F, Fut, B>(
+        ca_name: &str,
+        keep_alive: impl Fn() -> bool + Send + Sync + 'static,
+        answer: F,
+    ) -> TlsServer
+    where
+        F: Fn(http::Request<hyper::body::Incoming>) -> Fut + Clone + Send + Sync + 'static,
+        Fut: std::future::Future<Output = http::Response<B>> + Send + 'static,
+        B: Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let ca = Ca::new(ca_name);
         let server = ca.server();
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(server.cert.as_bytes())
@@ -78,15 +90,6 @@ impl FakeKubeletApi {
         .with_single_cert(certs, key)
         .unwrap();
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
-        let state = Arc::new(Mutex::new(State {
-            reply,
-            token: token.to_owned(),
-            delay: Duration::ZERO,
-            close_after_answer: false,
-            authorizations: Vec::new(),
-            path: path.to_owned(),
-            requests: Vec::new(),
-        }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -96,46 +99,86 @@ impl FakeKubeletApi {
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        let s = state.clone();
+        let keep_alive = Arc::new(keep_alive);
         runtime.spawn(async move {
             loop {
                 let Ok((tcp, _)) = listener.accept().await else {
                     continue;
                 };
-                let (acceptor, state) = (acceptor.clone(), s.clone());
+                let (acceptor, answer, keep_alive) =
+                    (acceptor.clone(), answer.clone(), keep_alive.clone());
                 tokio::spawn(async move {
                     // A client that rejects our certificate ends the handshake: nothing to serve.
                     let Ok(tls) = acceptor.accept(tcp).await else {
                         return;
                     };
-                    let keep_alive = !state.lock().unwrap().close_after_answer;
                     let service = hyper::service::service_fn(move |req| {
-                        let state = state.clone();
-                        async move { Ok::<_, Infallible>(answer(req, state).await) }
+                        let answer = answer.clone();
+                        async move { Ok::<_, Infallible>(answer(req).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
-                        .keep_alive(keep_alive)
+                        .keep_alive(keep_alive())
                         .serve_connection(TokioIo::new(tls), service)
                         .await;
                 });
             }
         });
-        FakeKubeletApi {
+        TlsServer {
             addr,
             ca,
-            state,
             runtime: Some(runtime),
         }
     }
 
-    /// `https://127.0.0.1:<port>`, what `--kubelet-url` is given.
+    /// `https://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("https://{}", self.addr)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl FakeKubeletApi {
+    /// Serves `reply` on `/pods` to requests carrying `Bearer <token>`.
+    pub fn start(token: &str, reply: Reply) -> FakeKubeletApi {
+        FakeKubeletApi::start_at("/pods", token, reply)
+    }
+
+    /// Serves `reply` on `path` to requests carrying `Bearer <token>`: with the ResourceSlice
+    /// list's path, a fake API server.
+    pub fn start_at(path: &str, token: &str, reply: Reply) -> FakeKubeletApi {
+        let state = Arc::new(Mutex::new(State {
+            reply,
+            token: token.to_owned(),
+            delay: Duration::ZERO,
+            close_after_answer: false,
+            authorizations: Vec::new(),
+            path: path.to_owned(),
+            requests: Vec::new(),
+        }));
+        let (s, keep) = (state.clone(), state.clone());
+        let server = TlsServer::start(
+            "fake kubelet CA",
+            move || !keep.lock().unwrap().close_after_answer,
+            move |req| answer(req, s.clone()),
+        );
+        FakeKubeletApi { server, state }
+    }
+
+    /// `https://127.0.0.1:<port>`, what `--kubelet-url` is given.
+    pub fn url(&self) -> String {
+        self.server.url()
     }
 
     /// The CA that signed the serving certificate, PEM.
     pub fn ca_pem(&self) -> &str {
-        &self.ca.pem
+        &self.server.ca.pem
     }
 
     pub fn set_reply(&self, reply: Reply) {
@@ -164,14 +207,6 @@ impl FakeKubeletApi {
     /// The `Authorization` headers received so far.
     pub fn authorizations(&self) -> Vec<String> {
         self.state.lock().unwrap().authorizations.clone()
-    }
-}
-
-impl Drop for FakeKubeletApi {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
     }
 }
 

@@ -1,0 +1,248 @@
+//! The health verdicts on the node (`--kubernetes-node-condition`), end to end: the real exporter
+//! on `nvml-sim/scenarios/health.toml` (one signal per GPU; its clock starts at t = 18 s, just
+//! before the XIDs at t = 20 s and GPU 3's reset at t = 26–28 s), a fake kubelet, and a fake API
+//! server that checks each request as the real one would (tests/kubelet/apiserver.rs).
+
+mod common;
+mod kubelet;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Exporter, Exposition, eventually, scenario};
+use kubelet::FakeKubelet;
+use kubelet::apiserver::FakeApiServer;
+use nvml_exporter::kubernetes::node_condition::CONDITION_TYPE;
+use serde_json::{Value, json};
+
+const NODE: &str = "gpu-node-1";
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The exporter writing the condition of [`NODE`] to `api` (token "t", files in `dir`).
+fn exporter(dir: &Path, api: &FakeApiServer, extra: &[&str]) -> (Exporter, FakeKubelet) {
+    let socket = dir.join("kubelet.sock");
+    let kubelet = FakeKubelet::start(&socket, vec![]);
+    let (ca, token) = (dir.join("api-ca.crt"), dir.join("token"));
+    std::fs::write(&ca, api.ca_pem()).unwrap();
+    std::fs::write(&token, "t\n").unwrap();
+    let health = scenario("health");
+    let url = api.url();
+    let mut args = vec![
+        "--interval",
+        "250ms",
+        "--kubernetes",
+        "--pod-resources-socket",
+        socket.to_str().unwrap(),
+        "--kubernetes-node-condition",
+        "--kubernetes-node-name",
+        NODE,
+        "--kubernetes-api-url",
+        &url,
+        "--kubernetes-api-ca-file",
+        ca.to_str().unwrap(),
+        "--kubelet-token-file",
+        token.to_str().unwrap(),
+        "--log-level",
+        "info",
+    ];
+    args.extend_from_slice(extra);
+    let e = Exporter::start(
+        &[
+            ("NVML_SIM_SCENARIO", health.to_str().unwrap()),
+            ("NVML_SIM_START", "18"),
+        ],
+        &args,
+    );
+    (e, kubelet)
+}
+
+fn errors(m: &Exposition, reason: &str) -> Option<f64> {
+    m.value(
+        "nvml_exporter_kubernetes_errors_total",
+        &[("reason", reason)],
+    )
+}
+
+/// (GPU named in the note, event reason, type, action) of each Event, in order.
+fn events(api: &FakeApiServer) -> Vec<(String, String, String, String)> {
+    api.events()
+        .iter()
+        .map(|e| {
+            let note = e["note"].as_str().unwrap();
+            let gpu = note.split(' ').nth(1).unwrap().to_owned();
+            let s = |k: &str| e[k].as_str().unwrap().to_owned();
+            (gpu, s("reason"), s("type"), s("action"))
+        })
+        .collect()
+}
+
+fn row(gpu: &str, reason: &str, kind: &str, action: &str) -> (String, String, String, String) {
+    (gpu.into(), reason.into(), kind.into(), action.into())
+}
+
+#[test]
+fn the_condition_and_events_follow_each_gpu_s_verdict_and_keep_the_kubelet_s_conditions() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApiServer::start(NODE, "t");
+    let (e, _kubelet) = exporter(dir.path(), &api, &[]);
+
+    // After the XIDs at t = 20: GPU 2 (XID 79) and GPU 3 (XID 48) failed, next to the GPUs
+    // failed or degraded from the start. GPU 1's XID 31 is the application's: not named.
+    let condition = eventually(WAIT, "the condition naming the XIDs' GPUs", || {
+        api.condition(CONDITION_TYPE)
+            .filter(|c| c["message"].as_str().unwrap().contains("GPU 3 "))
+    });
+    assert_eq!(condition["status"], "False");
+    assert_eq!(condition["reason"], "GpuFailed");
+    let message = condition["message"].as_str().unwrap();
+    for part in [
+        "GPU 2 (GPU-5e0a7c31-2b4d-4f68-9a1c-3d5e7f9b1c22) failed: xid_79 (reboot_node)",
+        "GPU 3 (GPU-5e0a7c31-2b4d-4f68-9a1c-3d5e7f9b1c23) failed: xid_48 (reset_gpu)",
+        "GPU 4 (GPU-5e0a7c31-2b4d-4f68-9a1c-3d5e7f9b1c24) degraded: nvlink_down (reset_gpu)",
+        "GPU 5 (GPU-5e0a7c31-2b4d-4f68-9a1c-3d5e7f9b1c25) failed: row_remap_failure (drain_and_service)",
+        "GPU 6 (GPU-5e0a7c31-2b4d-4f68-9a1c-3d5e7f9b1c26) degraded: pcie_width (drain_and_service)",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message:?}");
+    }
+    for healthy in ["GPU 0 ", "GPU 1 "] {
+        assert!(!message.contains(healthy), "{healthy} in {message:?}");
+    }
+    // The kubelet's condition is kept beside ours.
+    let ready = api.condition("Ready").expect("Ready kept");
+    assert_eq!(ready["reason"], "KubeletReady");
+
+    // Exactly what the API server was sent: a strategic merge patch of the node's status with
+    // one condition, and Events about the node in `default`.
+    let requests = api.requests();
+    let patch = requests.iter().find(|r| r.method == "PATCH").unwrap();
+    assert_eq!(patch.path, format!("/api/v1/nodes/{NODE}/status"));
+    assert_eq!(patch.content_type, "application/strategic-merge-patch+json");
+    let conditions = patch.body["status"]["conditions"].as_array().unwrap();
+    assert_eq!(conditions.len(), 1, "{}", patch.body);
+    let mut first = conditions[0].clone();
+    for time in ["lastHeartbeatTime", "lastTransitionTime"] {
+        assert!(first[time].as_str().unwrap().ends_with('Z'), "{first}");
+        first[time] = Value::Null;
+    }
+    assert_eq!(first["type"], CONDITION_TYPE);
+    assert_eq!(
+        (&first["status"], &first["reason"]),
+        (&json!("False"), &json!("GpuFailed"))
+    );
+    let post = requests.iter().find(|r| r.method == "POST").unwrap();
+    assert_eq!(
+        post.path,
+        "/apis/events.k8s.io/v1/namespaces/default/events"
+    );
+    assert_eq!(post.content_type, "application/json");
+    assert_eq!(
+        post.body["regarding"],
+        json!({"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE})
+    );
+    assert_eq!(post.body["reportingController"], "nvml-exporter");
+
+    // GPU 3 is reset at t = 26–28 and answers healthy after it: a Normal Event, and the
+    // condition no longer names it.
+    eventually(WAIT, "GPU 3's recovery Event", || {
+        events(&api)
+            .contains(&row("3", "GpuHealthy", "Normal", "none"))
+            .then_some(())
+    });
+    let condition = eventually(WAIT, "the condition without GPU 3", || {
+        api.condition(CONDITION_TYPE)
+            .filter(|c| !c["message"].as_str().unwrap().contains("GPU 3 "))
+    });
+    assert!(condition["message"].as_str().unwrap().contains("GPU 2 "));
+
+    // An Event for each GPU not healthy at the start, then one per change of state.
+    let seen = events(&api);
+    for want in [
+        row("4", "GpuDegraded", "Warning", "reset_gpu"),
+        row("5", "GpuFailed", "Warning", "drain_and_service"),
+        row("6", "GpuDegraded", "Warning", "drain_and_service"),
+        row("2", "GpuFailed", "Warning", "reboot_node"),
+        row("3", "GpuFailed", "Warning", "reset_gpu"),
+    ] {
+        assert!(seen.contains(&want), "{want:?} not in {seen:?}");
+    }
+    assert!(
+        !seen.iter().any(|(gpu, ..)| gpu == "0" || gpu == "1"),
+        "{seen:?}"
+    );
+    let three: Vec<_> = seen.iter().filter(|(gpu, ..)| gpu == "3").collect();
+    // Lost while it resets is failed too: no Event of its own.
+    assert_eq!(three.len(), 2, "failed, then healthy again: {three:?}");
+    let m = e.metrics();
+    for reason in nvml_exporter::kubernetes::node_condition::REASONS {
+        assert_eq!(errors(&m, reason.label()), Some(0.0), "{reason:?}");
+    }
+}
+
+#[test]
+fn an_api_server_that_refuses_fails_or_hangs_is_retried_and_never_delays_a_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApiServer::start(NODE, "t");
+    api.set_failure(Some((403, "nodes \"gpu-node-1\" is forbidden")));
+    let (e, _kubelet) = exporter(dir.path(), &api, &["--kubernetes-timeout", "300ms"]);
+
+    let mut slowest = Duration::ZERO;
+    let mut scrape = || {
+        let t = Instant::now();
+        let m = e.metrics();
+        slowest = slowest.max(t.elapsed());
+        m
+    };
+    for (reason, make) in [
+        ("node_condition_forbidden", None),
+        ("node_condition_conflict", Some(409)),
+        ("node_condition_http", Some(500)),
+    ] {
+        if let Some(code) = make {
+            api.set_failure(Some((code, "try again")));
+        }
+        eventually(WAIT, reason, || {
+            errors(&scrape(), reason)
+                .is_some_and(|n| n >= 1.0)
+                .then_some(())
+        });
+    }
+    api.set_failure(None);
+    api.set_delay(Duration::from_secs(5));
+    let m = eventually(WAIT, "a timeout", || {
+        let m = scrape();
+        errors(&m, "node_condition_timeout")
+            .is_some_and(|n| n >= 1.0)
+            .then_some(m)
+    });
+    // Ticks went on while every call failed or hung.
+    assert!(
+        m.value("nvml_exporter_sample_duration_seconds_count", &[])
+            .unwrap()
+            > 8.0
+    );
+    assert!(
+        api.condition(CONDITION_TYPE).is_none(),
+        "nothing was accepted"
+    );
+
+    api.set_delay(Duration::ZERO);
+    let condition = eventually(WAIT, "the condition once the API server accepts", || {
+        api.condition(CONDITION_TYPE)
+    });
+    assert_eq!(condition["status"], "False");
+    eventually(WAIT, "the Events that waited", || {
+        (!api.events().is_empty()).then_some(())
+    });
+    // The scrapes never waited for the API server (the debug binary's bound, generous).
+    assert!(slowest < Duration::from_millis(1000), "{slowest:?}");
+    // Logged when it stopped accepting, and when it accepted again; not on every retry.
+    let logs = e.logs();
+    let warned = logs
+        .matches("could not write the GPU health condition")
+        .count();
+    assert_eq!(warned, 1, "{logs}");
+    assert!(
+        logs.contains("accepts the GPU health condition again"),
+        "{logs}"
+    );
+}
