@@ -16,13 +16,18 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The exporter on the health scenario, its clock `start` seconds in.
 fn start(start: &str) -> Exporter {
+    start_with(start, &[])
+}
+
+/// [`start`] with `extra` flags.
+fn start_with(start: &str, extra: &[&str]) -> Exporter {
     let scenario = common::scenario("health");
     Exporter::start(
         &[
             ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
             ("NVML_SIM_START", start),
         ],
-        &["--interval", "250ms"],
+        &[&["--interval", "250ms"][..], extra].concat(),
     )
 }
 
@@ -183,4 +188,26 @@ fn a_condition_nvml_sees_clear_clears_the_verdict() {
             .is_empty()
     );
     assert_eq!(slowdown(&cleared), Some(0.0));
+}
+
+#[test]
+fn links_that_come_back_clear_the_verdict() {
+    // GPU4's link 3 is down until t = 30 s of each minute, and up for the rest of it.
+    let e = start_with("28", &["--collector.nvlink-links"]);
+    let link_3 = |m: &Exposition| m.gpu_value("nvidia_gpu_nvlink_up", 4, &[("link", "3")]);
+    let down = e.wait_metrics(WAIT, "a first tick", |m| state(m, 4).is_some());
+    assert_eq!(link_3(&down), Some(0.0));
+    assert!(
+        reads(&down, 4, &[rule(Signal::NvlinkDown)]),
+        "GPU4 degraded while link 3 is down: state {:?}, reasons {:?}",
+        state(&down, 4),
+        reasons(&down, 4)
+    );
+    let up = e.wait_metrics(WAIT, "GPU4's link 3 up", |m| link_3(m) == Some(1.0));
+    assert!(
+        reads(&up, 4, &[]),
+        "GPU4 healthy with every link up: state {:?}, reasons {:?}",
+        state(&up, 4),
+        reasons(&up, 4)
+    );
 }

@@ -26,10 +26,15 @@ impl GpuSpec {
         self.nvlink.links > 0
     }
 
-    /// Number of NVLink links that are up.
-    pub fn active_links(&self) -> u32 {
+    /// Whether NVLink link `link` is down at `t`.
+    pub fn link_down(&self, link: u32, t: f64) -> bool {
+        self.nvlink.down.contains(&link) && self.nvlink.down_window.is_none_or(|w| w.active(t))
+    }
+
+    /// Number of NVLink links that are up at `t`.
+    pub fn active_links(&self, t: f64) -> u32 {
         (0..self.nvlink.links)
-            .filter(|l| !self.nvlink.down.contains(l))
+            .filter(|l| !self.link_down(*l, t))
             .count() as u32
     }
 

@@ -8,7 +8,7 @@ use nvml_wrapper_sys::bindings::{
     nvmlReturn_enum_NVML_ERROR_UNKNOWN as UNKNOWN,
 };
 
-use crate::scenario::{FaultKind, FaultSpec};
+use crate::scenario::{FaultKind, FaultSpec, Window};
 
 /// What `nvmlDeviceGetHandleByIndex` answers besides success and a bad index, by `nvml.h`. An
 /// `error` fault on every call of a GPU (no `function`) fails the lookup only with one of these:
@@ -34,11 +34,12 @@ pub struct Effect {
 
 /// Whether the fault window covers `t`, honouring `repeat`.
 pub fn window_active(f: &FaultSpec, t: f64) -> bool {
-    let t = match f.repeat {
-        Some(period) if t >= f.from => f.from + (t - f.from).rem_euclid(period),
-        _ => t,
+    let window = Window {
+        from: f.from,
+        to: f.to,
+        repeat: f.repeat,
     };
-    t >= f.from && t < f.to
+    window.active(t)
 }
 
 /// Strips a `_vN` version suffix so a fault on `nvmlDeviceGetMemoryInfo` covers `_v2` too.

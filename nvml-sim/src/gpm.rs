@@ -336,10 +336,10 @@ pub fn metric(gpu: &GpuSpec, id: u32, s1: &Snapshot, s2: &Snapshot) -> Result<(f
             if link >= gpu.nvlink.links {
                 return Err(not_supported);
             }
-            if gpu.nvlink.down.contains(&link) {
+            if gpu.link_down(link, s2.t) {
                 0.0
             } else {
-                nvlink(tx).max(0.0) / f64::from(gpu.active_links().max(1))
+                nvlink(tx).max(0.0) / f64::from(gpu.active_links(s2.t).max(1))
             }
         }
     };

@@ -196,7 +196,7 @@ impl Sample {
             by_pattern.max(held).min(usable)
         };
 
-        let active_links = gpu.active_links() > 0;
+        let active_links = gpu.active_links(t) > 0;
         let link_rate = |x: f64| {
             if active_links {
                 non_negative(x) * 1e9

@@ -260,9 +260,35 @@ pub struct NvlinkSpec {
     /// Links that are down.
     #[serde(default)]
     pub down: Vec<u32>,
+    /// When the `down` links are down (absent: always); up again outside the window.
+    pub down_window: Option<Window>,
     /// Per-link error counters (every active link counts the same).
     #[serde(default)]
     pub errors: NvlinkErrors,
+}
+
+/// A time window `from <= t < to`, repeating every `repeat` seconds if set.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Window {
+    /// Start (seconds).
+    #[serde(default)]
+    pub from: f64,
+    /// End (seconds, exclusive).
+    pub to: f64,
+    /// Period after which the window repeats.
+    pub repeat: Option<f64>,
+}
+
+impl Window {
+    /// Whether the window covers `t`.
+    pub fn active(&self, t: f64) -> bool {
+        let t = match self.repeat {
+            Some(period) if t >= self.from => self.from + (t - self.from).rem_euclid(period),
+            _ => t,
+        };
+        t >= self.from && t < self.to
+    }
 }
 
 /// NVLink error counters per link.
@@ -660,6 +686,11 @@ impl GpuSpec {
         }
         if self.nvlink.down.iter().any(|&l| l >= self.nvlink.links) {
             return Err("nvlink.down names a link beyond nvlink.links".into());
+        }
+        if let Some(w) = self.nvlink.down_window
+            && !(w.from < w.to && w.repeat.is_none_or(|r| r >= w.to - w.from))
+        {
+            return Err("nvlink.down_window: need from < to and repeat >= to - from".into());
         }
         self.load.validate()?;
         if let Some(replay) = &self.replay {

@@ -28,7 +28,7 @@ fn nvlink_kib(c: &DeviceCall, scope: u32, tx: bool) -> Result<Value, u32> {
     if let Some(kib) = recorded {
         return Ok(Value::Ull(kib));
     }
-    if c.gpu.nvlink.down.contains(&scope) {
+    if c.gpu.link_down(scope, c.t) {
         return Ok(Value::Ull(0));
     }
     let totals = c.totals();
@@ -38,7 +38,7 @@ fn nvlink_kib(c: &DeviceCall, scope: u32, tx: bool) -> Result<Value, u32> {
         totals.nvlink_rx_bytes
     };
     Ok(Value::Ull(
-        (bytes / c.gpu.active_links() as f64 / 1024.0) as u64,
+        (bytes / c.gpu.active_links(c.t) as f64 / 1024.0) as u64,
     ))
 }
 

@@ -134,7 +134,7 @@ device_fns! {
     /// NVLink link state (1 = up).
     fn nvmlDeviceGetNvLinkState(link_index: c_uint, is_active: *mut c_uint) |c| {
         let l = link(c, link_index)?;
-        write(is_active, !c.gpu.nvlink.down.contains(&l) as c_uint)
+        write(is_active, !c.gpu.link_down(l, c.t) as c_uint)
     }
     /// NVLink version of a link.
     fn nvmlDeviceGetNvLinkVersion(link_index: c_uint, version: *mut c_uint) |c| {
