@@ -471,6 +471,9 @@ pub struct RetiredPages {
     pub single_bit_ecc: u64,
     /// Retired after a double-bit error.
     pub double_bit_ecc: u64,
+    /// A page waits for the next reboot or GPU reset to be retired
+    /// (`nvmlDeviceGetRetiredPagesPendingStatus`); `None` when that call failed.
+    pub pending: Option<bool>,
 }
 
 /// PCIe readings of a device.

@@ -325,9 +325,14 @@ impl GpuRecording {
             pages(RetirementCause::MultipleSingleBitEccErrors),
             pages(RetirementCause::DoubleBitEccError),
         ) {
+            let pending = d.are_pages_pending_retired().unwrap_or(false);
             put(
                 "retired_pages",
-                table([("single_bit", single), ("double_bit", double)]),
+                table([
+                    ("single_bit", single),
+                    ("double_bit", double),
+                    ("pending", Value::Boolean(pending)),
+                ]),
             );
         }
 

@@ -347,6 +347,8 @@ pub struct RetiredSpec {
     pub single_bit: Vec<u64>,
     /// Pages retired for a double-bit error.
     pub double_bit: Vec<u64>,
+    /// A page waits for the next reboot (or GPU reset) to be retired.
+    pub pending: bool,
 }
 
 /// Media engine counts (NVDEC, NVJPG, NVOFA instances). GPM answers NOT_SUPPORTED for the

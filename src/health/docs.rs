@@ -112,6 +112,7 @@ fn signal(s: Signal) -> String {
         Signal::EccUncorrectable => "volatile uncorrectable ECC errors > 0".into(),
         Signal::RowRemapFailure => "row remap failed".into(),
         Signal::RowRemapPending => "row remap pending".into(),
+        Signal::RetiredPagesPending => "retired pages pending".into(),
         Signal::NvlinkDown => "an NVLink link of the board down".into(),
         Signal::PcieWidth => "PCIe width below its maximum".into(),
         Signal::ThermalSlowdown => "clock event: thermal slowdown (sw or hw)".into(),

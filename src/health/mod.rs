@@ -80,6 +80,7 @@ impl Tracker {
             Signal::EccUncorrectable => d.ecc_volatile.is_some_and(|e| e.uncorrected > 0),
             Signal::RowRemapFailure => d.remapped_rows.is_some_and(|r| r.failed),
             Signal::RowRemapPending => d.remapped_rows.is_some_and(|r| r.pending),
+            Signal::RetiredPagesPending => d.retired_pages.is_some_and(|r| r.pending == Some(true)),
             Signal::NvlinkDown => d.nvlinks.iter().any(|l| !l.up),
             Signal::PcieWidth => matches!(
                 (d.pcie.link_width_current, d.pcie.link_width_max),

@@ -23,6 +23,8 @@ pub enum Signal {
     RowRemapFailure,
     /// NVML says a row remapping waits for the next GPU reset.
     RowRemapPending,
+    /// NVML says a page waits for the next reboot or reset to be retired (before Ampere).
+    RetiredPagesPending,
     /// A link of the board's NVLink links (counted when the GPU was first read) is not active.
     NvlinkDown,
     /// The PCIe link runs on fewer lanes than its maximum (a lower generation alone is idle power
@@ -203,6 +205,13 @@ pub const RULES: &[Rule] = &[
         "row_remap_pending",
         ResetGpu,
         "A row remapping waits for the next reset to take effect.",
+    ),
+    rule(
+        Signal::RetiredPagesPending,
+        Degraded,
+        "retired_pages_pending",
+        ResetGpu,
+        "A memory page with ECC errors waits for the next reset (or reboot) to be retired (before Ampere).",
     ),
     rule(
         Signal::NvlinkDown,

@@ -1,7 +1,7 @@
 //! The verdict of hand-built readings, tick after tick.
 
 use super::*;
-use crate::sample::{EccCounts, NvLinkSample, RemappedRows};
+use crate::sample::{EccCounts, NvLinkSample, RemappedRows, RetiredPages};
 
 fn gpu(xids: &[(u64, u64)]) -> DeviceSample {
     DeviceSample {
@@ -135,6 +135,27 @@ fn conditions_nvml_shows_clear_with_it_and_the_worst_state_wins() {
         uncorrected: 0,
     });
     assert_eq!(t.evaluate(&d, now), Health::default());
+}
+
+#[test]
+fn a_page_waiting_to_be_retired_degrades_until_it_is() {
+    let mut t = Tracker::default();
+    let now = Instant::now();
+    let mut d = gpu(&[]);
+    let pages = |pending| RetiredPages {
+        single_bit_ecc: 2,
+        double_bit_ecc: 1,
+        pending,
+    };
+    d.retired_pages = Some(pages(Some(true)));
+    let h = t.evaluate(&d, now);
+    assert_eq!(h.state, HealthState::Degraded);
+    assert_eq!(reasons(&h), vec![("retired_pages_pending", "reset_gpu")]);
+    // Pages already retired are no reason; nor is a status NVML did not give.
+    for pending in [Some(false), None] {
+        d.retired_pages = Some(pages(pending));
+        assert_eq!(t.evaluate(&d, now), Health::default());
+    }
 }
 
 #[test]

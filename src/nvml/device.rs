@@ -585,6 +585,9 @@ fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, grou
         s.retired_pages = Some(RetiredPages {
             single_bit_ecc: single.len() as u64,
             double_bit_ecc: double.len() as u64,
+            pending: t.call("nvmlDeviceGetRetiredPagesPendingStatus", 0, || {
+                d.are_pages_pending_retired()
+            }),
         });
     }
 }

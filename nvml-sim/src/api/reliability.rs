@@ -126,10 +126,10 @@ device_fns! {
         }
         Ok(())
     }
-    /// Whether a page retirement waits for a reboot (pre-Ampere only; never here).
+    /// Whether a page retirement waits for a reboot (pre-Ampere only).
     fn nvmlDeviceGetRetiredPagesPendingStatus(is_pending: *mut c_uint) |c| {
         c.require(c.gpu.has_page_retirement())?;
-        write(is_pending, 0)
+        write(is_pending, c_uint::from(c.gpu.retired_pages.pending))
     }
     /// NVLink link state (1 = up).
     fn nvmlDeviceGetNvLinkState(link_index: c_uint, is_active: *mut c_uint) |c| {

@@ -97,6 +97,7 @@ fn full_device(index: u32) -> DeviceSample {
         retired_pages: Some(RetiredPages {
             single_bit_ecc: 4,
             double_bit_ecc: 0,
+            pending: Some(false),
         }),
         xid_counts: BTreeMap::from([(79, 1), (13, 2)]),
         last_xid_timestamp_seconds: Some(1_700_000_030.0),
