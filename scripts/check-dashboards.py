@@ -617,6 +617,9 @@ def waste_errors(promtool, source):
         if pod:
             pod_labels = f'{labels},namespace="ml",pod="{pod}",container="main"'
             input_series.append({"series": f"nvidia_gpu_pod_info{{{pod_labels}}}", "values": "1+0x10"})
+    # The exporter's own count of the GPUs it discovered, lost ones included.
+    input_series.append({"series": 'nvml_exporter_gpus{job="j",instance="i"}',
+                         "values": f"{len(WASTE_GPUS)}+0x10"})
     return errors + promtool_errors(promtool, exprs, input_series, "10m", WASTE_PANELS)
 
 
