@@ -33,7 +33,9 @@ order so chained variables see the earlier ones) and runs every target: a range 
 last --range seconds at 1 s steps, or an instant query for `instant: true` targets. Each must
 return at least one series; --expect pins the value of an instant (stat) target. FILE is a dashboard JSON or a query file: one PromQL expression a line,
 `#` comments; a `label_values(METRIC, LABEL)` line defines the variable `$LABEL` (multi, All), as
-in dcgm-exporter's dashboard, where each variable is named after its label.
+in dcgm-exporter's dashboard, where each variable is named after its label. A comment right
+before a query is its title, and a title ending in `(instant)` makes it an instant query
+(scripts/extract-dcgm-release.py writes dcgm-exporter's dashboard so).
 """
 
 import argparse
@@ -119,17 +121,25 @@ def load(path):
         ]
         return Source(path, variables, targets)
     variables, targets = [], []
+    title = None  # the comment right before the current line
     for n, line in enumerate(text.splitlines(), 1):
         line = line.strip()
-        if not line or line.startswith("#"):
+        if line.startswith("#"):
+            title = line.lstrip("#").strip() or None
+            continue
+        comment, title = title, None
+        if not line:
             continue
         m = re.fullmatch(r"label_values\((.*),\s*(\w+)\s*\)", line)
         if m:
             variables.append({"name": m.group(2), "query": line, "all": True, "multi": True,
                               "all_value": None})
         else:
-            targets.append({"title": f"line {n}", "ref": "A", "expr": line, "instant": False,
-                            "description": ""})
+            instant = bool(comment) and comment.endswith("(instant)")
+            if instant:
+                comment = comment[: -len("(instant)")].strip()
+            targets.append({"title": comment or f"line {n}", "ref": "A", "expr": line,
+                            "instant": instant, "description": ""})
     return Source(path, variables, targets)
 
 

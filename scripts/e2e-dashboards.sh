@@ -31,7 +31,8 @@ source scripts/lib.sh
 # files checked against it". Every exporter is the demo with --kubernetes against the same fake
 # kubelet ($socket is substituted), scraped by the same Prometheus under its own job and node.
 # The first exporter serves both namings, so the same run checks dcgm-exporter's own dashboard
-# (Grafana 12239, its queries in tests/fixtures/dcgm/) against --dcgm-compat. The second runs the
+# (Grafana 12239 as released in 4.8.2, its queries and variables extracted into
+# tests/fixtures/dcgm-exporter/4.8.2/dashboard.promql) against --dcgm-compat. The second runs the
 # shared.toml scenario with --processes and a kubelet of its own ($shared_pods), so the Workloads
 # panels' per-pod branch (nvidia_gpu_pod_*) is queried live next to the whole-GPU fallback, and
 # the waste dashboard's memory held outside allocations (served with --processes) has series. The
@@ -40,7 +41,7 @@ source scripts/lib.sh
 # meets a GPU's series next to its instances' (a join that ignores gpu_instance fails there).
 # All files are checked against everything Prometheus scrapes, so each is named once.
 checks=(
-  "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json dashboards/waste.json tests/fixtures/dcgm/dashboard-12239.promql"
+  "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json dashboards/waste.json tests/fixtures/dcgm-exporter/4.8.2/dashboard.promql"
   "NVML_SIM_SCENARIO=nvml-sim/scenarios/shared.toml --processes --host-proc \$work/proc --pod-resources-socket \$work/kubelet-shared.sock | dashboards/workloads.json"
   "NVML_SIM_SCENARIO=nvml-sim/scenarios/h100-mig.toml --dcgm-compat=both --pod-resources-socket \$work/kubelet-mig.sock |"
 )

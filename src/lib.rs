@@ -62,6 +62,7 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
         max_processes_per_gpu: config.max_processes_per_gpu,
         processes: config.processes,
         dcgm_compat: config.dcgm_compat,
+        dcgm_release: config.dcgm_compat_version,
         // Only the dcgm-exporter series carry it; asking the environment once is enough.
         hostname: if config.dcgm_compat == metrics::dcgm::DcgmCompat::Off {
             String::new()

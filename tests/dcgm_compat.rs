@@ -1,21 +1,105 @@
-//! `--dcgm-compat` end to end: the real exporter on the simulated H100s serves what dcgm-exporter's
-//! own Grafana dashboard (12239) queries, the compat exposition of the default scenario matches
-//! its golden file, and the option is read from the environment like every other.
+//! `--dcgm-compat` end to end: the real exporter on the simulated H100s serves, for each release
+//! of dcgm-exporter whose facts are kept in tests/fixtures/dcgm-exporter/, every field of that
+//! release's counter file (`fields.txt`) under its name, type and labels (or the migration guide
+//! says why not), and what that release's own Grafana dashboard queries (`dashboard.promql`); the
+//! compat exposition of the
+//! default scenario matches its golden file, and the option is read from the environment like
+//! every other.
 
 mod common;
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{Exporter, Exposition, assert_golden, run_once, scenario, strip_volatile};
 
-/// Every query of dcgm-exporter's dashboard, one a line (`#` lines are comments).
-const DASHBOARD: &str = include_str!("fixtures/dcgm/dashboard-12239.promql");
+/// A release of dcgm-exporter whose dialect is served, and what its files say.
+struct Release {
+    /// Its version, the name of its directory under tests/fixtures/dcgm-exporter/.
+    version: &'static str,
+    /// The labels dcgm-exporter puts on every GPU series before the `label` fields of its
+    /// counter file, from its label code (`internal/pkg/rendermetrics/render_metrics.go` at the
+    /// release's commit): the hostname label is `NODE_NAME`, set by these tests.
+    identity: &'static [&'static str],
+}
 
-/// Labels the dashboard groups by that the exporter rightly does not serve: `uuid` (lowercase;
-/// dcgm-exporter serves `UUID`, so the dashboard's `by (…, uuid)` groups on an absent label there
-/// too) and the MIG instance labels, which dcgm-exporter only puts on GPU-instance series.
-const NOT_SERVED_BY_DCGM_EXPORTER: &[&str] = &["uuid", "GPU_I_ID", "GPU_I_PROFILE"];
+const RELEASES: &[Release] = &[Release {
+    version: "4.8.2",
+    identity: &[
+        "gpu",
+        "UUID",
+        "pci_bus_id",
+        "device",
+        "modelName",
+        "Hostname",
+    ],
+}];
+
+impl Release {
+    fn file(&self, name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/dcgm-exporter")
+            .join(self.version)
+            .join(name)
+    }
+
+    /// The active fields of the release's counter file (`etc/default-counters.csv`), in its
+    /// order, as `fields.txt` lists them: field, Prometheus type (`gauge`, `counter` or `label`).
+    fn default_counters(&self) -> Vec<(String, String)> {
+        let path = self.file("fields.txt");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let rows: Vec<(String, String)> = text
+            .lines()
+            .map(|l| {
+                let row = l
+                    .split_once(' ')
+                    .filter(|(field, kind)| {
+                        field.starts_with("DCGM_") && ["gauge", "counter", "label"].contains(kind)
+                    })
+                    .map(|(field, kind)| (field.to_string(), kind.to_string()));
+                row.unwrap_or_else(|| panic!("{}: not FIELD TYPE: {l:?}", path.display()))
+            })
+            .collect();
+        assert!(!rows.is_empty(), "{}: no fields", path.display());
+        rows
+    }
+
+    /// Every query of the release's dashboard, as `dashboard.promql` lists them: each panel
+    /// target's expression, then each variable's `label_values` query (`#` lines are comments).
+    fn dashboard_queries(&self) -> Vec<String> {
+        let text = std::fs::read_to_string(self.file("dashboard.promql")).unwrap();
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .map(String::from)
+            .collect()
+    }
+
+    /// The release's section of the migration guide (`### dcgm-exporter VERSION` up to the next
+    /// heading of that level or above).
+    fn migration_section(&self) -> String {
+        let doc = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/migrating-from-dcgm-exporter.md"),
+        )
+        .unwrap();
+        let heading = format!("\n### dcgm-exporter {}\n", self.version);
+        let start = doc
+            .find(&heading)
+            .unwrap_or_else(|| panic!("the migration guide has no section {heading:?}"));
+        let rest = &doc[start + heading.len()..];
+        let end = [rest.find("\n## "), rest.find("\n### ")]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(rest.len());
+        rest[..end].to_string()
+    }
+}
+
+/// Labels a dashboard filters or groups by that the exporter rightly does not serve: `instance`,
+/// which Prometheus adds from the scrape target.
+const NOT_SERVED_BY_DCGM_EXPORTER: &[&str] = &["instance"];
 
 /// What one query needs: the metric names it selects and the labels it filters or groups by.
 #[derive(Debug, Default, PartialEq)]
@@ -24,7 +108,7 @@ struct Needs {
     labels: BTreeSet<String>,
 }
 
-/// The metric names and label names a dashboard query uses. Handles what the dashboard's queries
+/// The metric names and label names a dashboard query uses. Handles what the dashboards' queries
 /// contain: selectors with matchers, `by (…)` groupings and `label_values(selector, label)`.
 fn needs(query: &str) -> Needs {
     let mut n = Needs::default();
@@ -67,14 +151,6 @@ fn needs(query: &str) -> Needs {
     n
 }
 
-fn dashboard_queries() -> Vec<&'static str> {
-    DASHBOARD
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect()
-}
-
 #[test]
 fn queries_are_parsed_into_metrics_and_labels() {
     let n = needs(
@@ -94,21 +170,29 @@ fn queries_are_parsed_into_metrics_and_labels() {
         BTreeSet::from(["DCGM_FI_DEV_FB_FREE".to_string()])
     );
     assert_eq!(n.labels, ["Hostname", "gpu"].map(String::from).into());
+    // 4.8.2's dashboard: eight panel queries and its two variables, `instance` and `gpu`.
+    let queries = RELEASES[0].dashboard_queries();
+    assert_eq!(queries.len(), 10, "{queries:#?}");
     assert_eq!(
-        dashboard_queries().len(),
-        10,
-        "the fixture lists all ten queries"
+        needs(&queries[9]).labels,
+        ["gpu"].map(String::from).into(),
+        "{queries:#?}"
     );
 }
 
-/// Checks that `m` serves every metric each dashboard query selects, with every label it uses.
-fn assert_dashboard_is_served(m: &Exposition, node: &str) {
-    for query in dashboard_queries() {
-        let n = needs(query);
+/// Checks that `m` serves every metric each query of `release`'s dashboard selects, with every
+/// label it uses, and that its `gpu` variable offers every GPU.
+fn assert_dashboard_is_served(m: &Exposition, release: &Release) {
+    for query in release.dashboard_queries() {
+        let n = needs(&query);
         assert!(!n.metrics.is_empty(), "{query}");
         for metric in &n.metrics {
             let series = m.find(metric, &[]);
-            assert!(!series.is_empty(), "{metric} not served (query: {query})");
+            assert!(
+                !series.is_empty(),
+                "{}: {metric} not served (query: {query})",
+                release.version
+            );
             for label in n
                 .labels
                 .iter()
@@ -116,27 +200,84 @@ fn assert_dashboard_is_served(m: &Exposition, node: &str) {
             {
                 assert!(
                     series.iter().all(|s| s.labels.contains_key(label)),
-                    "{metric} lacks label {label} (query: {query})"
-                );
-            }
-            // The dashboard's variables are label_values of `Hostname` and `gpu`.
-            for s in &series {
-                assert_eq!(s.labels.get("Hostname").map(String::as_str), Some(node));
-                assert!(
-                    s.labels
-                        .get("gpu")
-                        .is_some_and(|g| g.parse::<u32>().is_ok())
+                    "{}: {metric} lacks label {label} (query: {query})",
+                    release.version
                 );
             }
         }
     }
     // Every GPU of the scenario is selectable.
     let gpus: BTreeSet<&str> = m
-        .find("DCGM_FI_DEV_FB_FREE", &[])
+        .find("DCGM_FI_DEV_GPU_TEMP", &[])
         .iter()
         .map(|s| s.labels["gpu"].as_str())
         .collect();
     assert_eq!(gpus.len(), 8, "{gpus:?}");
+}
+
+/// Checks that every active field of `release`'s counter file is served by `m` under
+/// its name and type on each GPU, with the release's labels in the order its label code writes
+/// them, unless the release's section of the migration guide names it (and says why it is absent
+/// or served on fewer GPUs); the `label` fields are labels of those series.
+fn assert_default_counters_are_served(m: &Exposition, release: &Release, node: &str) {
+    let rows = release.default_counters();
+    let section = release.migration_section();
+    let mut labels: Vec<&str> = release.identity.to_vec();
+    labels.extend(
+        rows.iter()
+            .filter(|(_, kind)| kind == "label")
+            .map(|(field, _)| field.as_str()),
+    );
+    let hostname = release
+        .identity
+        .iter()
+        .find(|l| l.eq_ignore_ascii_case("hostname"))
+        .expect("a hostname label");
+    for (field, kind) in rows.iter().filter(|(_, kind)| kind != "label") {
+        let series = m.find(field, &[]);
+        // A field the release's section names is served differently or not at all, as it says.
+        let documented = section.contains(&format!("`{field}`"));
+        assert!(
+            !series.is_empty() || documented,
+            "{}: {field} is not served and the migration guide's section does not say why",
+            release.version
+        );
+        if series.is_empty() {
+            continue;
+        }
+        assert_eq!(
+            m.types.get(field),
+            Some(kind),
+            "{}: {field}'s type",
+            release.version
+        );
+        assert!(
+            series.len() == 8 || documented,
+            "{}: {field} on {} GPUs of 8",
+            release.version,
+            series.len()
+        );
+        for s in series {
+            assert_eq!(
+                s.labels.get(*hostname).map(String::as_str),
+                Some(node),
+                "{}: {field}'s {hostname}",
+                release.version
+            );
+        }
+        // The labels in the order they are written: dcgm-exporter's template order.
+        for line in m
+            .text
+            .lines()
+            .filter(|l| l.starts_with(&format!("{field}{{")))
+        {
+            let names: Vec<&str> = line[field.len() + 1..line.rfind('}').unwrap()]
+                .split("\",")
+                .map(|pair| pair.split('=').next().unwrap())
+                .collect();
+            assert_eq!(names, labels, "{}: {line}", release.version);
+        }
+    }
 }
 
 /// The exporter on the 8-GPU scenario with `args`, once the GPM-based fields are served (they
@@ -159,9 +300,16 @@ fn exporter_with_gpm(args: &[&str]) -> (Exporter, Exposition) {
 }
 
 #[test]
-fn dcgm_exporter_dashboard_queries_are_served_in_dcgm_mode() {
+fn each_release_default_counters_and_dashboard_are_served_in_dcgm_mode() {
+    for release in RELEASES {
+        let (_e, m) =
+            exporter_with_gpm(&["--dcgm-compat", "--dcgm-compat-version", release.version]);
+        assert_default_counters_are_served(&m, release, "node-a");
+        assert_dashboard_is_served(&m, release);
+    }
+    // Without --dcgm-compat-version: the default release, and only its names for the GPUs.
     let (_e, m) = exporter_with_gpm(&["--dcgm-compat"]);
-    assert_dashboard_is_served(&m, "node-a");
+    assert_default_counters_are_served(&m, &RELEASES[0], "node-a");
     assert!(
         !m.names().iter().any(|n| n.starts_with("nvidia_gpu_")),
         "only dcgm-exporter's names for the GPUs"
@@ -170,10 +318,18 @@ fn dcgm_exporter_dashboard_queries_are_served_in_dcgm_mode() {
 }
 
 #[test]
-fn dcgm_exporter_dashboard_queries_are_served_in_both_mode() {
+fn each_release_default_counters_and_dashboard_are_served_in_both_mode() {
     // The clocks group on, so that the native clocks are there to compare with.
+    for release in RELEASES {
+        let (_e, m) = exporter_with_gpm(&[
+            "--dcgm-compat=both",
+            "--dcgm-compat-version",
+            release.version,
+        ]);
+        assert_default_counters_are_served(&m, release, "node-a");
+        assert_dashboard_is_served(&m, release);
+    }
     let (_e, m) = exporter_with_gpm(&["--dcgm-compat=both", "--collector.clocks"]);
-    assert_dashboard_is_served(&m, "node-a");
     // Native names are served too, and come first: those of the groups on only, while the DCGM
     // fields of an opt-in group (clock-events) are served all the same.
     assert_eq!(m.find("nvidia_gpu_up", &[]).len(), 8);
@@ -227,4 +383,25 @@ fn the_mode_comes_from_the_environment_and_a_bad_one_exits_2() {
     assert_eq!(out.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--dcgm-compat"), "{stderr}");
+}
+
+#[test]
+fn the_release_comes_from_the_environment_and_an_unknown_one_exits_2_listing_the_known() {
+    for release in RELEASES {
+        let out = run_once(
+            &[("NVML_EXPORTER_DCGM_COMPAT_VERSION", release.version)],
+            &["--dcgm-compat"],
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", release.version);
+    }
+    let out = run_once(
+        &[("NVML_EXPORTER_DCGM_COMPAT_VERSION", "4.9")],
+        &["--dcgm-compat"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--dcgm-compat-version"), "{stderr}");
+    for release in RELEASES {
+        assert!(stderr.contains(release.version), "{stderr}");
+    }
 }

@@ -41,7 +41,7 @@ use serde::Deserialize;
 
 use crate::groups::{Group, Groups};
 use crate::kubernetes::{ApiServer, DraOptions, KubernetesOptions, PodsOptions};
-use crate::metrics::dcgm::DcgmCompat;
+use crate::metrics::dcgm::{DcgmCompat, DcgmRelease};
 
 use values::{
     duration_text, listen_text, parse_duration, parse_listen, parse_url, some_duration_text,
@@ -174,6 +174,12 @@ pub struct Config {
           default_value_t = DcgmCompat::Off, num_args = 0..=1, default_missing_value = "dcgm",
           require_equals = true)]
     pub dcgm_compat: DcgmCompat,
+
+    /// The release of dcgm-exporter whose metric names, units and labels --dcgm-compat serves
+    /// (docs/migrating-from-dcgm-exporter.md has what each release names differently)
+    #[arg(long, env = "NVML_EXPORTER_DCGM_COMPAT_VERSION", value_name = "VERSION", value_enum,
+          default_value_t = DcgmRelease::default())]
+    pub dcgm_compat_version: DcgmRelease,
 
     /// At most this many series of the GPU families (dcgm-exporter's names included): above it
     /// whole collector groups are left out, the most detailed first (processes, NVLink per link, media engines, SM pipes,
@@ -662,6 +668,35 @@ mod tests {
         let f = file("interval = \"1s\"\ndcgm_compat = \"yes\"\n");
         let e = err(&["--config", f.path().to_str().unwrap()]);
         assert!(e.contains("dcgm_compat") && e.contains("line 2"), "{e}");
+    }
+
+    #[test]
+    fn dcgm_compat_version_default_override_and_unknown() {
+        assert_eq!(
+            load_args(&[]).unwrap().dcgm_compat_version,
+            DcgmRelease::V4_8_2
+        );
+        assert_eq!(
+            load_args(&["--dcgm-compat-version", "4.8.2"])
+                .unwrap()
+                .dcgm_compat_version,
+            DcgmRelease::V4_8_2
+        );
+        let f = file("dcgm_compat_version = \"4.8.2\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.dcgm_compat_version, DcgmRelease::V4_8_2);
+        // An unknown release names the option and the known ones.
+        let e = err(&["--dcgm-compat-version", "4.9"]);
+        assert!(
+            e.contains("--dcgm-compat-version") && e.contains("4.8.2"),
+            "{e}"
+        );
+        let f = file("interval = \"1s\"\ndcgm_compat_version = \"4.9\"\n");
+        let e = err(&["--config", f.path().to_str().unwrap()]);
+        assert!(
+            e.contains("dcgm_compat_version") && e.contains("line 2") && e.contains("4.8.2"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -6,8 +6,14 @@
 //! `# TYPE` and `# HELP`, and how several native series make the one DCGM value of a GPU (NVLink
 //! error counts are per link natively, per GPU in DCGM). Fields are served in catalog order.
 //!
+//! Which release of dcgm-exporter is spoken (`--dcgm-compat-version`) is one row of
+//! [`DIALECTS`], taken from that release's own files (the facts the tests check the served fields
+//! against, its fields and types and its dashboard's queries, are extracted into
+//! tests/fixtures/dcgm-exporter/).
+//!
 //! Labels follow dcgm-exporter's template, in its order: `gpu`, `UUID`, `pci_bus_id`, `device`
-//! (`nvidia<gpu>`), `modelName`, `Hostname` (left out when empty), `DCGM_FI_DRIVER_VERSION`, then
+//! (`nvidia<gpu>`), `modelName`, `Hostname` (left out when empty), `DCGM_FI_DRIVER_VERSION` (the
+//! release's names for these two), then
 //! with Kubernetes attribution `container`, `namespace`, `pod` (dcgm-exporter renders these from a
 //! map, so alphabetically; a GPU no container holds has none of them, as in dcgm-exporter).
 //!
@@ -44,6 +50,46 @@ pub enum DcgmCompat {
     Dcgm,
     /// Native names first, then dcgm-exporter's.
     Both,
+}
+
+/// `--dcgm-compat-version`: the release of dcgm-exporter whose names, units and labels
+/// `--dcgm-compat` serves; each has its row in [`DIALECTS`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Deserialize)]
+pub enum DcgmRelease {
+    /// dcgm-exporter 4.8.2 (release tag 4.5.3-4.8.2).
+    #[default]
+    #[value(name = "4.8.2")]
+    #[serde(rename = "4.8.2")]
+    V4_8_2,
+}
+
+/// What a release of dcgm-exporter names its own way.
+#[derive(Debug)]
+pub struct Dialect {
+    /// The release.
+    pub release: DcgmRelease,
+    /// The label holding `NODE_NAME` or the OS hostname ([`hostname()`]).
+    pub hostname_label: &'static str,
+    /// The label holding the driver version: the `label` field of the release's counter file.
+    pub driver_label: &'static str,
+}
+
+/// Every release served, one row each, from the release's label code
+/// (`internal/pkg/rendermetrics/render_metrics.go`) and counter file (`etc/default-counters.csv`).
+pub const DIALECTS: &[Dialect] = &[Dialect {
+    release: DcgmRelease::V4_8_2,
+    hostname_label: "Hostname",
+    driver_label: "DCGM_FI_DRIVER_VERSION",
+}];
+
+impl DcgmRelease {
+    /// This release's row of [`DIALECTS`].
+    pub fn dialect(self) -> &'static Dialect {
+        DIALECTS
+            .iter()
+            .find(|d| d.release == self)
+            .expect("every release has its row in DIALECTS")
+    }
 }
 
 /// Where `GPU_I_PROFILE`, `GPU_I_ID` go in a GPU instance's labels: after `modelName`.
@@ -125,6 +171,7 @@ fn identity_labels<'a>(
     device: &'a str,
     driver_version: &'a str,
     hostname: &'a str,
+    dialect: &Dialect,
 ) -> Vec<(&'static str, &'a str)> {
     let mut labels = vec![
         ("gpu", gpu),
@@ -135,10 +182,10 @@ fn identity_labels<'a>(
     ];
     // dcgm-exporter leaves out an empty hostname and a driver version DCGM reports blank.
     if !hostname.is_empty() {
-        labels.push(("Hostname", hostname));
+        labels.push((dialect.hostname_label, hostname));
     }
     if !driver_version.is_empty() {
-        labels.push(("DCGM_FI_DRIVER_VERSION", driver_version));
+        labels.push((dialect.driver_label, driver_version));
     }
     if let Some(c) = owner {
         labels.push(("container", c.container.as_str()));
@@ -185,22 +232,26 @@ fn value_of(
 }
 
 /// Appends the DCGM families of `snap` read from a catalog row of one of `groups` to `out`: one
-/// series per GPU that is up and has the reading (and per MIG instance that has it), and returns
-/// their series per group of their rows. Families without a series are left out entirely, as
-/// native ones are.
+/// series per GPU that is up and has the reading (and per MIG instance that has it), in the
+/// dialect of `release`, and returns their series per group of their rows. Families without a
+/// series are left out entirely, as native ones are.
 pub(crate) fn write(
     out: &mut Text,
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
     hostname: &str,
+    release: DcgmRelease,
     groups: Groups,
 ) -> PerGroup {
+    let dialect = release.dialect();
     let driver = snap.system.driver_version.as_str();
     let names: Vec<String> = devices.iter().map(|d| format!("nvidia{}", d.gpu)).collect();
     let labels: Vec<_> = devices
         .iter()
         .zip(&names)
-        .map(|(d, device)| identity_labels(d.sample, &d.gpu, d.owner, device, driver, hostname))
+        .map(|(d, device)| {
+            identity_labels(d.sample, &d.gpu, d.owner, device, driver, hostname, dialect)
+        })
         .collect();
     // Per instance: the parent's labels with the instance's owner, GPU_I_PROFILE and GPU_I_ID.
     let instance_labels: Vec<Vec<_>> = devices
@@ -210,8 +261,15 @@ pub(crate) fn write(
             d.instances
                 .iter()
                 .map(|instance| {
-                    let mut l =
-                        identity_labels(d.sample, &d.gpu, instance.owner, device, driver, hostname);
+                    let mut l = identity_labels(
+                        d.sample,
+                        &d.gpu,
+                        instance.owner,
+                        device,
+                        driver,
+                        hostname,
+                        dialect,
+                    );
                     l.splice(
                         MIG_LABELS_AT..MIG_LABELS_AT,
                         [
@@ -405,6 +463,23 @@ mod tests {
             }
             assert!(d.help.ends_with('.'), "{}", d.field);
         }
+    }
+
+    #[test]
+    fn every_release_has_one_row_and_its_files() {
+        for release in DcgmRelease::value_variants() {
+            assert_eq!(release.dialect().release, *release);
+            let name = release.to_possible_value().unwrap();
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/dcgm-exporter")
+                .join(name.get_name());
+            assert!(
+                dir.join("fields.txt").is_file() && dir.join("dashboard.promql").is_file(),
+                "{}: the release's fields and dashboard queries are kept for the tests",
+                dir.display()
+            );
+        }
+        assert_eq!(DIALECTS.len(), DcgmRelease::value_variants().len());
     }
 
     #[test]

@@ -37,7 +37,7 @@ use prometheus::{Histogram, HistogramOpts, IntCounterVec, IntGauge, IntGaugeVec,
 use crate::processes::DEFAULT_MAX_PROCESSES_PER_GPU;
 use crate::sample::Snapshot;
 use catalog::{EXPOSITION_BYTES, SAMPLE_DURATION_SECONDS, SERIES, SERIES_DROPPED_TOTAL};
-use dcgm::DcgmCompat;
+use dcgm::{DcgmCompat, DcgmRelease};
 
 use crate::groups::{DROP_ORDER, GROUPS, Group, Groups};
 use resolve::DeviceView;
@@ -67,6 +67,8 @@ pub struct MetricsOptions {
     pub processes: bool,
     /// Which names the GPUs' series are served under (`--dcgm-compat`).
     pub dcgm_compat: DcgmCompat,
+    /// Which release of dcgm-exporter those names are of (`--dcgm-compat-version`).
+    pub dcgm_release: DcgmRelease,
     /// `Hostname` label of the dcgm-exporter series ([`dcgm::hostname`]); left out when empty.
     pub hostname: String,
     /// The collector groups whose native families are served (`--collector.NAME`); a family of
@@ -87,6 +89,7 @@ impl Default for MetricsOptions {
             max_processes_per_gpu: DEFAULT_MAX_PROCESSES_PER_GPU,
             processes: true,
             dcgm_compat: DcgmCompat::Off,
+            dcgm_release: DcgmRelease::default(),
             hostname: String::new(),
             groups: Groups::all(),
             max_series: None,
@@ -196,7 +199,14 @@ impl Encoder {
         self.process.write(&mut out);
         if opts.dcgm_compat != DcgmCompat::Off {
             let groups = served(Groups::all());
-            dcgm::write(&mut out, snap, &devices, &opts.hostname, groups);
+            dcgm::write(
+                &mut out,
+                snap,
+                &devices,
+                &opts.hostname,
+                opts.dcgm_release,
+                groups,
+            );
         }
         let out = out.bytes;
         self.last_len.store(out.len(), Ordering::Relaxed);
@@ -232,7 +242,14 @@ impl Encoder {
                 per_group = write::gpu_families(&mut count, snap, devices, opts.groups);
             }
             if opts.dcgm_compat != DcgmCompat::Off {
-                let dcgm = dcgm::write(&mut count, snap, devices, &opts.hostname, Groups::all());
+                let dcgm = dcgm::write(
+                    &mut count,
+                    snap,
+                    devices,
+                    &opts.hostname,
+                    opts.dcgm_release,
+                    Groups::all(),
+                );
                 for (n, d) in per_group.iter_mut().zip(dcgm) {
                     *n += d;
                 }
