@@ -77,6 +77,14 @@ keep_restart_options; scripts/check-helm.sh checks the list against it).
 */}}
 {{- define "nvml-exporter.config" -}}
 {{- $config := deepCopy .Values.config }}
+{{- /* Helm reads every number of the values as a float, and toToml would write 16 as 16.0,
+which the exporter refuses for an integer option; a whole number is written as one (a float
+option takes it too). */}}
+{{- range $key, $value := $config }}
+{{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $_ := set $config $key (int64 $value) }}
+{{- end }}
+{{- end }}
 {{- if .Values.collectors }}
 {{- $_ := set $config "collector" .Values.collectors }}
 {{- end }}
