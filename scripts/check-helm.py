@@ -124,9 +124,19 @@ def fits_together(where: str, objects: list[dict]) -> None:
         check(m["name"] in names, f"{where}: mount {m['name']} has no volume")
 
 
+def self_signed(directory: pathlib.Path) -> None:
+    """tls.crt, tls.key and ca.crt of a kubernetes.io/tls Secret, as cert-manager writes them."""
+    directory.mkdir()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-days", "1", "-subj", "/CN=nvml-exporter", "-addext", "subjectAltName=DNS:nvml-exporter",
+                    "-keyout", directory / "tls.key", "-out", directory / "tls.crt"], check=True, capture_output=True)
+    (directory / "ca.crt").write_bytes((directory / "tls.crt").read_bytes())
+
+
 def exporter_accepts(where: str, objects: list[dict], binary: str) -> None:
-    """`nvml-exporter check-config` with the container's arguments and environment and the
-    rendered config file (the web-config's certificates are the cluster's, so it is left out)."""
+    """`nvml-exporter check-config` with the container's arguments and environment, the rendered
+    config file and the web-config the chart makes, its Secret's certificate made here (a
+    web-config from an existingSecret is the user's, and left out)."""
     objs = by_key(objects)
     ds = next(o for o in objects if o["kind"] == "DaemonSet")
     c = ds["spec"]["template"]["spec"]["containers"][0]
@@ -145,7 +155,14 @@ def exporter_accepts(where: str, objects: list[dict], binary: str) -> None:
             elif a.startswith("--hpc-job-mapping-dir="):
                 a = f"--hpc-job-mapping-dir={work}"
             elif a.startswith("--web-config="):
-                continue
+                secret = objs.get(("Secret", f"{ds['metadata']['name']}-web-config"))
+                if secret is None:
+                    continue
+                (text,) = secret["stringData"].values()
+                path = pathlib.Path(work, "web-config.yml")
+                path.write_text(text.replace("/etc/nvml-exporter-tls/", f"{work}/tls/"))
+                self_signed(pathlib.Path(work, "tls"))
+                a = f"--web-config={path}"
             args.append(a)
         run = subprocess.run([binary, *args, "check-config"], env=env, capture_output=True, text=True)
         check(run.returncode == 0, f"{where}: nvml-exporter {' '.join(args)} check-config: {(run.stdout + run.stderr).strip()}")

