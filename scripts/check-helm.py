@@ -118,6 +118,15 @@ def fits_together(where: str, objects: list[dict]) -> None:
             check(ref in defined, f"{where}: env {e['name']} refers to $({ref}), which is not defined before it")
         check(e["name"] not in defined, f"{where}: env {e['name']} is set twice")
         defined.add(e["name"])
+    # Whatever makes the exporter fetch the kubelet's /pods comes with the token, the kubelet's
+    # address and the binding that lets it.
+    config = tomllib.loads(objs[("ConfigMap", f"{ds['metadata']['name']}-config")]["data"]["config.toml"])
+    env_on = {e["name"] for e in c.get("env", []) if e.get("value") == "true"}
+    if ({"NVML_EXPORTER_PROCESSES", "NVML_EXPORTER_KUBELET_PODS"} & env_on
+            or any(config.get(k) for k in ("processes", "kubelet_pods", "kubernetes_pod_labels", "kubernetes_pod_annotations"))):
+        check(("ClusterRoleBinding", f"{ds['metadata']['name']}-kubelet-pods") in objs
+              and pod.get("automountServiceAccountToken") is True and "NVML_EXPORTER_KUBELET_URL" in defined,
+              f"{where}: the exporter fetches the kubelet's /pods without the token, URL and kubelet-pods binding")
     names = [v["name"] for v in pod.get("volumes", [])]
     check(len(names) == len(set(names)), f"{where}: volume names repeat: {names}")
     for m in c.get("volumeMounts", []):

@@ -55,9 +55,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | 
 {{- end }}
 {{- end }}
 
-{{/* Whether the pod reads the kubelet's /pods (--processes or --kubelet-pods). */}}
+{{/* Whether the pod reads the kubelet's /pods: --processes, --kubelet-pods, or pod labels or
+annotations to copy, which are read from there. */}}
 {{- define "nvml-exporter.kubeletPods" -}}
-{{- if or .Values.processes.enabled .Values.kubeletPods.enabled }}true{{ end }}
+{{- if or .Values.processes.enabled .Values.kubeletPods.enabled .Values.config.kubernetes_pod_labels .Values.config.kubernetes_pod_annotations }}true{{ end }}
 {{- end }}
 
 {{/* Whether the pod calls the API server or the kubelet's API, and so needs its token. */}}
