@@ -1,9 +1,10 @@
 # shellcheck shell=bash
 # What the check scripts share; sourced from the repository root (`source scripts/lib.sh`) by
-# scripts/test.sh, scripts/e2e-prometheus.sh, scripts/e2e-dashboards.sh, scripts/check-manifests.sh
-# and bench/run.sh. It installs the tools a check needs when they are missing (as root), finds
-# cargo's target directory and the binaries a live check runs, picks free ports, ends background
-# processes and removes the work directory on exit, and runs named steps, counting them.
+# scripts/test.sh, scripts/e2e-prometheus.sh, scripts/e2e-dashboards.sh, scripts/check-manifests.sh,
+# scripts/check-helm.sh and bench/run.sh. It installs the tools a check needs when they are
+# missing (as root), finds cargo's target directory and the binaries a live check runs, picks
+# free ports, ends background processes and removes the work directory on exit, and runs named
+# steps, counting them.
 #
 # Sourcing it sets an EXIT trap (and makes INT and TERM exit 130): a script that sources it
 # leaves cleanup to it.

@@ -6,7 +6,8 @@
 #      the simulator;
 #   4. every NVML symbol the simulator exports is one the real driver library exports;
 #   5. the alert rules: promtool's unit tests, and a real Prometheus scraping the demo exporter;
-#   6. the Kubernetes manifests: rendered with kubectl kustomize and validated.
+#   6. the Kubernetes manifests: rendered with kubectl kustomize and validated; the Helm chart
+#      rendered and linted by Helm's SDK, validated, and equal to the kustomize manifests;
 #   7. the Grafana dashboards: structure, PromQL and metric names, then every panel query against a
 #      live Prometheus scraping the demo with pods from the fake kubelet;
 #   8. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
@@ -126,6 +127,7 @@ step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ou
 step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
+step "Helm chart (render, lint --strict, validate, parity with deploy/kubernetes, bad values)" scripts/check-helm.sh "$bin"
 step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
 step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" wait_busy
 
