@@ -163,6 +163,11 @@ impl Publisher {
         *self.kubelet.lock().unwrap_or_else(|e| e.into_inner()) = kubelet;
     }
 
+    /// The options encodings use now (the node page builds its view with them).
+    pub fn options(&self) -> Arc<MetricsOptions> {
+        self.encoder.options()
+    }
+
     /// Reads the HPC job mapping files of `dir` at every tick from the next on, or none. The
     /// same directory as before keeps its reader, and so its error counts.
     pub fn set_job_mapping_dir(&self, dir: Option<&std::path::Path>) {

@@ -20,7 +20,6 @@ pub mod web_config;
 
 pub use settings::WebSettings;
 
-use std::fmt::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,15 +27,16 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{IntCounterVec, Opts};
 
 use crate::files::one_line;
+use crate::metrics::CONTENT_TYPE;
 use crate::metrics::catalog::{self, SCRAPES_TOTAL};
-use crate::metrics::{CONTENT_TYPE, VERSION};
+use crate::page::{self, NodeView};
 use crate::publish::{Published, Publisher};
-use crate::sample::{DeviceSample, Snapshot};
+use crate::sample::{Snapshot, unix_now};
 
 /// `/readyz` fails once the last complete tick is older than this: three missed intervals, but
 /// never less than 10 s so that a short interval plus one slow tick does not flap readiness.
@@ -76,6 +76,8 @@ struct AppState {
     scrapes: ScrapeCounter,
     /// The sampling interval, for `/readyz`.
     interval: Duration,
+    /// The node's name, for the node page.
+    node: String,
 }
 
 /// The readiness rule for the exposition served now (`sampled` false before the first tick), on
@@ -115,6 +117,7 @@ pub fn router(publisher: Arc<Publisher>, interval: Duration, scrapes: ScrapeCoun
         publisher,
         scrapes,
         interval,
+        node: crate::metrics::dcgm::hostname(),
     };
     // The layer wraps the whole method router, so a 405 on /metrics is counted too.
     let metrics_route =
@@ -124,6 +127,8 @@ pub fn router(publisher: Arc<Publisher>, interval: Duration, scrapes: ScrapeCoun
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/", get(index))
+        .route("/api/v1/gpus", get(api_gpus))
+        .route("/page.js", get(page_script))
         .with_state(state)
 }
 
@@ -207,55 +212,53 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn index(State(state): State<AppState>) -> Html<String> {
+/// What the node page and its script may load: only this server's own script, inline style
+/// and fetches to itself, so nothing on the page reaches another host.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; \
+     connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The node view of what is served now.
+fn node_view(state: &AppState) -> NodeView {
     let current = state.publisher.current();
-    let mut page = String::with_capacity(2048);
-    let _ = write!(
-        page,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>nvml-exporter</title></head>\n\
-         <body>\n<h1>nvml-exporter {}</h1>\n<p><a href=\"/metrics\">/metrics</a> · \
-         <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>\n",
-        escape_html(VERSION)
-    );
-    let snap = &current.snapshot;
-    if let Some(e) = snap.nvml_error.as_deref().filter(|_| !snap.nvml_up) {
-        let _ = writeln!(page, "<p>NVML not initialised: {}</p>", escape_html(e));
-    }
-    let mut gpus: Vec<&DeviceSample> = snap.devices.iter().map(Arc::as_ref).collect();
-    gpus.sort_by_key(|d| d.index);
-    let _ = writeln!(page, "<h2>GPUs ({})</h2>", gpus.len());
-    if !gpus.is_empty() {
-        page.push_str("<table>\n<tr><th>index</th><th>name</th><th>uuid</th><th>up</th></tr>\n");
-        for d in gpus {
-            let _ = writeln!(
-                page,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                d.index,
-                escape_html(&d.info.name),
-                escape_html(&d.uuid),
-                if d.up { "yes" } else { "no" }
-            );
-        }
-        page.push_str("</table>\n");
-    }
-    page.push_str("</body></html>\n");
-    Html(page)
+    NodeView::new(
+        &current.snapshot,
+        current.sampled,
+        &state.publisher.options(),
+        &state.node,
+        unix_now(),
+    )
 }
 
-/// Names come from the driver (or a scenario file): escape them before putting them in HTML.
-fn escape_html(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
+/// Headers of the page and its JSON: never cached (each answer is one tick), no other host.
+fn page_headers(content_type: &'static str) -> [(header::HeaderName, HeaderValue); 4] {
+    [
+        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ]
+}
+
+async fn index(State(state): State<AppState>) -> Response {
+    let page = page::html::render(&node_view(&state));
+    (page_headers("text/html; charset=utf-8"), page).into_response()
+}
+
+async fn api_gpus(State(state): State<AppState>) -> Response {
+    match serde_json::to_vec(&node_view(&state)) {
+        Ok(body) => (page_headers("application/json"), body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
-    out
+}
+
+async fn page_script() -> Response {
+    (page_headers("text/javascript; charset=utf-8"), page::SCRIPT).into_response()
 }
 
 #[cfg(test)]
