@@ -55,6 +55,8 @@ class Exporter:
         # The demo's XID 79 (GPU 6, t = 30 s) comes a few seconds in, so the picture has a
         # failed GPU with its action.
         env["NVML_SIM_START"] = "27"
+        # The node's name on the page, as the downward API would give it.
+        env["NODE_NAME"] = "gpu-node-1"
         self.proc = subprocess.Popen(
             [binary, "--demo", "--listen", "127.0.0.1:0", "--log-format", "json"],
             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -39,7 +39,7 @@ pub struct Published {
     pub text: Bytes,
     /// `text` gzip-compressed, made by the first [`gzip`](Self::gzip) call.
     gzip: OnceCell<Bytes>,
-    /// What was encoded (for `/readyz` and the landing page).
+    /// What was encoded (for `/readyz` and the node page).
     pub snapshot: Arc<Snapshot>,
     /// False only for the placeholder served before the sampler's first tick.
     pub sampled: bool,

@@ -212,7 +212,7 @@ fn the_page_and_its_json_show_what_metrics_serves_at_the_same_tick_with_the_aler
         assert_eq!(html.contains("▲ busy, not saturated"), i == 1, "GPU {i}");
         assert_eq!(html.contains("▲ allocated, idle"), i == 7, "GPU {i}");
     }
-    assert_eq!(card(&page, 0).contains("not held"), true);
+    assert!(card(&page, 0).contains("not held"));
     assert!(card(&page, 7).contains("held by processes outside any pod"));
     // The page says what the marks mean, with the thresholds.
     assert!(page.contains(
@@ -300,4 +300,7 @@ fn a_mig_gpu_shows_each_instance_with_the_values_metrics_serves() {
             "instance {id}"
         );
     }
+    // GI 9 (1g.10gb) holds 2 GiB and runs nothing.
+    let nine = instances.iter().find(|i| i["gpu_instance"] == 9).unwrap();
+    assert_eq!(marks(nine), ["allocated_idle"]);
 }

@@ -7,8 +7,9 @@
 //! [`connections`] keeps every connection within its allowances.
 //!
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
-//! and a recent tick completed), `/` (landing page). Every route reads what the [`Publisher`]
-//! holds now: a request clones an `Arc` and serves bytes from it. No route takes a request body;
+//! and a recent tick completed), `/` (the node page, [`crate::page`]), `/api/v1/gpus` (its view
+//! as JSON) and `/page.js` (its script). Every route reads what the [`Publisher`] holds now: a
+//! request clones an `Arc` and serves bytes from it, or builds the node page's view of it. No route takes a request body;
 //! the server reads one that comes anyway before any route answers ([`server::read_body`]).
 
 pub mod auth;
@@ -266,8 +267,8 @@ mod tests {
     use std::io::Read;
 
     use super::*;
-    use crate::metrics::{Encoder, MetricsOptions};
-    use crate::sample::DeviceInfo;
+    use crate::metrics::{Encoder, MetricsOptions, VERSION};
+    use crate::sample::{DeviceInfo, DeviceSample};
 
     const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -526,21 +527,44 @@ mod tests {
     }
 
     #[test]
-    fn landing_page_lists_gpus_escaped_with_links() {
+    fn node_page_and_its_json_show_the_published_tick() {
         let state = state();
-        state.tick(healthy_snapshot(now()));
-        let r = get(&format!("{}/", serve(state)), None);
+        let tick = now();
+        state.tick(healthy_snapshot(tick));
+        let base = serve(state);
+        let r = get(&format!("{base}/"), None);
         assert_eq!(r.status, 200);
-        assert!(r.header("content-type").unwrap().starts_with("text/html"));
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+        assert_eq!(r.header("cache-control"), Some("no-store"));
+        assert_eq!(r.header("content-security-policy"), Some(PAGE_POLICY));
         let page = r.text();
-        assert!(page.contains(&format!("nvml-exporter {VERSION}")), "{page}");
         assert!(
-            page.contains("<td>0</td><td>NVIDIA &lt;H100&gt;</td><td>GPU-abc</td>"),
+            page.contains(&format!("nvml-exporter <b>{VERSION}</b>")),
             "{page}"
         );
-        for link in ["/metrics", "/healthz", "/readyz"] {
+        assert!(page.contains(&format!("data-tick=\"{tick}\"")), "{page}");
+        assert!(page.contains("NVIDIA &lt;H100&gt;"), "{page}");
+        assert!(
+            page.contains("data-field=\"power_watts\" data-value=\"250\""),
+            "{page}"
+        );
+        for link in ["/metrics", "/healthz", "/readyz", "/api/v1/gpus"] {
             assert!(page.contains(&format!("href=\"{link}\"")), "{link}");
         }
+
+        let r = get(&format!("{base}/api/v1/gpus"), None);
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(json["last_tick_timestamp_seconds"], tick);
+        assert_eq!(json["gpus"][0]["name"], "NVIDIA <H100>");
+        assert_eq!(json["gpus"][0]["power_watts"], 250.0);
+
+        let script = get(&format!("{base}/page.js"), None);
+        assert_eq!(
+            script.header("content-type"),
+            Some("text/javascript; charset=utf-8")
+        );
+        assert_eq!(script.text(), page::SCRIPT);
     }
 
     #[test]
@@ -553,7 +577,14 @@ mod tests {
         assert_eq!(post.status, 405);
         let post = reply(agent().post(&format!("{base}/readyz")).send_empty());
         assert_eq!(post.status, 405);
-        for path in ["/metrics", "/healthz", "/readyz", "/"] {
+        for path in [
+            "/metrics",
+            "/healthz",
+            "/readyz",
+            "/",
+            "/api/v1/gpus",
+            "/page.js",
+        ] {
             let head = reply(agent().head(&format!("{base}{path}")).call());
             assert_eq!(head.status, 200, "{path}");
             assert!(head.body.is_empty(), "{path}");

@@ -31,9 +31,9 @@ pub fn render(view: &NodeView) -> String {
     out.push_str(" · nvml-exporter</title>\n<style>\n");
     out.push_str(STYLE);
     out.push_str("</style>\n<script src=\"/page.js\" defer></script>\n</head>\n<body>\n");
-    let _ = write!(
+    let _ = writeln!(
         out,
-        "<main id=\"node\" data-refresh-ms=\"{REFRESH_MS}\" data-tick=\"{}\">\n",
+        "<main id=\"node\" data-refresh-ms=\"{REFRESH_MS}\" data-tick=\"{}\">",
         view.last_tick_timestamp_seconds.unwrap_or(0.0)
     );
     header(&mut out, view);

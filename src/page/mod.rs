@@ -14,3 +14,6 @@ pub use view::NodeView;
 
 /// The script that refreshes the page, served at `/page.js`.
 pub const SCRIPT: &str = include_str!("page.js");
+
+#[cfg(test)]
+mod tests;
