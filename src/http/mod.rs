@@ -9,8 +9,9 @@
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
 //! and a recent tick completed), `/` (the node page, [`crate::page`]), `/api/v1/gpus` (its view
 //! as JSON) and `/page.js` (its script). Every route reads what the [`Publisher`] holds now: a
-//! request clones an `Arc` and serves bytes from it, or builds the node page's view of it. No route takes a request body;
-//! the server reads one that comes anyway before any route answers ([`server::read_body`]).
+//! request clones an `Arc` and serves bytes from it, or builds the node page's view of it. No
+//! route takes a request body; the server reads one that comes anyway before any route answers
+//! ([`server::read_body`]).
 
 pub mod auth;
 pub mod connections;

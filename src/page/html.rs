@@ -14,7 +14,7 @@ use super::view::{DeviceState, GpuView, Holder, Mark, MigInstanceView, NodeView,
 const STYLE: &str = include_str!("page.css");
 
 /// How often `page.js` fetches the page again.
-pub const REFRESH_MS: u32 = 2000;
+const REFRESH_MS: u32 = 2000;
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
@@ -301,7 +301,7 @@ fn or_unknown(s: &str) -> &str {
 
 /// Appends `s` escaped for HTML text and attribute values: names come from the driver, a
 /// scenario file or the kubelet.
-pub fn escape(out: &mut String, s: &str) {
+fn escape(out: &mut String, s: &str) {
     for c in s.chars() {
         match c {
             '&' => out.push_str("&amp;"),
