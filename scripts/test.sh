@@ -10,11 +10,14 @@
 #      rendered and linted by Helm's SDK, validated, and equal to the kustomize manifests;
 #   7. the Grafana dashboards: structure, PromQL and metric names, then every panel query against a
 #      live Prometheus scraping the demo with pods from the fake kubelet;
-#   8. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
+#   8. the node page in Debian's headless chromium against the demo and a MIG node
+#      (scripts/check-page.py): values, marks, refresh in place, no request beyond 127.0.0.1, no
+#      console error, a screenshot under target/node-page/;
+#   9. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
 #      against a known square wave, across an exporter restart (scripts/e2e-busy.sh, which runs
-#      next to steps 1 to 7: it mostly waits).
-# Installs what is missing (Debian's prometheus for promtool and tmux, gpustat, nvidia-ml-py,
-# nvitop and nvitop-exporter from PyPI, the real driver library from Debian non-free, unpacked
+#      next to steps 1 to 8: it mostly waits).
+# Installs what is missing (Debian's prometheus for promtool, tmux and chromium, gpustat,
+# nvidia-ml-py, nvitop, nvitop-exporter and websocket-client from PyPI, the real driver library from Debian non-free, unpacked
 # under target/) when run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -129,6 +132,13 @@ step "alert rules: promtool unit tests and a live Prometheus against the demo an
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 step "Helm chart (render, lint --strict, validate, parity with deploy/kubernetes, bad values)" scripts/check-helm.sh "$bin"
 step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
+# chromium and the DevTools client are installed here, inside the busy-time check's window.
+check_page() {
+  command -v chromium >/dev/null || apt_install chromium "chromium (for the node page check)"
+  need_python websocket websocket-client
+  python3 scripts/check-page.py "$bin" --screenshots "$target_dir/node-page"
+}
+step "node page in headless chromium: demo and MIG, values, marks, refresh, requests (check-page.py)" check_page
 step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" wait_busy
 
 echo "checks: $steps_passed passed, ${#steps_failed[@]} failed"

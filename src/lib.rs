@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod kubernetes;
 pub mod metrics;
 pub mod nvml;
+pub mod page;
 pub mod processes;
 pub mod publish;
 pub mod reload;
@@ -71,6 +72,7 @@ pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
         },
         groups: config.groups(),
         max_series: config.max_series,
+        idle_threshold: config.idle_threshold,
     }
 }
 

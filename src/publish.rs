@@ -39,7 +39,7 @@ pub struct Published {
     pub text: Bytes,
     /// `text` gzip-compressed, made by the first [`gzip`](Self::gzip) call.
     gzip: OnceCell<Bytes>,
-    /// What was encoded (for `/readyz` and the landing page).
+    /// What was encoded (for `/readyz` and the node page).
     pub snapshot: Arc<Snapshot>,
     /// False only for the placeholder served before the sampler's first tick.
     pub sampled: bool,
@@ -161,6 +161,11 @@ impl Publisher {
     pub fn reconfigure(&self, opts: MetricsOptions, kubelet: Option<StateHandle>) {
         self.encoder.set_options(opts);
         *self.kubelet.lock().unwrap_or_else(|e| e.into_inner()) = kubelet;
+    }
+
+    /// The options encodings use now (the node page builds its view with them).
+    pub fn options(&self) -> Arc<MetricsOptions> {
+        self.encoder.options()
     }
 
     /// Reads the HPC job mapping files of `dir` at every tick from the next on, or none. The

@@ -14,7 +14,7 @@ use std::sync::Arc;
 pub struct Snapshot {
     /// NVML initialised and answering (`nvml_exporter_nvml_up`).
     pub nvml_up: bool,
-    /// Why NVML is not up (for `/readyz` and the landing page); `None` when it is.
+    /// Why NVML is not up (for `/readyz` and the node page); `None` when it is.
     pub nvml_error: Option<String>,
     /// System-wide versions, empty when unknown.
     pub system: SystemInfo,

@@ -12,7 +12,7 @@ use std::time::Duration;
 const WAIT: Duration = Duration::from_secs(20);
 
 #[test]
-fn serves_metrics_health_readiness_and_landing_page() {
+fn serves_metrics_health_readiness_and_the_node_page() {
     let mut e = Exporter::start(&[], &["--interval", "200ms", "--stale-grace", "1s"]);
     e.wait_ready(WAIT);
     assert_eq!(e.get("/healthz").status, 200);
@@ -39,9 +39,9 @@ fn serves_metrics_health_readiness_and_landing_page() {
         "{ctype}"
     );
 
-    let landing = e.get("/");
-    assert_eq!(landing.status, 200);
-    let html = landing.text();
+    let page = e.get("/");
+    assert_eq!(page.status, 200);
+    let html = page.text();
     assert!(
         html.contains("/metrics") && html.contains("NVIDIA H100"),
         "{html}"

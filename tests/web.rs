@@ -355,13 +355,26 @@ fn basic_auth_protects_everything_but_the_probes() {
         );
         assert_eq!(r.status, 401, "{user}:{password}");
     }
-    assert_eq!(http_get(&e.url("/"), &[]).status, 401);
+    // The node page, its JSON and its script ask for credentials as /metrics does.
+    for path in ["/", "/api/v1/gpus", "/page.js"] {
+        let r = http_get(&e.url(path), &[]);
+        assert_eq!(r.status, 401, "{path}");
+        assert_eq!(r.header("www-authenticate"), Some(challenge), "{path}");
+        assert!(!r.text().contains("GPU-"), "{path}: {}", r.text());
+    }
 
     let auth = basic("prometheus", "correct horse");
     for _ in 0..3 {
         let r = http_get(&e.url("/metrics"), &[("Authorization", &auth)]);
         assert_eq!(r.status, 200);
         assert!(r.text().contains("nvml_exporter_gpus"), "{}", r.text());
+    }
+    for path in ["/", "/api/v1/gpus", "/page.js"] {
+        assert_eq!(
+            http_get(&e.url(path), &[("Authorization", &auth)]).status,
+            200,
+            "{path}"
+        );
     }
     // Probes need no credentials.
     assert_eq!(http_get(&e.url("/healthz"), &[]).status, 200);

@@ -23,7 +23,7 @@ use super::collectors::check_collector_names;
     version,
     about = "Prometheus exporter for NVIDIA GPUs, reading NVML directly.",
     long_about = "Prometheus exporter for NVIDIA GPUs, reading NVML directly.\n\n\
-        Samples every GPU on an interval and serves /metrics, /healthz, /readyz and a landing page.\n\
+        Samples every GPU on an interval and serves /metrics, /healthz, /readyz and a node page.\n\
         Every option can also be set in a TOML file (--config; key = option name with underscores,\n\
         e.g. nvml_lib = \"/usr/lib/libnvidia-ml.so.1\") and by an environment variable\n\
         NVML_EXPORTER_<OPTION> (e.g. NVML_EXPORTER_LISTEN). Precedence: defaults < file < environment < flags.\n\

@@ -127,7 +127,8 @@ pub struct Config {
     pub stale_grace: Option<Duration>,
 
     /// A GPU (or MIG instance) whose SM activity, or utilization where GPM does not answer, is
-    /// below this ratio is idle: its holders' GPU-seconds count as idle (0 to 1)
+    /// below this ratio is idle: its holders' GPU-seconds count as idle, and the node page marks
+    /// it "allocated, idle" when it is held (0 to 1)
     #[arg(
         long,
         env = "NVML_EXPORTER_IDLE_THRESHOLD",

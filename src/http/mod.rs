@@ -7,9 +7,11 @@
 //! [`connections`] keeps every connection within its allowances.
 //!
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
-//! and a recent tick completed), `/` (landing page). Every route reads what the [`Publisher`]
-//! holds now: a request clones an `Arc` and serves bytes from it. No route takes a request body;
-//! the server reads one that comes anyway before any route answers ([`server::read_body`]).
+//! and a recent tick completed), `/` (the node page, [`crate::page`]), `/api/v1/gpus` (its view
+//! as JSON) and `/page.js` (its script). Every route reads what the [`Publisher`] holds now: a
+//! request clones an `Arc` and serves bytes from it, or builds the node page's view of it. No
+//! route takes a request body; the server reads one that comes anyway before any route answers
+//! ([`server::read_body`]).
 
 pub mod auth;
 pub mod connections;
@@ -20,7 +22,6 @@ pub mod web_config;
 
 pub use settings::WebSettings;
 
-use std::fmt::Write;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -28,15 +29,16 @@ use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus::{IntCounterVec, Opts};
 
 use crate::files::one_line;
+use crate::metrics::CONTENT_TYPE;
 use crate::metrics::catalog::{self, SCRAPES_TOTAL};
-use crate::metrics::{CONTENT_TYPE, VERSION};
+use crate::page::{self, NodeView};
 use crate::publish::{Published, Publisher};
-use crate::sample::{DeviceSample, Snapshot};
+use crate::sample::{Snapshot, unix_now};
 
 /// `/readyz` fails once the last complete tick is older than this: three missed intervals, but
 /// never less than 10 s so that a short interval plus one slow tick does not flap readiness.
@@ -76,6 +78,8 @@ struct AppState {
     scrapes: ScrapeCounter,
     /// The sampling interval, for `/readyz`.
     interval: Duration,
+    /// The node's name, for the node page.
+    node: String,
 }
 
 /// The readiness rule for the exposition served now (`sampled` false before the first tick), on
@@ -115,6 +119,7 @@ pub fn router(publisher: Arc<Publisher>, interval: Duration, scrapes: ScrapeCoun
         publisher,
         scrapes,
         interval,
+        node: crate::metrics::dcgm::hostname(),
     };
     // The layer wraps the whole method router, so a 405 on /metrics is counted too.
     let metrics_route =
@@ -124,6 +129,8 @@ pub fn router(publisher: Arc<Publisher>, interval: Duration, scrapes: ScrapeCoun
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/", get(index))
+        .route("/api/v1/gpus", get(api_gpus))
+        .route("/page.js", get(page_script))
         .with_state(state)
 }
 
@@ -207,55 +214,53 @@ async fn readyz(State(state): State<AppState>) -> Response {
     }
 }
 
-async fn index(State(state): State<AppState>) -> Html<String> {
+/// What the node page and its script may load: only this server's own script, inline style
+/// and fetches to itself, so nothing on the page reaches another host.
+const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; \
+     connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The node view of what is served now.
+fn node_view(state: &AppState) -> NodeView {
     let current = state.publisher.current();
-    let mut page = String::with_capacity(2048);
-    let _ = write!(
-        page,
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>nvml-exporter</title></head>\n\
-         <body>\n<h1>nvml-exporter {}</h1>\n<p><a href=\"/metrics\">/metrics</a> · \
-         <a href=\"/healthz\">/healthz</a> · <a href=\"/readyz\">/readyz</a></p>\n",
-        escape_html(VERSION)
-    );
-    let snap = &current.snapshot;
-    if let Some(e) = snap.nvml_error.as_deref().filter(|_| !snap.nvml_up) {
-        let _ = writeln!(page, "<p>NVML not initialised: {}</p>", escape_html(e));
-    }
-    let mut gpus: Vec<&DeviceSample> = snap.devices.iter().map(Arc::as_ref).collect();
-    gpus.sort_by_key(|d| d.index);
-    let _ = writeln!(page, "<h2>GPUs ({})</h2>", gpus.len());
-    if !gpus.is_empty() {
-        page.push_str("<table>\n<tr><th>index</th><th>name</th><th>uuid</th><th>up</th></tr>\n");
-        for d in gpus {
-            let _ = writeln!(
-                page,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-                d.index,
-                escape_html(&d.info.name),
-                escape_html(&d.uuid),
-                if d.up { "yes" } else { "no" }
-            );
-        }
-        page.push_str("</table>\n");
-    }
-    page.push_str("</body></html>\n");
-    Html(page)
+    NodeView::new(
+        &current.snapshot,
+        current.sampled,
+        &state.publisher.options(),
+        &state.node,
+        unix_now(),
+    )
 }
 
-/// Names come from the driver (or a scenario file): escape them before putting them in HTML.
-fn escape_html(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            _ => out.push(c),
-        }
+/// Headers of the page and its JSON: never cached (each answer is one tick), no other host.
+fn page_headers(content_type: &'static str) -> [(header::HeaderName, HeaderValue); 4] {
+    [
+        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ]
+}
+
+async fn index(State(state): State<AppState>) -> Response {
+    let page = page::html::render(&node_view(&state));
+    (page_headers("text/html; charset=utf-8"), page).into_response()
+}
+
+async fn api_gpus(State(state): State<AppState>) -> Response {
+    match serde_json::to_vec(&node_view(&state)) {
+        Ok(body) => (page_headers("application/json"), body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
-    out
+}
+
+async fn page_script() -> Response {
+    (page_headers("text/javascript; charset=utf-8"), page::SCRIPT).into_response()
 }
 
 #[cfg(test)]
@@ -263,8 +268,8 @@ mod tests {
     use std::io::Read;
 
     use super::*;
-    use crate::metrics::{Encoder, MetricsOptions};
-    use crate::sample::DeviceInfo;
+    use crate::metrics::{Encoder, MetricsOptions, VERSION};
+    use crate::sample::{DeviceInfo, DeviceSample};
 
     const INTERVAL: Duration = Duration::from_secs(1);
 
@@ -523,21 +528,44 @@ mod tests {
     }
 
     #[test]
-    fn landing_page_lists_gpus_escaped_with_links() {
+    fn node_page_and_its_json_show_the_published_tick() {
         let state = state();
-        state.tick(healthy_snapshot(now()));
-        let r = get(&format!("{}/", serve(state)), None);
+        let tick = now();
+        state.tick(healthy_snapshot(tick));
+        let base = serve(state);
+        let r = get(&format!("{base}/"), None);
         assert_eq!(r.status, 200);
-        assert!(r.header("content-type").unwrap().starts_with("text/html"));
+        assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+        assert_eq!(r.header("cache-control"), Some("no-store"));
+        assert_eq!(r.header("content-security-policy"), Some(PAGE_POLICY));
         let page = r.text();
-        assert!(page.contains(&format!("nvml-exporter {VERSION}")), "{page}");
         assert!(
-            page.contains("<td>0</td><td>NVIDIA &lt;H100&gt;</td><td>GPU-abc</td>"),
+            page.contains(&format!("nvml-exporter <b>{VERSION}</b>")),
             "{page}"
         );
-        for link in ["/metrics", "/healthz", "/readyz"] {
+        assert!(page.contains(&format!("data-tick=\"{tick}\"")), "{page}");
+        assert!(page.contains("NVIDIA &lt;H100&gt;"), "{page}");
+        assert!(
+            page.contains("data-field=\"power_watts\" data-value=\"250\""),
+            "{page}"
+        );
+        for link in ["/metrics", "/healthz", "/readyz", "/api/v1/gpus"] {
             assert!(page.contains(&format!("href=\"{link}\"")), "{link}");
         }
+
+        let r = get(&format!("{base}/api/v1/gpus"), None);
+        assert_eq!(r.header("content-type"), Some("application/json"));
+        let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(json["last_tick_timestamp_seconds"], tick);
+        assert_eq!(json["gpus"][0]["name"], "NVIDIA <H100>");
+        assert_eq!(json["gpus"][0]["power_watts"], 250.0);
+
+        let script = get(&format!("{base}/page.js"), None);
+        assert_eq!(
+            script.header("content-type"),
+            Some("text/javascript; charset=utf-8")
+        );
+        assert_eq!(script.text(), page::SCRIPT);
     }
 
     #[test]
@@ -550,7 +578,14 @@ mod tests {
         assert_eq!(post.status, 405);
         let post = reply(agent().post(&format!("{base}/readyz")).send_empty());
         assert_eq!(post.status, 405);
-        for path in ["/metrics", "/healthz", "/readyz", "/"] {
+        for path in [
+            "/metrics",
+            "/healthz",
+            "/readyz",
+            "/",
+            "/api/v1/gpus",
+            "/page.js",
+        ] {
             let head = reply(agent().head(&format!("{base}{path}")).call());
             assert_eq!(head.status, 200, "{path}");
             assert!(head.body.is_empty(), "{path}");

@@ -1809,7 +1809,7 @@ fn gpm(d: &DeviceSample) -> Option<&GpmMetrics> {
 }
 
 /// Whether a thermal slowdown holds the clocks down, when the clock-event reasons were read.
-fn thermal_slowdown(d: &DeviceSample) -> Option<bool> {
+pub(crate) fn thermal_slowdown(d: &DeviceSample) -> Option<bool> {
     (!d.clock_events.is_empty()).then(|| {
         d.clock_events.iter().any(|(r, active)| {
             *active

@@ -54,7 +54,7 @@ const SAMPLE_DURATION_BUCKETS: &[f64] = &[
 ];
 
 /// Encoding choices.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct MetricsOptions {
     /// Add `namespace`, `pod`, `container` to every series of a GPU that the snapshot's kubelet
     /// state assigns to exactly one container (`--kubernetes-labels`).
@@ -78,6 +78,10 @@ pub struct MetricsOptions {
     /// (`--max-series`): above it whole groups are left out in [`crate::groups::DROP_ORDER`]; `None`: no
     /// limit.
     pub max_series: Option<usize>,
+    /// Below this SM activity (utilization without GPM) an allocated GPU is idle
+    /// (`--idle-threshold`): the node page's "allocated, idle" mark. The sampler's idle
+    /// GPU-seconds take the same option.
+    pub idle_threshold: f64,
 }
 
 impl Default for MetricsOptions {
@@ -93,6 +97,7 @@ impl Default for MetricsOptions {
             hostname: String::new(),
             groups: Groups::all(),
             max_series: None,
+            idle_threshold: 0.05,
         }
     }
 }

@@ -77,7 +77,7 @@ pub fn error_name(error: &NvmlError) -> &'static str {
 }
 
 /// Why NVML cannot be sampled now. The text is the one-line reason served in
-/// `Snapshot::nvml_error` (so in `/readyz` and on the landing page) and logged.
+/// `Snapshot::nvml_error` (so in `/readyz` and on the node page) and logged.
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlUnavailable {
     /// `nvmlInit` failed: the library is missing or unusable, or the driver is not loaded.

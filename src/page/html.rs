@@ -1,0 +1,315 @@
+//! The node page's HTML, rendered from a [`NodeView`] by the server: it reads without
+//! JavaScript, and `page.js` only fetches it again and swaps it in.
+//!
+//! Colour is never the only signal: every mark and state is a word with a symbol, and every bar
+//! (`<meter>`) has its number beside it. Each number also sits in a `data-value` attribute, raw
+//! as `/api/v1/gpus` gives it, under a `data-field` named as there, for scripts and the browser
+//! test.
+
+use std::fmt::Write;
+
+use super::view::{DeviceState, GpuView, Holder, Mark, MigInstanceView, NodeView, Readings};
+
+/// The page's style: small, no web font, light and dark by `prefers-color-scheme`.
+const STYLE: &str = include_str!("page.css");
+
+/// How often `page.js` fetches the page again.
+const REFRESH_MS: u32 = 2000;
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// The whole page.
+pub fn render(view: &NodeView) -> String {
+    let mut out = String::with_capacity(16 * 1024 + view.gpus.len() * 3 * 1024);
+    out.push_str(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta name=\"color-scheme\" content=\"light dark\">\n\
+         <link rel=\"icon\" href=\"data:,\">\n<title>",
+    );
+    escape(&mut out, &view.node);
+    out.push_str(" · nvml-exporter</title>\n<style>\n");
+    out.push_str(STYLE);
+    out.push_str("</style>\n<script src=\"/page.js\" defer></script>\n</head>\n<body>\n");
+    let _ = writeln!(
+        out,
+        "<main id=\"node\" data-refresh-ms=\"{REFRESH_MS}\" data-tick=\"{}\">",
+        view.last_tick_timestamp_seconds.unwrap_or(0.0)
+    );
+    header(&mut out, view);
+    if let Some(e) = &view.nvml_error {
+        out.push_str("<p class=\"flag bad banner\" role=\"alert\">✖ NVML not available: ");
+        escape(&mut out, e);
+        out.push_str("</p>\n");
+    }
+    let _ = write!(
+        out,
+        "<section class=\"gpus\" aria-label=\"GPUs\">\n<h2 class=\"count\">{} GPU{}</h2>\n",
+        view.gpus.len(),
+        if view.gpus.len() == 1 { "" } else { "s" }
+    );
+    for gpu in &view.gpus {
+        gpu_card(&mut out, gpu);
+    }
+    out.push_str("</section>\n");
+    legend(&mut out, view);
+    out.push_str("</main>\n</body>\n</html>\n");
+    out
+}
+
+fn header(out: &mut String, view: &NodeView) {
+    out.push_str("<header>\n<h1>");
+    escape(out, &view.node);
+    out.push_str("</h1>\n<p class=\"facts\">driver <b>");
+    escape(out, or_unknown(&view.driver_version));
+    out.push_str("</b> · CUDA <b>");
+    escape(out, or_unknown(&view.cuda_driver_version));
+    let _ = write!(
+        out,
+        "</b> · nvml-exporter <b>{}</b> · last tick <b id=\"age\">",
+        view.exporter_version
+    );
+    match view.last_tick_age_seconds {
+        Some(age) => {
+            let _ = write!(out, "{age:.1} s ago");
+        }
+        None => out.push_str("none yet"),
+    }
+    out.push_str("</b></p>\n<p class=\"facts\">collector groups: ");
+    out.push_str(&view.collector_groups.join(", "));
+    out.push_str(
+        "</p>\n<nav><a href=\"/metrics\">/metrics</a> · <a href=\"/healthz\">/healthz</a> · \
+         <a href=\"/readyz\">/readyz</a> · <a href=\"/api/v1/gpus\">/api/v1/gpus</a> (this \
+         page as JSON)</nav>\n</header>\n",
+    );
+}
+
+fn gpu_card(out: &mut String, gpu: &GpuView) {
+    let state = gpu.state.name();
+    let _ = write!(
+        out,
+        "<article class=\"gpu\" id=\"gpu-{0}\" data-gpu=\"{0}\" data-state=\"{state}\" \
+         data-marks=\"{1}\">\n<h3>GPU {0} <span class=\"name\">",
+        gpu.gpu,
+        mark_names(&gpu.marks)
+    );
+    escape(out, &gpu.name);
+    out.push_str("</span></h3>\n<p class=\"uuid\">");
+    escape(out, &gpu.uuid);
+    out.push_str("</p>\n<p class=\"flags\">");
+    match gpu.state {
+        DeviceState::Up => {}
+        DeviceState::Stale => {
+            out.push_str("<span class=\"flag warn\">◷ stale: values from an earlier tick</span> ")
+        }
+        DeviceState::Down => out.push_str(
+            "<span class=\"flag bad\">✖ down: lost, or no fresh reading (see health)</span> ",
+        ),
+    }
+    marks(out, &gpu.marks);
+    if gpu.readings.thermal_slowdown == Some(true) {
+        out.push_str("<span class=\"flag warn\">▲ thermal slowdown</span> ");
+    }
+    if gpu.mig_mode == Some(true) {
+        out.push_str("<span class=\"flag\">MIG mode</span> ");
+    }
+    out.push_str("</p>\n");
+    bars(out, &gpu.readings);
+    if let Some(t) = gpu.readings.temperature_celsius {
+        let _ = writeln!(
+            out,
+            "<p>temperature <span data-field=\"temperature_celsius\" data-value=\"{t}\">{t:.0} °C</span></p>"
+        );
+    }
+    owners(out, &gpu.holders, &gpu.jobs, gpu.allocated);
+    if let Some(h) = &gpu.health {
+        let symbol = match h.state {
+            "healthy" => "✓",
+            "degraded" => "▲",
+            _ => "✖",
+        };
+        let _ = write!(
+            out,
+            "<p class=\"health\">health <span class=\"flag {}\" data-field=\"health\" \
+             data-value=\"{}\">{symbol} {}</span>",
+            match h.state {
+                "healthy" => "good",
+                "degraded" => "warn",
+                _ => "bad",
+            },
+            h.state,
+            h.state
+        );
+        for r in &h.reasons {
+            let _ = write!(
+                out,
+                " <span class=\"reason\" data-reason=\"{0}\">{0} (action: {1})</span>",
+                r.reason,
+                r.action.replace('_', " ")
+            );
+        }
+        out.push_str("</p>\n");
+    }
+    if !gpu.mig_instances.is_empty() {
+        out.push_str("<section class=\"mig\" aria-label=\"MIG instances\">\n");
+        for instance in &gpu.mig_instances {
+            mig_card(out, instance);
+        }
+        out.push_str("</section>\n");
+    }
+    out.push_str("</article>\n");
+}
+
+fn mig_card(out: &mut String, i: &MigInstanceView) {
+    let _ = write!(
+        out,
+        "<article class=\"instance\" data-gpu-instance=\"{0}\" data-marks=\"{1}\">\n\
+         <h4>instance {0} <span class=\"name\">",
+        i.gpu_instance,
+        mark_names(&i.marks)
+    );
+    escape(out, &i.profile);
+    out.push_str("</span></h4>\n");
+    if !i.marks.is_empty() {
+        out.push_str("<p class=\"flags\">");
+        marks(out, &i.marks);
+        out.push_str("</p>\n");
+    }
+    bars(out, &i.readings);
+    owners(out, &i.holders, &i.jobs, i.allocated);
+    out.push_str("</article>\n");
+}
+
+/// The marks as `data-marks` holds them: their JSON names, space-separated.
+fn mark_names(marks: &[Mark]) -> String {
+    marks.iter().map(|m| m.name()).collect::<Vec<_>>().join(" ")
+}
+
+fn marks(out: &mut String, marks: &[Mark]) {
+    for m in marks {
+        let _ = write!(out, "<span class=\"flag warn mark\">▲ {}</span> ", m.text());
+    }
+}
+
+/// The activity ratios, memory and power, each a bar with its number.
+fn bars(out: &mut String, r: &Readings) {
+    let ratios = [
+        ("utilization", "utilization", r.utilization),
+        ("SM active", "sm_active", r.sm_active),
+        ("SM occupancy", "sm_occupancy", r.sm_occupancy),
+        ("tensor active", "tensor_active", r.tensor_active),
+        ("DRAM active", "dram_active", r.dram_active),
+    ];
+    out.push_str("<table class=\"bars\">\n");
+    for (label, field, value) in ratios {
+        if let Some(v) = value {
+            let _ = writeln!(
+                out,
+                "<tr><th scope=\"row\">{label}</th><td><meter min=\"0\" max=\"1\" value=\"{v}\"></meter></td>\
+                 <td data-field=\"{field}\" data-value=\"{v}\">{:.0}%</td></tr>",
+                v * 100.0
+            );
+        }
+    }
+    if let (Some(used), Some(total)) = (r.memory_used_bytes, r.memory_total_bytes) {
+        let _ = writeln!(
+            out,
+            "<tr><th scope=\"row\">memory</th><td><meter min=\"0\" max=\"{total}\" value=\"{used}\"></meter></td>\
+             <td><span data-field=\"memory_used_bytes\" data-value=\"{used}\">{:.1}</span> / \
+             <span data-field=\"memory_total_bytes\" data-value=\"{total}\">{:.1}</span> GiB</td></tr>",
+            used / GIB,
+            total / GIB
+        );
+    }
+    if let Some(power) = r.power_watts {
+        let _ = write!(
+            out,
+            "<tr><th scope=\"row\">power</th><td>{}</td><td><span data-field=\"power_watts\" \
+             data-value=\"{power}\">{power:.0}</span>",
+            match r.power_limit_watts {
+                Some(limit) =>
+                    format!("<meter min=\"0\" max=\"{limit}\" value=\"{power}\"></meter>"),
+                None => String::new(),
+            }
+        );
+        if let Some(limit) = r.power_limit_watts {
+            let _ = write!(
+                out,
+                " / <span data-field=\"power_limit_watts\" data-value=\"{limit}\">{limit:.0}</span>"
+            );
+        }
+        out.push_str(" W</td></tr>\n");
+    }
+    out.push_str("</table>\n");
+}
+
+fn owners(out: &mut String, holders: &[Holder], jobs: &[String], allocated: bool) {
+    out.push_str("<p class=\"owner\">");
+    if holders.is_empty() && jobs.is_empty() {
+        out.push_str(if allocated {
+            "held by processes outside any pod"
+        } else {
+            "not held"
+        });
+    } else {
+        out.push_str("held by");
+        for h in holders {
+            out.push_str(" <span class=\"holder\">");
+            escape(out, &h.namespace);
+            out.push('/');
+            escape(out, &h.pod);
+            out.push_str(" (");
+            escape(out, &h.container);
+            out.push_str(")</span>");
+        }
+        for j in jobs {
+            out.push_str(" <span class=\"holder\">job ");
+            escape(out, j);
+            out.push_str("</span>");
+        }
+    }
+    out.push_str("</p>\n");
+}
+
+fn legend(out: &mut String, view: &NodeView) {
+    let t = &view.thresholds;
+    let _ = write!(
+        out,
+        "<footer>\n<p><b>▲ busy, not saturated</b>: kernels ran at least {}% of the time while \
+         fewer than {}% of the SMs were active (NvidiaGpuLowSaturation). \
+         <b>▲ allocated, idle</b>: held by a pod (where no pod holds a GPU of this node: its \
+         processes hold more than {} GiB) with SM activity, or utilization without GPM, under \
+         {}% (NvidiaGpuIdleWhileAllocated, <code>--idle-threshold</code>). The marks read this \
+         tick's values; the alerts fire after 30 minutes of the same. A failed GPU gets neither.</p>\n\
+         <p>Refreshes itself every {} s; without JavaScript, reload the page.</p>\n</footer>\n",
+        percent(t.busy_utilization_from),
+        percent(t.saturated_sm_active_from),
+        t.allocated_memory_above_bytes / GIB,
+        percent(t.idle_below),
+        REFRESH_MS / 1000
+    );
+}
+
+/// A threshold in percent, to one decimal at most ("5", "2.5").
+fn percent(ratio: f64) -> f64 {
+    (ratio * 1000.0).round() / 10.0
+}
+
+fn or_unknown(s: &str) -> &str {
+    if s.is_empty() { "unknown" } else { s }
+}
+
+/// Appends `s` escaped for HTML text and attribute values: names come from the driver, a
+/// scenario file or the kubelet.
+fn escape(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            _ => out.push(c),
+        }
+    }
+}
