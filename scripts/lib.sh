@@ -162,6 +162,42 @@ step() { # name command...
   fi
 }
 
+# Starts COMMAND as the step NAME in the background, its output kept until
+# `wait_background_steps`: for checks that mostly wait (a live Prometheus's scrapes and rule
+# evaluations), so that they run next to each other and to the steps after them.
+background_names=()
+background_pids=()
+background_logs=()
+background_step() { # name command...
+  local log
+  log=$(mktemp)
+  { local rc=0; "${@:2}" || rc=$?; echo "$rc $SECONDS" >"$log.end"; } >"$log" 2>&1 &
+  background_pids+=("$!")
+  lib_pids+=("$!")
+  background_names+=("$1")
+  background_logs+=("$log $SECONDS")
+}
+
+# Waits for every background step and reports each, in the order they started, as `step` does.
+wait_background_steps() {
+  local i log started rc ended
+  for i in "${!background_pids[@]}"; do
+    wait "${background_pids[$i]}" || true
+    read -r log started <<<"${background_logs[$i]}"
+    { read -r rc ended <"$log.end"; } 2>/dev/null || { rc=1; ended=$SECONDS; }
+    echo "=== ${background_names[$i]} (in the background)"
+    cat "$log"
+    rm -f "$log" "$log.end"
+    if [ "$rc" = 0 ]; then
+      echo "PASS  ${background_names[$i]} ($((ended - started)) s)"
+      steps_passed=$((steps_passed + 1))
+    else
+      echo "FAIL  ${background_names[$i]} ($((ended - started)) s)"
+      steps_failed+=("${background_names[$i]}")
+    fi
+  done
+}
+
 # Prints "SCRIPT: PASS", or "SCRIPT: FAIL (N): the failed steps" on stderr and returns 1.
 steps_verdict() { # script
   if [ ${#steps_failed[@]} = 0 ]; then

@@ -14,8 +14,9 @@
 #      (scripts/check-page.py): values, marks, refresh in place, no request beyond 127.0.0.1, no
 #      console error, a screenshot under target/node-page/;
 #   9. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
-#      against a known square wave, across an exporter restart (scripts/e2e-busy.sh, which runs
-#      next to steps 1 to 8: it mostly waits).
+#      against a known square wave, across an exporter restart (scripts/e2e-busy.sh).
+# Steps 5, 7, 8 and 9 mostly wait: they run in the background (lib.sh's background_step), 9 from
+# the start, the others once the tests are done, and are reported at the end.
 # Installs what is missing (Debian's prometheus for promtool, tmux and chromium, gpustat,
 # nvidia-ml-py, nvitop, nvitop-exporter and websocket-client from PyPI, the real driver library from Debian non-free, unpacked
 # under target/) when run as root.
@@ -63,19 +64,21 @@ fi
 
 # The busy-time check needs five and a half minutes of scrapes and almost no CPU: it starts now,
 # runs next to the steps below and is waited for after them.
-busy_log=$(mktemp)
-scripts/e2e-busy.sh "$bin" >"$busy_log" 2>&1 &
-busy_pid=$!
-lib_pids+=("$busy_pid")
-wait_busy() {
-  local rc=0
-  wait "$busy_pid" || rc=$?
-  cat "$busy_log"
-  rm -f "$busy_log"
-  return $rc
-}
+background_step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" \
+  scripts/e2e-busy.sh "$bin"
 
 step "${tests[*]:0:3}" "${tests[@]}"
+
+# The live checks mostly wait for scrapes and rule evaluations: they run next to each other and
+# to the quick steps below, once the tests no longer take the CPUs. What they need is installed
+# first, one install at a time.
+command -v chromium >/dev/null || apt_install chromium "chromium (for the node page check)"
+need_python websocket websocket-client
+background_step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
+background_step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
+background_step "node page in headless chromium: demo and MIG, values, marks, refresh, requests (check-page.py)" \
+  python3 scripts/check-page.py "$bin" --screenshots "$target_dir/node-page"
+
 
 lint_scenarios() {
   local ok=0 scenario out
@@ -128,18 +131,9 @@ lint_dcgm_scenarios() {
 step "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
 step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ours" python3 nvml-sim/ci/check-gpustat.py "$sim" "$bin"
 step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
-step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 step "Helm chart (render, lint --strict, validate, parity with deploy/kubernetes, bad values)" scripts/check-helm.sh "$bin"
-step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
-# chromium and the DevTools client are installed here, inside the busy-time check's window.
-check_page() {
-  command -v chromium >/dev/null || apt_install chromium "chromium (for the node page check)"
-  need_python websocket websocket-client
-  python3 scripts/check-page.py "$bin" --screenshots "$target_dir/node-page"
-}
-step "node page in headless chromium: demo and MIG, values, marks, refresh, requests (check-page.py)" check_page
-step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" wait_busy
+wait_background_steps
 
 echo "checks: $steps_passed passed, ${#steps_failed[@]} failed"
 [ ${#steps_failed[@]} = 0 ]
