@@ -50,9 +50,8 @@ type Pod = (PodResources, BTreeMap<String, String>);
 
 /// Parses `NAMESPACE/POD/CONTAINER=ID[,ID...][;KEY=VALUE...]`.
 fn parse_pod(arg: &str) -> Result<Pod, String> {
-    let bad = || {
-        format!("bad pod {arg:?}: expected NAMESPACE/POD/CONTAINER=ID[,ID...][;KEY=VALUE...]")
-    };
+    let bad =
+        || format!("bad pod {arg:?}: expected NAMESPACE/POD/CONTAINER=ID[,ID...][;KEY=VALUE...]");
     let mut parts = arg.split(';');
     let pod = parts.next().unwrap_or_default();
     let labels = parts
@@ -73,7 +72,10 @@ fn parse_pod(arg: &str) -> Result<Pod, String> {
     {
         return Err(bad());
     }
-    Ok((kubelet::pod(namespace, name, container, RESOURCE, &ids), labels))
+    Ok((
+        kubelet::pod(namespace, name, container, RESOURCE, &ids),
+        labels,
+    ))
 }
 
 /// The kubelet's `/pods` answer: a v1 PodList naming each pod as running, with its labels.
@@ -87,16 +89,16 @@ fn pod_list(pods: &[Pod]) -> Vec<u8> {
             })
         })
         .collect();
-    serde_json::to_vec(&serde_json::json!({ "kind": "PodList", "apiVersion": "v1", "items": items }))
-        .expect("a pod list serializes")
+    serde_json::to_vec(
+        &serde_json::json!({ "kind": "PodList", "apiVersion": "v1", "items": items }),
+    )
+    .expect("a pod list serializes")
 }
 
 /// Serves `/pods` and writes where and how to reach it into `dir`.
 fn serve_pods(dir: &str, pods: &[Pod]) -> std::io::Result<kubelet::https::FakeKubeletApi> {
-    let api = kubelet::https::FakeKubeletApi::start(
-        TOKEN,
-        kubelet::https::Reply::Body(pod_list(pods)),
-    );
+    let api =
+        kubelet::https::FakeKubeletApi::start(TOKEN, kubelet::https::Reply::Body(pod_list(pods)));
     let dir = PathBuf::from(dir);
     std::fs::write(dir.join("ca.pem"), api.ca_pem())?;
     std::fs::write(dir.join("token"), TOKEN)?;

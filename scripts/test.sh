@@ -11,8 +11,12 @@
 #      live Prometheus scraping the demo with pods from the fake kubelet;
 #   8. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
 #      against a known square wave, across an exporter restart (scripts/e2e-busy.sh, which runs
-#      next to steps 1 to 7: it mostly waits).
-# Installs what is missing (Debian's prometheus for promtool and tmux, gpustat, nvidia-ml-py,
+#      next to steps 1 to 7: it mostly waits);
+#   9. alert delivery: the shipped rules in Prometheus and in vmalert on VictoriaMetrics, through
+#      a real Alertmanager with the shipped routing to a webhook (scripts/e2e-alerting.sh, which
+#      also runs next to steps 1 to 7).
+# Installs what is missing (Debian's prometheus for promtool, prometheus-alertmanager and
+# victoria-metrics, and tmux, gpustat, nvidia-ml-py,
 # nvitop and nvitop-exporter from PyPI, the real driver library from Debian non-free, unpacked
 # under target/) when run as root.
 set -euo pipefail
@@ -68,6 +72,23 @@ wait_busy() {
   wait "$busy_pid" || rc=$?
   cat "$busy_log"
   rm -f "$busy_log"
+  return $rc
+}
+
+# The alert delivery check takes a minute and a half, most of it waiting on scrapes and rule
+# evaluations: it starts now too, once its tools are installed (here, so that its installs do not
+# race check-manifests.sh's for apt's lock), and is waited for after the other steps.
+need_alertmanager
+need_victoria_metrics
+alerting_log=$(mktemp)
+scripts/e2e-alerting.sh "$bin" >"$alerting_log" 2>&1 &
+alerting_pid=$!
+lib_pids+=("$alerting_pid")
+wait_alerting() {
+  local rc=0
+  wait "$alerting_pid" || rc=$?
+  cat "$alerting_log"
+  rm -f "$alerting_log"
   return $rc
 }
 
@@ -127,6 +148,7 @@ step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$re
 step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
+step "alert delivery: Prometheus and VictoriaMetrics through Alertmanager's shipped routing (e2e-alerting.sh)" wait_alerting
 step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" wait_busy
 
 echo "checks: $steps_passed passed, ${#steps_failed[@]} failed"
