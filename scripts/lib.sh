@@ -1,10 +1,10 @@
 # shellcheck shell=bash
 # What the check scripts share; sourced from the repository root (`source scripts/lib.sh`) by
-# scripts/test.sh, scripts/e2e-prometheus.sh, scripts/e2e-dashboards.sh, scripts/check-manifests.sh,
-# scripts/check-helm.sh and bench/run.sh. It installs the tools a check needs when they are
-# missing (as root), finds cargo's target directory and the binaries a live check runs, picks
-# free ports, ends background processes and removes the work directory on exit, and runs named
-# steps, counting them.
+# scripts/test.sh, scripts/e2e-prometheus.sh, scripts/e2e-dashboards.sh, scripts/e2e-alerting.sh,
+# scripts/check-manifests.sh, scripts/check-helm.sh and bench/run.sh. It installs the tools a
+# check needs when they are missing (as root), finds cargo's target directory and the binaries a
+# live check runs, picks free ports, ends background processes and removes the work directory on
+# exit, and runs named steps, counting them.
 #
 # Sourcing it sets an EXIT trap (and makes INT and TERM exit 130): a script that sources it
 # leaves cleanup to it.
@@ -50,6 +50,30 @@ need_prometheus() {
   if ! command -v "$promtool" >/dev/null || [ ! -x "$prometheus" ]; then
     apt_install prometheus prometheus/promtool
   fi
+}
+
+# Sets $alertmanager (ALERTMANAGER, or Debian's /usr/bin/prometheus-alertmanager) and $amtool
+# (AMTOOL, or amtool on the PATH), installing Debian's prometheus-alertmanager when either is
+# missing.
+need_alertmanager() {
+  alertmanager=${ALERTMANAGER:-/usr/bin/prometheus-alertmanager}
+  amtool=${AMTOOL:-amtool}
+  if ! command -v "$amtool" >/dev/null || [ ! -x "$alertmanager" ]; then
+    apt_install prometheus-alertmanager "Alertmanager and amtool"
+  fi
+}
+
+# Sets $victoria_metrics, $vmagent and $vmalert (the single-node server, the scraper and the rule
+# evaluator of VictoriaMetrics, from the PATH), installing Debian's victoria-metrics, which ships
+# all three, when one is missing.
+need_victoria_metrics() {
+  local tool
+  for tool in victoria-metrics vmagent vmalert; do
+    command -v "$tool" >/dev/null || { apt_install victoria-metrics "VictoriaMetrics"; break; }
+  done
+  victoria_metrics=$(command -v victoria-metrics)
+  vmagent=$(command -v vmagent)
+  vmalert=$(command -v vmalert)
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -14,11 +14,14 @@
 #      (scripts/check-page.py): values, marks, refresh in place, no request beyond 127.0.0.1, no
 #      console error, a screenshot under target/node-page/;
 #   9. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
-#      against a known square wave, across an exporter restart (scripts/e2e-busy.sh).
-# Steps 5, 7, 8 and 9 mostly wait: they run in the background (lib.sh's background_step), 9 from
-# the start, the others once the tests are done, and are reported at the end.
-# Installs what is missing (Debian's prometheus for promtool, tmux and chromium, gpustat,
-# nvidia-ml-py, nvitop, nvitop-exporter and websocket-client from PyPI, the real driver library from Debian non-free, unpacked
+#      against a known square wave, across an exporter restart (scripts/e2e-busy.sh);
+#  10. alert delivery: the shipped rules in Prometheus and in vmalert on VictoriaMetrics, through
+#      a real Alertmanager with the shipped routing to a webhook (scripts/e2e-alerting.sh).
+# Steps 5, 7, 8, 9 and 10 mostly wait: they run in the background (lib.sh's background_step), 9
+# from the start, the others once the tests are done, and are reported at the end.
+# Installs what is missing (Debian's prometheus for promtool, prometheus-alertmanager,
+# victoria-metrics, tmux and chromium, gpustat, nvidia-ml-py, nvitop, nvitop-exporter and
+# websocket-client from PyPI, the real driver library from Debian non-free, unpacked
 # under target/) when run as root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -74,11 +77,14 @@ step "${tests[*]:0:3}" "${tests[@]}"
 # first, one install at a time.
 command -v chromium >/dev/null || apt_install chromium "chromium (for the node page check)"
 need_python websocket websocket-client
+need_alertmanager
+need_victoria_metrics
 background_step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 background_step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
 background_step "node page in headless chromium: demo and MIG, values, marks, refresh, requests (check-page.py)" \
   python3 scripts/check-page.py "$bin" --screenshots "$target_dir/node-page"
-
+background_step "alert delivery: Prometheus and VictoriaMetrics through Alertmanager's shipped routing (e2e-alerting.sh)" \
+  scripts/e2e-alerting.sh "$bin"
 
 lint_scenarios() {
   local ok=0 scenario out
