@@ -70,15 +70,6 @@ GROUP_BY = {
     "team-research": ["namespace", "label_team"],
     "team-inference": ["namespace", "label_team"],
 }
-# Dashboard queries whose series may differ between the engines, and why: each must still answer
-# from both.
-KNOWN_DIFFERENCES = {
-    # The heatmap's buckets are ceil(SM activity * 20) / 20. The demo's GPM ratios sit on bucket
-    # bounds give or take a rounding error (0.9000000000000002); VictoriaMetrics keeps 12
-    # significant digits (0.9), Prometheus all of them (the bucket above).
-    "instance:nvidia_gpu_sm_active_ratio:count_by_bucket":
-        "a value on a bucket bound rounds into the bucket below in VictoriaMetrics (12 digits)",
-}
 # Labels an engine adds to an alert besides the rule's: left out when comparing engines.
 ENGINE_LABELS = {"engine", "alertgroup"}
 
@@ -292,11 +283,7 @@ def main():
                 differ.append(f"{source.name} {t['title']}/{t['ref']}: {e}")
                 continue
             answered += bool(p)
-            known = [why for key, why in KNOWN_DIFFERENCES.items() if key in expr]
-            if known and p and v:
-                print(f"      {source.name} {t['title']}/{t['ref']}: both answer; series compared"
-                      f" loosely: {known[0]}")
-            elif p != v:
+            if p != v:
                 differ.append(f"{source.name} {t['title']}/{t['ref']}: only Prometheus {sorted(p - v)[:3]},"
                               f" only VictoriaMetrics {sorted(v - p)[:3]}\n      {expr}")
     # Queries of families these nodes do not serve (opt-in groups, MIG, processes) answer nothing
