@@ -31,7 +31,13 @@ fn retired_pages_before_ampere() {
     );
     // The scenario's GPU 1 has a page waiting for the next reset; GPU 0 none.
     assert!(d.are_pages_pending_retired().unwrap());
-    assert!(!nvml.device_by_index(0).unwrap().are_pages_pending_retired().unwrap());
+    assert!(
+        !nvml
+            .device_by_index(0)
+            .unwrap()
+            .are_pages_pending_retired()
+            .unwrap()
+    );
 
     let lib = nvml.lib();
     // SAFETY: valid handle; pointers to live locals.
