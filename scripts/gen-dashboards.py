@@ -946,7 +946,7 @@ def waste():
     funnel = [
         (present, "present"), (allocated, "allocated"), (active, "active"), (saturated, "saturated"),
     ]
-    now_doc = " As of the rules' last evaluation (every minute)." + FUNNEL_DEF + PER_NODE
+    now_doc = " As of the rules' last evaluation (every two minutes)." + FUNNEL_DEF + PER_NODE
 
     ns_held, ns_idle = NS_GPU_SECONDS, NS_IDLE_GPU_SECONDS
     ns_idle_hours = f"{gpu_hours(ns_idle)} or on (namespace) ({gpu_hours(ns_held)} * 0)"
@@ -1026,7 +1026,7 @@ def waste():
               " the smaller of the two): it weighs memory alone, so a pod that needs more compute"
               " than one or three slices needs 2g.20gb or 4g.40gb instead, and for a pod holding"
               " several GPUs it says whether all its memory would fit in one instance. Mean and peak"
-              " are over the rules' evaluations (every minute): a peak shorter than that can be"
+              " are over the rules' evaluations (every two minutes): a peak shorter than that can be"
               " missed." + HOURS_DEF + POD_RULES,
               "none", targets(
                   (pod_max("pod:nvidia_gpu_held:count"), ""),
