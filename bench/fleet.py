@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The fleet benchmark: one Prometheus scraping a simulated fleet (BENCHMARKS.md, "Fleet").
+"""The fleet benchmark: one Prometheus, then VictoriaMetrics, scraping a simulated fleet
+(BENCHMARKS.md, "Fleet").
 
     bench/fleet.py --exporter target/release/nvml-exporter --sim target/release/libnvml_sim.so \
         [--config NAME=EXPORTERS[:EXPORTER ARGS]]... [--out bench/results/NAME.json]
@@ -28,6 +29,19 @@ default every --collector.NAME of the exporter's --help), and 10,240 GPUs with t
    time range at the step Grafana picks for the panel's width (range / pixels, rounded, at least
    the scrape interval), each instant target at the end; --repeat times, each timed until the answer is
    read whole (what Prometheus spends, not this script's JSON parsing).
+
+VictoriaMetrics (`--engines`, default prometheus,victoria-metrics; Debian's victoria-metrics,
+vmagent and vmalert) runs after Prometheus on the same exporters, never beside it, so that neither
+shares the machine with the other and both read the same fleet: vmagent scrapes the exporters with
+Prometheus's scrape settings and remote-writes to the single-node server, and vmalert evaluates the
+same rules file, unchanged, on it (every 15 s where a group sets no interval; results written back
+to the server; no Alertmanager). Its phase 1 measures the same window: active series (the series
+written this hour, vm_cache_entries{type="storage/hour_metric_ids"}), the resident memory and CPU
+of the three processes (each, and their sum), rows inserted per second (vm_rows_inserted_total:
+scraped and recorded samples), each group's evaluation time (vmalert_iteration_duration_seconds).
+There is no phase 2 for it: its queries (phase 3) run over the live data of its own few minutes,
+and so, to compare, do Prometheus's once more before its history is written (queries_live).
+`--no-history` skips Prometheus's phases 2 and 3.
 
 Writes the JSON (every figure, the commands, the machine's load) and a Markdown table next to it.
 """
@@ -147,32 +161,39 @@ def dashboard_names(paths):
     return sorted(names)
 
 
-class Prometheus:
-    def __init__(self, work, data, targets, log):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = work / "prometheus.yml"
-        config.write_text(json.dumps({
-            "global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s",
-                       "scrape_timeout": "10s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [{"job_name": "nvml-exporter",
-                                "static_configs": [{"targets": targets}]}],
-        }, indent=1))
-        self.cmd = ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
-                    f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
-                    "--enable-feature=extra-scrape-metrics", "--storage.tsdb.retention.time=2d"]
-        self.proc = subprocess.Popen(self.cmd, stdout=log, stderr=log)
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            try:
-                get(f"{self.url}/-/ready", timeout=2)
-                return
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"prometheus exited with {self.proc.returncode}")
-                time.sleep(1)
-        raise RuntimeError("prometheus not ready within 300 s")
+def start(cmd, ready_url, log):
+    """Starts a server process and waits until ready_url answers."""
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            get(ready_url, timeout=2)
+            return proc
+        except OSError:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
+            time.sleep(1)
+    raise RuntimeError(f"{cmd[0]} not ready within 300 s")
+
+
+def stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(120)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def scrape_config(targets):
+    """The scrape settings of Prometheus and of vmagent."""
+    return {"global": {"scrape_interval": f"{INTERVAL}s", "scrape_timeout": "10s"},
+            "scrape_configs": [{"job_name": "nvml-exporter", "static_configs": [{"targets": targets}]}]}
+
+
+class Engine:
+    url = None
 
     def query(self, expr, **params):
         return check.Prometheus(self.url).api("query", query=expr, **params)["result"]
@@ -181,14 +202,64 @@ class Prometheus:
         result = self.query(expr)
         return float(result[0]["value"][1]) if result else 0.0
 
+
+class Prometheus(Engine):
+    def __init__(self, work, data, targets, log):
+        self.port = free_port()
+        self.url = self.rules_url = f"http://127.0.0.1:{self.port}"
+        settings = scrape_config(targets)
+        settings["global"]["evaluation_interval"] = f"{INTERVAL}s"
+        settings["rule_files"] = [str(RULES)]
+        config = work / "prometheus.yml"
+        config.write_text(json.dumps(settings, indent=1))
+        self.cmd = ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={data}",
+                    f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+                    "--enable-feature=extra-scrape-metrics", "--storage.tsdb.retention.time=2d"]
+        self.proc = start(self.cmd, f"{self.url}/-/ready", log)
+
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop(self.proc)
+
+
+class VictoriaMetrics(Engine):
+    """The single-node victoria-metrics server, vmagent scraping the exporters into it (remote
+    write), and vmalert evaluating the shipped rules, unchanged, on it (its recorded series and
+    ALERTS written back to it). No Alertmanager: vmalert's notifier is a port nothing listens on."""
+
+    def __init__(self, work, targets, log):
+        ports = {name: free_port() for name in ("victoria-metrics", "vmagent", "vmalert")}
+        self.ports = ports
+        self.url = f"http://127.0.0.1:{ports['victoria-metrics']}"
+        self.rules_url = f"http://127.0.0.1:{ports['vmalert']}"
+        (work / "vmagent.yml").write_text(json.dumps(scrape_config(targets), indent=1))
+        # Queries up to now, not 30 s behind, and no result cache (Prometheus has none); none of
+        # the limits on series per query that Prometheus does not have either.
+        self.cmds = {
+            "victoria-metrics": ["victoria-metrics", f"-storageDataPath={work / 'vm'}", "-retentionPeriod=1d",
+                                 f"-httpListenAddr=127.0.0.1:{ports['victoria-metrics']}",
+                                 "-search.latencyOffset=0s", "-search.disableCache",
+                                 "-search.maxUniqueTimeseries=100000000", "-search.maxSeries=100000000",
+                                 "-loggerLevel=WARN"],
+            "vmagent": ["vmagent", f"-promscrape.config={work / 'vmagent.yml'}",
+                        f"-remoteWrite.url={self.url}/api/v1/write", f"-remoteWrite.tmpDataPath={work / 'vmagent'}",
+                        f"-httpListenAddr=127.0.0.1:{ports['vmagent']}", "-loggerLevel=WARN"],
+            "vmalert": ["vmalert", f"-rule={RULES}", f"-datasource.url={self.url}", f"-remoteWrite.url={self.url}",
+                        f"-notifier.url=http://127.0.0.1:{free_port()}", f"-evaluationInterval={INTERVAL}s",
+                        "-remoteWrite.maxQueueSize=10000000", f"-httpListenAddr=127.0.0.1:{ports['vmalert']}",
+                        "-loggerLevel=ERROR"],
+        }
+        self.procs = {}
+        for name in ("victoria-metrics", "vmagent"):
+            self.procs[name] = start(self.cmds[name], f"http://127.0.0.1:{ports[name]}/health", log)
+        # The rules start once every exporter is scraped, so that no target is absent at first.
+        deadline = time.monotonic() + 120
+        while self.scalar("count(up == 1)") < len(targets) and time.monotonic() < deadline:
+            time.sleep(1)
+        self.procs["vmalert"] = start(self.cmds["vmalert"], f"{self.rules_url}/health", log)
+
+    def stop(self):
+        for proc in reversed(self.procs.values()):
+            stop(proc)
 
 
 def start_exporters(args, count, extra, log):
@@ -217,14 +288,14 @@ def start_exporters(args, count, extra, log):
     return procs
 
 
-def wait_rounds(prom, rounds, on_round=None):
+def wait_rounds(engine, rounds, on_round=None):
     """Waits `rounds` evaluations of the most frequent rule group (one per scrape interval; a
     group with its own longer `interval` evaluates less often), calling on_round(groups) after each
     with the groups of /api/v1/rules."""
     last = None
     seen = 0
     while seen < rounds:
-        groups = check.Prometheus(prom.url).api("rules")["groups"]
+        groups = check.Prometheus(engine.rules_url).api("rules")["groups"]
         stamp = min(groups, key=lambda g: g["interval"])["lastEvaluation"] if groups else None
         if stamp and stamp != last:
             if last is not None:
@@ -291,6 +362,82 @@ def measure_ingestion(args, prom, exporters, gpus):
             per_rule.items(), key=lambda kv: -statistics.mean(kv[1]))},
         # Prometheus's time in rule evaluation per scrape interval, every group weighed by how
         # often it runs; and the largest share of its own interval any group took.
+        "rule_seconds_per_interval": sum(statistics.mean(v) * INTERVAL / intervals[g] for g, v in rules.items()),
+        "rule_group_share_max": max((max(v) / intervals[g] for g, v in rules.items()), default=0),
+    }
+
+
+def measure_vm_ingestion(args, vm, exporters, gpus):
+    """Phase 1 on VictoriaMetrics: the figures of measure_ingestion where it has an equivalent.
+    Active series: vm_cache_entries{type="storage/hour_metric_ids"} (the series written this hour);
+    samples per second: vm_rows_inserted_total (vmagent's scrapes and vmalert's results); each group's
+    evaluation: vmalert_iteration_duration_seconds (_sum and _count, per group); memory and CPU of
+    victoria-metrics, vmagent and vmalert from /proc."""
+    pids = [p.pid for _, p in exporters]
+    procs = vm.procs
+    wait_rounds(vm, args.warmup)
+
+    def iterations():
+        m = self_metrics(vm.ports["vmalert"])
+        out = {}
+        for key, value in m.items():
+            g = re.match(r'vmalert_iteration_duration_seconds_(sum|count)\{group="([^"]*)"', key)
+            if g:
+                out.setdefault(g.group(2), {})[g.group(1)] = value
+        return out
+
+    rules, per_rule, intervals, last = {}, {}, {}, iterations()
+    rss = {name: [rss_bytes(p.pid)] for name, p in procs.items()}
+    rss_sum = [sum(v[0] for v in rss.values())]
+
+    def on_round(groups):
+        now = [rss_bytes(p.pid) for p in procs.values()]
+        for name, value in zip(procs, now):
+            rss[name].append(value)
+        rss_sum.append(sum(now))
+        it = iterations()
+        for group in groups:
+            name = group["name"]
+            intervals[name] = group["interval"]
+            old, new = last.get(name, {"sum": 0, "count": 0}), it.get(name, {"sum": 0, "count": 0})
+            if new["count"] > old["count"]:
+                # The mean of the evaluations since the last round (one, but for a late poll).
+                rules.setdefault(name, []).append((new["sum"] - old["sum"]) / (new["count"] - old["count"]))
+                for rule in group["rules"]:
+                    per_rule.setdefault(f"{name} / {rule['name']}", []).append(rule["evaluationTime"])
+        last.update(it)
+
+    port = vm.ports["victoria-metrics"]
+    m0, t0 = self_metrics(port), time.monotonic()
+    cpu0 = sum(cpu_seconds(p) for p in pids)
+    vcpu0 = {name: cpu_seconds(p.pid) for name, p in procs.items()}
+    wait_rounds(vm, args.window, on_round)
+    m1, t1 = self_metrics(port), time.monotonic()
+    cpu1 = sum(cpu_seconds(p) for p in pids)
+    vcpu1 = {name: cpu_seconds(p.pid) for name, p in procs.items()}
+    seconds = t1 - t0
+    active = total(m1, 'vm_cache_entries{type="storage/hour_metric_ids"}')
+    served = vm.scalar("sum(scrape_samples_scraped)")
+    return {
+        "active_series": active,
+        "active_series_per_gpu": active / gpus,
+        "active_series_source": 'vm_cache_entries{type="storage/hour_metric_ids"}',
+        "served_series": served,
+        "served_series_per_gpu": served / gpus,
+        "recorded_series": vm.scalar('count({__name__=~".+:.+"})'),
+        "alerts": {r["metric"]["alertname"] + " " + r["metric"]["alertstate"]: float(r["value"][1])
+                   for r in vm.query("count by (alertname, alertstate) (ALERTS)")},
+        "rss_bytes_max": {name: max(v) for name, v in rss.items()},
+        "rss_bytes_sum_max": max(rss_sum),
+        "samples_per_second": (total(m1, "vm_rows_inserted_total") - total(m0, "vm_rows_inserted_total")) / seconds,
+        "exporters_cpu_cores": (cpu1 - cpu0) / seconds,
+        "cpu_cores": {name: (vcpu1[name] - vcpu0[name]) / seconds for name in procs},
+        "cpu_cores_sum": sum(vcpu1[name] - vcpu0[name] for name in procs) / seconds,
+        "window_seconds": seconds,
+        "rule_group_seconds": {g: {"interval": intervals[g], "mean": statistics.mean(v), "max": max(v),
+                                   "evaluations": len(v)} for g, v in sorted(rules.items())},
+        "rule_seconds": {r: {"mean": statistics.mean(v), "max": max(v)} for r, v in sorted(
+            per_rule.items(), key=lambda kv: -statistics.mean(kv[1]))},
         "rule_seconds_per_interval": sum(statistics.mean(v) * INTERVAL / intervals[g] for g, v in rules.items()),
         "rule_group_share_max": max((max(v) / intervals[g] for g, v in rules.items()), default=0),
     }
@@ -403,26 +550,46 @@ def run_config(args, name, count, extra):
     result = {"name": name, "exporters": count, "gpus": gpus, "exporter_args": extra,
               "load_average_start": os.getloadavg()}
     print(f"fleet {name}: {count} exporters, {gpus} GPUs, args {extra}", file=sys.stderr)
-    exporters, proms = [], []
+    exporters, engines = [], []
     try:
         exporters = start_exporters(args, count, extra, log)
         targets = [f"127.0.0.1:{port}" for port, _ in exporters]
-        proms.append(Prometheus(work, work / "data", targets, log))
-        result["ingestion"] = measure_ingestion(args, proms[0], exporters, gpus)
-        print(f"  ingestion: {json.dumps(result['ingestion'])}", file=sys.stderr)
-        range_s = max(dashboard_range(p) for p in args.dashboards)
-        data, result["backfill"] = backfill(args, proms[0], work, range_s)
-        proms[0].stop()
-        shutil.rmtree(work / "data")
-        print(f"  backfill: {result['backfill']['series']} series, {result['backfill']['samples']} samples"
-              f" in {result['backfill']['promtool_seconds']:.0f} s", file=sys.stderr)
-        proms.append(Prometheus(work, data, targets, log))
-        wait_rounds(proms[1], 2)
-        result["queries"] = measure_queries(args, proms[1])
-        result["prometheus_rss_bytes_after_queries"] = rss_bytes(proms[1].proc.pid)
+        if "prometheus" in args.engines:
+            result["prometheus_started"] = time.time()
+            engines.append(Prometheus(work, work / "data", targets, log))
+            result["ingestion"] = measure_ingestion(args, engines[-1], exporters, gpus)
+            print(f"  ingestion: {json.dumps(result['ingestion'])}", file=sys.stderr)
+            if "victoria-metrics" in args.engines:
+                # The dashboards over the live data only, as VictoriaMetrics answers them.
+                result["queries_live"] = measure_queries(args, engines[-1])
+            if args.history:
+                range_s = max(dashboard_range(p) for p in args.dashboards)
+                data, result["backfill"] = backfill(args, engines[-1], work, range_s)
+                engines.pop().stop()
+                shutil.rmtree(work / "data")
+                print(f"  backfill: {result['backfill']['series']} series, {result['backfill']['samples']}"
+                      f" samples in {result['backfill']['promtool_seconds']:.0f} s", file=sys.stderr)
+                engines.append(Prometheus(work, data, targets, log))
+                wait_rounds(engines[-1], 2)
+                result["queries"] = measure_queries(args, engines[-1])
+                result["prometheus_rss_bytes_after_queries"] = rss_bytes(engines[-1].proc.pid)
+            engines.pop().stop()
+            result["prometheus_load_average_end"] = os.getloadavg()
+            result["prometheus_seconds"] = time.time() - result.pop("prometheus_started")
+        if "victoria-metrics" in args.engines:
+            started = time.time()
+            vm = {"load_average_start": os.getloadavg()}
+            result["victoria_metrics"] = vm
+            engines.append(VictoriaMetrics(work, targets, log))
+            vm["ingestion"] = measure_vm_ingestion(args, engines[-1], exporters, gpus)
+            print(f"  victoria-metrics ingestion: {json.dumps(vm['ingestion'])}", file=sys.stderr)
+            vm["queries_live"] = measure_queries(args, engines[-1])
+            engines.pop().stop()
+            vm["load_average_end"] = os.getloadavg()
+            vm["seconds"] = time.time() - started
     finally:
-        for prom in proms:
-            prom.stop()
+        for engine in engines:
+            engine.stop()
         for _, proc in exporters:
             proc.send_signal(signal.SIGTERM)
         for _, proc in exporters:
@@ -441,6 +608,52 @@ def revision():
     def git(*a):
         return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True).stdout.strip()
     return {"checkout": git("rev-parse", "--short", "HEAD")}
+
+
+def slowest_query(queries):
+    q = max((q for q in queries if q["seconds"]), key=lambda q: statistics.median(q["seconds"]))
+    return f"{statistics.median(q['seconds']):.3f} ({Path(q['dashboard']).stem}: {q['panel']})"
+
+
+def engines_markdown(doc):
+    """Prometheus beside VictoriaMetrics, for the configurations that ran both."""
+    lines = []
+    for c in doc["configs"]:
+        if "victoria_metrics" not in c or "ingestion" not in c:
+            continue
+        p, v = c["ingestion"], c["victoria_metrics"]["ingestion"]
+        mib = lambda b: f"{b / 2**20:,.0f}"
+        each = lambda d, fmt: ", ".join(f"{k} {fmt(x)}" for k, x in d.items())
+        lines += ["", f"Prometheus and VictoriaMetrics, {c['gpus']:,} GPUs `{c['name']}`, one after the other"
+                  f" on the same exporters ({doc['victoria_metrics']}: vmagent, vmalert):", "",
+                  "| | Prometheus | VictoriaMetrics |", "|---|---|---|",
+                  f"| active series (per GPU) | {p['head_series']:,.0f} ({p['head_series_per_gpu']:.0f}), head |"
+                  f" {v['active_series']:,.0f} ({v['active_series_per_gpu']:.0f}), `{v['active_series_source']}` |",
+                  f"| resident memory, MiB (max) | {mib(p['prometheus_rss_bytes_max'])} |"
+                  f" {mib(v['rss_bytes_sum_max'])} ({each(v['rss_bytes_max'], mib)}) |",
+                  f"| CPU, cores | {p['prometheus_cpu_cores']:.2f} |"
+                  f" {v['cpu_cores_sum']:.2f} ({each(v['cpu_cores'], lambda x: f'{x:.2f}')}) |",
+                  f"| samples ingested per second | {p['samples_per_second']:,.0f} | {v['samples_per_second']:,.0f} |",
+                  f"| rule evaluation, s per {INTERVAL} s (largest share of a group's interval) |"
+                  f" {p['rule_seconds_per_interval']:.3f} ({p['rule_group_share_max']:.1%}) |"
+                  f" {v['rule_seconds_per_interval']:.3f} ({v['rule_group_share_max']:.1%}) |"]
+        for g in sorted(set(p["rule_group_seconds"]) | set(v["rule_group_seconds"])):
+            cell = lambda d: (f"{d[g]['mean']:.3f} / {d[g]['max']:.3f} ({d[g]['evaluations']})"
+                              if g in d else "")
+            lines.append(f"| {g}, s (mean / max (evaluations)) | {cell(p['rule_group_seconds'])} |"
+                         f" {cell(v['rule_group_seconds'])} |")
+        alerts = lambda d: ", ".join(f"{k} {x:,.0f}" for k, x in sorted(d.items())) or "none"
+        lines.append(f"| ALERTS series | {alerts(p['alerts'])} | {alerts(v['alerts'])} |")
+        if "queries_live" in c:
+            live = lambda qs: (f"{slowest_query(qs)}; failed {sum(1 for q in qs if q.get('error'))}"
+                               f" of {len(qs)}")
+            lines.append(f"| slowest dashboard query over the live data, s (median) | {live(c['queries_live'])} |"
+                         f" {live(c['victoria_metrics']['queries_live'])} |")
+        lines.append(f"| load average start / end | {c['load_average_start'][0]:.2f} /"
+                     f" {c['prometheus_load_average_end'][0]:.2f} |"
+                     f" {c['victoria_metrics']['load_average_start'][0]:.2f} /"
+                     f" {c['victoria_metrics']['load_average_end'][0]:.2f} |")
+    return lines
 
 
 def markdown(doc):
@@ -486,19 +699,30 @@ def markdown(doc):
     row("queries over 1 s / failed", lambda c: f"{sum(1 for q in c['queries'] if q['seconds'] and statistics.median(q['seconds']) >= 1)}"
         f" / {sum(1 for q in c['queries'] if q.get('error'))} of {len(c['queries'])}")
     row("load average start / end", lambda c: f"{c['load_average_start'][0]:.2f} / {c['load_average_end'][0]:.2f}")
-    lines += ["", "Every query, median of the runs in seconds (steps: the range query's points):", "",
-              "| dashboard | panel | ref | steps | " + " | ".join(c["name"] for c in rows) + " |",
-              "|---|---|---|---|" + "---|" * len(rows)]
-    keys = []
+    lines += engines_markdown(doc)
+    # A column per set of queries: each configuration's over the history, and over the live data
+    # from each engine where both ran.
+    columns = []
     for c in rows:
-        for q in c.get("queries", []):
+        columns.append((c["name"], c.get("queries", [])))
+        if "queries_live" in c:
+            columns.append((f"{c['name']} live, Prometheus", c["queries_live"]))
+        if "victoria_metrics" in c:
+            columns.append((f"{c['name']} live, VictoriaMetrics", c["victoria_metrics"]["queries_live"]))
+    columns = [(name, qs) for name, qs in columns if qs]
+    lines += ["", "Every query, median of the runs in seconds (steps: the range query's points):", "",
+              "| dashboard | panel | ref | steps | " + " | ".join(name for name, _ in columns) + " |",
+              "|---|---|---|---|" + "---|" * len(columns)]
+    keys = []
+    for _, qs in columns:
+        for q in qs:
             k = (q["dashboard"], q["panel"], q["ref"])
             if k not in keys:
                 keys.append(k)
     for k in keys:
         cells, steps = [], ""
-        for c in rows:
-            q = next((q for q in c.get("queries", []) if (q["dashboard"], q["panel"], q["ref"]) == k), None)
+        for _, qs in columns:
+            q = next((q for q in qs if (q["dashboard"], q["panel"], q["ref"]) == k), None)
             if q and q["steps"]:
                 steps = str(q["steps"])
             cells.append("" if not q else ("error" if q.get("error") else f"{statistics.median(q['seconds']):.3f}"))
@@ -526,10 +750,20 @@ def main():
     parser.add_argument("--history-step", type=int, default=INTERVAL,
                         help="seconds between backfilled samples (default: the scrape interval; more"
                              " keeps the OpenMetrics file and promtool's time down at 10,240 GPUs)")
+    parser.add_argument("--engines", default="prometheus,victoria-metrics",
+                        help="which engines scrape the fleet, one after the other (prometheus,"
+                             " victoria-metrics)")
+    parser.add_argument("--no-history", dest="history", action="store_false",
+                        help="skip Prometheus's phases 2 and 3 (backfilled history and its queries)")
     parser.add_argument("--work-dir", default=None, help="where the temporary directories go")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
     parser.add_argument("--out", default=f"bench/results/fleet-{time.strftime('%F')}.json")
     args = parser.parse_args()
+    args.engines = args.engines.split(",")
+    if set(args.engines) - {"prometheus", "victoria-metrics"}:
+        parser.error(f"--engines {','.join(args.engines)}: expected prometheus and/or victoria-metrics")
+    if "victoria-metrics" in args.engines and not all(shutil.which(c) for c in ("victoria-metrics", "vmagent", "vmalert")):
+        sys.exit("fleet: needs victoria-metrics, vmagent and vmalert (Debian package victoria-metrics)")
     if not shutil.which("prometheus") or not shutil.which("promtool"):
         sys.exit("fleet: needs prometheus and promtool (Debian package prometheus)")
     if args.all_args is None:
@@ -548,6 +782,9 @@ def main():
         "revision": revision(),
         "prometheus": subprocess.run(["prometheus", "--version"], capture_output=True, text=True)
         .stdout.splitlines()[0] if shutil.which("prometheus") else "",
+        "victoria_metrics": "victoria-metrics " + subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", "victoria-metrics"], capture_output=True, text=True)
+        .stdout if "victoria-metrics" in args.engines else "",
         "cpus": os.cpu_count(), "interval_seconds": INTERVAL, "command": sys.argv, "configs": [],
     }
     out = Path(args.out)

@@ -12,8 +12,9 @@ source scripts/lib.sh
 target=$(cargo_target_dir)
 cargo build --release -p nvml-exporter -p nvml-sim
 
-# `bench/run.sh --fleet [OPTIONS]`: the fleet benchmark alone (bench/fleet.py, about 15 minutes;
-# needs prometheus and promtool), written to bench/results/fleet-<date>.json and .md.
+# `bench/run.sh --fleet [OPTIONS]`: the fleet benchmark alone (bench/fleet.py, about 15 minutes
+# with Prometheus alone, --engines prometheus; needs prometheus and promtool, and victoria-metrics,
+# vmagent and vmalert for VictoriaMetrics), written to bench/results/fleet-<date>.json and .md.
 if [[ ${1:-} == --fleet ]]; then
   shift
   exec python3 bench/fleet.py --exporter "$target/release/nvml-exporter" --sim "$target/release/libnvml_sim.so" \
