@@ -86,9 +86,10 @@ cargo_target_dir() {
 }
 
 # For a live check against the demo: keeps $bin when set, else sets it to the debug exporter in
-# cargo's target directory (built when missing); sets $kubelet to the fake kubelet
-# (examples/fake-kubelet.rs, built). Exits when $bin is not there or has no libnvml_sim.so next
-# to it (--demo loads it from there).
+# cargo's target directory (built when missing); keeps $kubelet when set (test.sh, which built
+# it, so that a check started next to another build does not wait for cargo's lock), else sets
+# it to the fake kubelet (examples/fake-kubelet.rs, built). Exits when $bin is not there or has no
+# libnvml_sim.so next to it (--demo loads it from there).
 need_demo_binaries() {
   local target_dir
   target_dir=$(cargo_target_dir)
@@ -98,8 +99,10 @@ need_demo_binaries() {
       cargo build --workspace
     fi
   fi
-  kubelet=$target_dir/debug/examples/fake-kubelet
-  cargo build --quiet --example fake-kubelet
+  if [ -z "${kubelet:-}" ]; then
+    kubelet=$target_dir/debug/examples/fake-kubelet
+    cargo build --quiet --example fake-kubelet
+  fi
   if [ ! -x "$bin" ]; then
     echo "no exporter binary at $bin" >&2
     exit 1

@@ -54,21 +54,22 @@ target_dir=$(cargo_target_dir)
 bin=$target_dir/debug/nvml-exporter
 sim=$target_dir/debug/libnvml_sim.so
 
+# The busy-time check needs five and a half minutes of scrapes and almost no CPU: it starts now,
+# with the binaries built above (the fake kubelet given, so that it calls no cargo while the tests
+# build), runs next to the steps below and is waited for after them.
+export kubelet=$target_dir/debug/examples/fake-kubelet
+background_step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" \
+  scripts/e2e-busy.sh "$bin"
+
 # cargo-nextest (on every machine of this project's kind) runs the tests of every binary side by
 # side, as .config/nextest.toml says; cargo test, one binary after another, where it is missing.
-# No crate has doc tests. The tests are built first, so that the busy-time check's own cargo
-# calls do not wait behind their build.
+# No crate has doc tests.
 if cargo nextest --version >/dev/null 2>&1; then
   tests=(cargo nextest run --workspace --locked)
 else
   tests=(cargo test --workspace --locked)
 fi
 "${tests[@]}" --no-run
-
-# The busy-time check needs five and a half minutes of scrapes and almost no CPU: it starts now,
-# runs next to the steps below and is waited for after them.
-background_step "busy-time counters and GPU-seconds per workload against a live Prometheus (e2e-busy.sh)" \
-  scripts/e2e-busy.sh "$bin"
 
 step "${tests[*]:0:3}" "${tests[@]}"
 
