@@ -731,6 +731,8 @@ def markdown(doc):
 
 
 def main():
+    # A TERM ends the run like an interrupt, through the cleanup that stops every engine and exporter.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--exporter", required=True)
     parser.add_argument("--sim", required=True, help="libnvml_sim.so")
