@@ -50,60 +50,12 @@ States: `{}` needs nothing, `{}` works with less (or needs action soon), `{}` mu
         HealthState::Degraded.label(),
         HealthState::Failed.label(),
     );
-    md.push_str(&node_condition());
+    md.push_str(
+        "\nWith `--kubernetes-node-condition` the verdicts also reach Kubernetes, as the node condition\n\
+`NvidiaGpuHealthy` and Events: [kubernetes.md](kubernetes.md#gpu-health-on-the-node) says what they\n\
+hold and how to act on them (a cordon, a remediation controller).\n",
+    );
     md
-}
-
-/// How the verdicts reach Kubernetes, and how to act on them there.
-fn node_condition() -> String {
-    use crate::kubernetes::node_condition::{
-        CONDITION_TYPE, FIRST_BACKOFF, HEARTBEAT, MAX_BACKOFF, MAX_PENDING_EVENTS,
-    };
-    let seconds = |d: std::time::Duration| humantime::format_duration(d).to_string();
-    format!(
-        "\n## The node condition\n\n\
-With `--kubernetes-node-condition` (and `--kubernetes-node-name`; `deploy/kubernetes/health` has the\n\
-RBAC, exactly `patch` on `nodes/status` and `create` on events, and the environment) the exporter\n\
-writes the verdicts to its node:\n\n\
-- The condition `{CONDITION_TYPE}` on the node's status: `True` (reason `GpusHealthy`) when every GPU\n  \
-is healthy; `False` when one is not, with reason `GpuFailed` when a GPU failed (else `GpuDegraded`)\n  \
-and a message naming each GPU that is not healthy with its state, reasons and actions, e.g.\n  \
-`GPU 2 (GPU-…) failed: xid_79 (reboot_node); GPU 4 (GPU-…) degraded: nvlink_down (reset_gpu)`;\n  \
-`Unknown` (reason `NvmlUnavailable`) while NVML does not answer. It is written when it changes and\n  \
-every {} (`lastHeartbeatTime`: older than that and a margin, the exporter stopped reporting);\n  \
-`lastTransitionTime` is when the exporter first saw the status, so a restarted exporter starts it\n  \
-again. The patch is a strategic merge of this one condition: the kubelet's and every other\n  \
-condition of the node stay as they are.\n\
-- An Event (events.k8s.io/v1, regarding the Node, in namespace `default` as the kubelet's node\n  \
-events, reported by `nvml-exporter`) for each GPU whose state changes, and at the start for each\n  \
-GPU that is not healthy: type `Warning`, reason `GpuFailed` or `GpuDegraded` and the GPU's most\n  \
-disruptive action as `action`; type `Normal`, reason `GpuHealthy` when it recovers.\n  \
-`kubectl describe node NAME` lists them.\n\
-- A call the API server refuses (401/403: the RBAC is missing; 409; 5xx) or does not answer within\n  \
-`--kubernetes-timeout` is counted in `nvml_exporter_kubernetes_errors_total` (reasons\n  \
-`node_condition_forbidden`, `_conflict`, `_http`, `_timeout`, `_unavailable`), logged once when the\n  \
-API server stops accepting, and retried after a wait that doubles from {} to {}; Events wait\n  \
-meanwhile (at most {MAX_PENDING_EVENTS}, the oldest dropped first). Sampling and `/metrics` never\n  \
-wait for it.\n\n\
-### Acting on it\n\n\
-- See it: `kubectl get nodes -o custom-columns='NAME:.metadata.name,GPUS:.status.conditions[?(@.type==\"{CONDITION_TYPE}\")].reason'`\n  \
-lists each node's `GpusHealthy`, `GpuDegraded` or `GpuFailed`; `kubectl describe node NAME` shows the\n  \
-message and the Events.\n\
-- A condition does not keep pods off a node by itself. To stop new work landing on a failed GPU's\n  \
-node, cordon it: by hand (`kubectl cordon NAME`), or from a script over the nodes whose reason is\n  \
-`GpuFailed`, then drain it when the action (in the message) is `reboot_node` or\n  \
-`drain_and_service`. `reset_gpu` needs the GPU's workloads gone, not the node's; `restart_workload`\n  \
-needs nothing of the node.\n\
-- A remediation controller that reads node conditions acts on it unchanged: for example Medik8s'\n  \
-Node Healthcheck operator with `unhealthyConditions: [{{type: {CONDITION_TYPE}, status: \"False\",\n  \
-duration: 10m}}]` and the remediation of your choice. It matches the status, so it acts on degraded\n  \
-GPUs too: a `duration` longer than a transient slowdown keeps it to what lasts. Alerts\n  \
-`NvidiaGpuUnhealthy` and `NvidiaGpuDegraded` (docs/alerts.md) say the same per GPU from Prometheus.\n\
-- The node's GPUs stay allocatable: the device plugin, not the exporter, decides that.\n",
-        seconds(HEARTBEAT),
-        seconds(FIRST_BACKOFF),
-        seconds(MAX_BACKOFF),
-    )
 }
 
 fn signal(s: Signal) -> String {

@@ -163,3 +163,34 @@ fn truncation_keeps_whole_characters() {
     assert!(cut.ends_with('…'));
     assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
 }
+
+#[test]
+fn the_kubernetes_docs_say_what_the_writer_does() {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/kubernetes.md"),
+    )
+    .unwrap();
+    let section = docs
+        .split("### GPU health on the node")
+        .nth(1)
+        .and_then(|s| s.split("\n### ").next())
+        .expect("docs/kubernetes.md has a section on the node condition");
+    let minutes = |d: Duration| format!("{} minutes", d.as_secs() / 60);
+    for said in [
+        format!("`{CONDITION_TYPE}`"),
+        format!("every {}", minutes(HEARTBEAT)),
+        format!(
+            "from {} s to {}",
+            FIRST_BACKOFF.as_secs(),
+            minutes(MAX_BACKOFF)
+        ),
+        format!("at most {MAX_PENDING_EVENTS}"),
+        format!("`{}`", REASONS[0].label()),
+    ] {
+        assert!(section.contains(&said), "the section does not say {said:?}");
+    }
+    for reason in &REASONS[1..] {
+        let suffix = reason.label().trim_start_matches("node_condition");
+        assert!(section.contains(&format!("`{suffix}`")), "{suffix}");
+    }
+}
