@@ -306,6 +306,27 @@ def wait_rounds(engine, rounds, on_round=None):
         time.sleep(1)
 
 
+def rule_figures(rules, per_rule, intervals):
+    """The rule figures of one window: each group's evaluation times (`rules`, seconds by group),
+    each rule's (`per_rule`), the engine's time in rule evaluation per scrape interval, every group
+    weighed by how often it runs (`intervals`, seconds by group), and the largest share of its own
+    interval any group took."""
+    return {
+        "rule_group_seconds": {g: {"interval": intervals[g], "mean": statistics.mean(v), "max": max(v),
+                                   "evaluations": len(v)} for g, v in sorted(rules.items())},
+        "rule_seconds": {r: {"mean": statistics.mean(v), "max": max(v)} for r, v in sorted(
+            per_rule.items(), key=lambda kv: -statistics.mean(kv[1]))},
+        "rule_seconds_per_interval": sum(statistics.mean(v) * INTERVAL / intervals[g] for g, v in rules.items()),
+        "rule_group_share_max": max((max(v) / intervals[g] for g, v in rules.items()), default=0),
+    }
+
+
+def alert_counts(engine):
+    """How many series each alert has in each state (`ALERTS`), as "name state": count."""
+    return {r["metric"]["alertname"] + " " + r["metric"]["alertstate"]: float(r["value"][1])
+            for r in engine.query("count by (alertname, alertstate) (ALERTS)")}
+
+
 def measure_ingestion(args, prom, exporters, gpus):
     """Phase 1: the figures of one steady window."""
     pids = [p.pid for _, p in exporters]
@@ -345,8 +366,7 @@ def measure_ingestion(args, prom, exporters, gpus):
         "served_series": served,
         "served_series_per_gpu": served / gpus,
         "recorded_series": prom.scalar('count({__name__=~".+:.+"})'),
-        "alerts": {r["metric"]["alertname"] + " " + r["metric"]["alertstate"]: float(r["value"][1])
-                   for r in prom.query("count by (alertname, alertstate) (ALERTS)")},
+        "alerts": alert_counts(prom),
         "prometheus_rss_bytes_max": max(rss),
         "samples_per_second": (total(m1, "prometheus_tsdb_head_samples_appended_total")
                                - total(m0, "prometheus_tsdb_head_samples_appended_total")) / seconds,
@@ -356,14 +376,7 @@ def measure_ingestion(args, prom, exporters, gpus):
         "exporters_cpu_cores": (cpu1 - cpu0) / seconds,
         "prometheus_cpu_cores": (pcpu1 - pcpu0) / seconds,
         "window_seconds": seconds,
-        "rule_group_seconds": {g: {"interval": intervals[g], "mean": statistics.mean(v), "max": max(v),
-                                   "evaluations": len(v)} for g, v in sorted(rules.items())},
-        "rule_seconds": {r: {"mean": statistics.mean(v), "max": max(v)} for r, v in sorted(
-            per_rule.items(), key=lambda kv: -statistics.mean(kv[1]))},
-        # Prometheus's time in rule evaluation per scrape interval, every group weighed by how
-        # often it runs; and the largest share of its own interval any group took.
-        "rule_seconds_per_interval": sum(statistics.mean(v) * INTERVAL / intervals[g] for g, v in rules.items()),
-        "rule_group_share_max": max((max(v) / intervals[g] for g, v in rules.items()), default=0),
+        **rule_figures(rules, per_rule, intervals),
     }
 
 
@@ -425,8 +438,7 @@ def measure_vm_ingestion(args, vm, exporters, gpus):
         "served_series": served,
         "served_series_per_gpu": served / gpus,
         "recorded_series": vm.scalar('count({__name__=~".+:.+"})'),
-        "alerts": {r["metric"]["alertname"] + " " + r["metric"]["alertstate"]: float(r["value"][1])
-                   for r in vm.query("count by (alertname, alertstate) (ALERTS)")},
+        "alerts": alert_counts(vm),
         "rss_bytes_max": {name: max(v) for name, v in rss.items()},
         "rss_bytes_sum_max": max(rss_sum),
         "samples_per_second": (total(m1, "vm_rows_inserted_total") - total(m0, "vm_rows_inserted_total")) / seconds,
@@ -434,12 +446,7 @@ def measure_vm_ingestion(args, vm, exporters, gpus):
         "cpu_cores": {name: (vcpu1[name] - vcpu0[name]) / seconds for name in procs},
         "cpu_cores_sum": sum(vcpu1[name] - vcpu0[name] for name in procs) / seconds,
         "window_seconds": seconds,
-        "rule_group_seconds": {g: {"interval": intervals[g], "mean": statistics.mean(v), "max": max(v),
-                                   "evaluations": len(v)} for g, v in sorted(rules.items())},
-        "rule_seconds": {r: {"mean": statistics.mean(v), "max": max(v)} for r, v in sorted(
-            per_rule.items(), key=lambda kv: -statistics.mean(kv[1]))},
-        "rule_seconds_per_interval": sum(statistics.mean(v) * INTERVAL / intervals[g] for g, v in rules.items()),
-        "rule_group_share_max": max((max(v) / intervals[g] for g, v in rules.items()), default=0),
+        **rule_figures(rules, per_rule, intervals),
     }
 
 
