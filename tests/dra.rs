@@ -47,9 +47,7 @@ fn exporter(
     scenario_name: &str,
     env: &[(&str, &str)],
 ) -> Exporter {
-    let (ca, token) = (dir.join("api-ca.crt"), dir.join("token"));
-    std::fs::write(&ca, ca_pem).unwrap();
-    std::fs::write(&token, "t\n").unwrap();
+    let (ca, token) = kubelet::client_files(dir, ca_pem);
     let path = scenario(scenario_name);
     let mut env = env.to_vec();
     env.push(("NVML_SIM_SCENARIO", path.to_str().unwrap()));

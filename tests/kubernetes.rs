@@ -38,9 +38,7 @@ fn exporter_reading_pods(
     api: &FakeKubeletApi,
     extra: &[&str],
 ) -> (Exporter, Exposition) {
-    let (ca, token) = (dir.join("ca.crt"), dir.join("token"));
-    std::fs::write(&ca, api.ca_pem()).unwrap();
-    std::fs::write(&token, "t\n").unwrap();
+    let (ca, token) = kubelet::client_files(dir, api.ca_pem());
     let url = api.url();
     let mut args = extra.to_vec();
     args.extend([

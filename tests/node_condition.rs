@@ -22,9 +22,7 @@ const WAIT: Duration = Duration::from_secs(30);
 fn exporter(dir: &Path, api: &FakeApiServer, extra: &[&str]) -> (Exporter, FakeKubelet) {
     let socket = dir.join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket, vec![]);
-    let (ca, token) = (dir.join("api-ca.crt"), dir.join("token"));
-    std::fs::write(&ca, api.ca_pem()).unwrap();
-    std::fs::write(&token, "t\n").unwrap();
+    let (ca, token) = kubelet::client_files(dir, api.ca_pem());
     let health = scenario("health");
     let url = api.url();
     let mut args = vec![

@@ -128,6 +128,15 @@ async fn route(
         .await
 }
 
+/// The files a client of one of the fake HTTPS servers is given: `ca_pem` written to
+/// `dir/ca.crt`, and the token the fakes accept ("t") to `dir/token`. Returns both paths.
+pub fn client_files(dir: &Path, ca_pem: &str) -> (PathBuf, PathBuf) {
+    let (ca, token) = (dir.join("ca.crt"), dir.join("token"));
+    std::fs::write(&ca, ca_pem).unwrap();
+    std::fs::write(&token, "t\n").unwrap();
+    (ca, token)
+}
+
 /// A pod with one container holding `device_ids` of `resource`.
 pub fn pod(
     namespace: &str,
