@@ -233,13 +233,20 @@ fn initial_state(options: &KubernetesOptions) -> KubernetesState {
     state
 }
 
+/// The error reasons of the optional calls: the pod list, DRA, the node condition.
+const OPTIONAL_REASONS: [&[KubeletError]; 3] =
+    [pods::REASONS, dra::REASONS, node_condition::REASONS];
+
 /// Whether each optional call is made, with its error reasons.
-fn optional_reasons(options: &KubernetesOptions) -> [(bool, &'static [KubeletError]); 3] {
-    [
-        (options.pods.is_some(), pods::REASONS),
-        (options.dra.is_some(), dra::REASONS),
-        (options.node_condition.is_some(), node_condition::REASONS),
-    ]
+fn optional_reasons(
+    options: &KubernetesOptions,
+) -> impl Iterator<Item = (bool, &'static [KubeletError])> {
+    let on = [
+        options.pods.is_some(),
+        options.dra.is_some(),
+        options.node_condition.is_some(),
+    ];
+    on.into_iter().zip(OPTIONAL_REASONS)
 }
 
 /// One `List` call (and `/pods` call) and what it changes.
@@ -440,9 +447,9 @@ impl Refresher {
                     .errors
                     .iter()
                     .filter(|(reason, _)| {
-                        optional_reasons(&KubernetesOptions::default())
+                        OPTIONAL_REASONS
                             .iter()
-                            .all(|(_, reasons)| !reasons.contains(reason))
+                            .all(|reasons| !reasons.contains(reason))
                     })
                     .map(|(_, n)| *n);
                 if state.up || list_errors.sum::<u64>() == 0 {

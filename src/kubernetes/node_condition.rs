@@ -222,7 +222,7 @@ fn event(node: &str, was: Option<HealthState>, verdict: &GpuVerdict, at: SystemT
         "kind": "Event",
         "metadata": {
             // The prefix keeps a generated name within the 253 characters of a DNS subdomain.
-            "generateName": format!("{}.nvidia-gpu-", &node[..node.len().min(200)]),
+            "generateName": format!("{}.nvidia-gpu-", node.chars().take(200).collect::<String>()),
             "namespace": "default",
         },
         "eventTime": humantime::format_rfc3339_micros(at).to_string(),

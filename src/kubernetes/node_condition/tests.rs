@@ -152,6 +152,15 @@ fn an_event_is_one_the_api_server_accepts_about_the_node() {
         note.len()
     );
     assert!(e["metadata"]["generateName"].as_str().unwrap().len() < 253);
+    // A name that is no DNS name (the API server refuses it) is cut at a character, not a byte.
+    let name = format!("a{}", "ñ".repeat(150));
+    let e = event(&name, None, &gpu(1, HealthState::Failed, &many), at);
+    assert!(
+        e["metadata"]["generateName"]
+            .as_str()
+            .unwrap()
+            .starts_with("añ")
+    );
 }
 
 #[test]
