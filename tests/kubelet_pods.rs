@@ -14,7 +14,8 @@ use common::certs::Ca;
 use kubelet::FakeKubelet;
 use kubelet::https::{FakeKubeletApi, Reply};
 use nvml_exporter::config::Config;
-use nvml_exporter::kubernetes::pods::{MAX_BODY_BYTES, PodsClient, PodsError};
+use nvml_exporter::kubernetes::pods::{MAX_BODY_BYTES, PodsClient};
+use nvml_exporter::kubernetes::rest::RestError;
 use nvml_exporter::kubernetes::{StateHandle, Watcher};
 use nvml_exporter::sample::{ContainerIdentity, KubeletError, KubernetesState, PodIdentity};
 
@@ -126,11 +127,11 @@ fn runtime() -> tokio::runtime::Runtime {
 fn fetch(
     rt: &tokio::runtime::Runtime,
     client: &mut PodsClient,
-) -> Result<Vec<PodIdentity>, PodsError> {
+) -> Result<Vec<PodIdentity>, RestError> {
     rt.block_on(client.fetch()).map(|answer| answer.running)
 }
 
-fn expect_err(result: Result<Vec<PodIdentity>, PodsError>, reason: KubeletError) -> String {
+fn expect_err(result: Result<Vec<PodIdentity>, RestError>, reason: KubeletError) -> String {
     match result {
         Ok(pods) => panic!("expected {reason:?}, got {} pods", pods.len()),
         Err(e) => {
@@ -291,7 +292,7 @@ fn a_kubelet_that_closes_connections_after_each_answer_costs_no_errors() {
 }
 
 #[test]
-fn garbage_and_oversized_answers_are_parse_errors() {
+fn garbage_is_a_parse_error_and_an_oversized_answer_too_large() {
     let api = FakeKubeletApi::start("t", Reply::Body(b"<html>oops</html>".to_vec()));
     let files = Files::new("t", api.ca_pem());
     let rt = runtime();
@@ -308,14 +309,14 @@ fn garbage_and_oversized_answers_are_parse_errors() {
 
     // Declared too large: refused from the header, before reading.
     api.set_reply(Reply::DeclaredLength(MAX_BODY_BYTES as u64 + 1));
-    let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsParse);
+    let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsTooLarge);
     assert!(message.contains("larger than 32 MiB"), "{message}");
 
     // Streamed without a length: cut off at the cap, not buffered whole.
     let mut huge = POD_LIST.as_bytes().to_vec();
     huge.resize(MAX_BODY_BYTES + 1, b' ');
     api.set_reply(Reply::Body(huge));
-    let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsParse);
+    let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsTooLarge);
     assert!(message.contains("larger than 32 MiB"), "{message}");
 
     // Exactly at the cap is still read.
@@ -351,7 +352,11 @@ fn a_token_file_that_is_a_fifo_or_a_device_is_refused_without_waiting_or_reading
         let message = expect_err(fetch(&rt, &mut client), KubeletError::PodsAuth);
         assert_eq!(
             message,
-            format!("--kubelet-token-file {}: {what}", path.display())
+            format!(
+                "GET {}: --kubelet-token-file {}: {what}",
+                client.url(),
+                path.display()
+            )
         );
     }
     // Nothing was sent without a token.

@@ -20,6 +20,16 @@ const WAIT: Duration = Duration::from_secs(30);
 
 /// The exporter writing the condition of [`NODE`] to `api` (token "t", files in `dir`).
 fn exporter(dir: &Path, api: &FakeApiServer, extra: &[&str]) -> (Exporter, FakeKubelet) {
+    exporter_of(dir, api, &["--kubernetes-node-name", NODE], extra)
+}
+
+/// [`exporter`] with `node` for the node-name arguments.
+fn exporter_of(
+    dir: &Path,
+    api: &FakeApiServer,
+    node: &[&str],
+    extra: &[&str],
+) -> (Exporter, FakeKubelet) {
     let socket = dir.join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket, vec![]);
     let (ca, token) = kubelet::client_files(dir, api.ca_pem());
@@ -32,8 +42,6 @@ fn exporter(dir: &Path, api: &FakeApiServer, extra: &[&str]) -> (Exporter, FakeK
         "--pod-resources-socket",
         socket.to_str().unwrap(),
         "--kubernetes-node-condition",
-        "--kubernetes-node-name",
-        NODE,
         "--kubernetes-api-url",
         &url,
         "--kubernetes-api-ca-file",
@@ -43,6 +51,7 @@ fn exporter(dir: &Path, api: &FakeApiServer, extra: &[&str]) -> (Exporter, FakeK
         "--log-level",
         "info",
     ];
+    args.extend_from_slice(node);
     args.extend_from_slice(extra);
     let e = Exporter::start(
         &[
@@ -243,4 +252,112 @@ fn an_api_server_that_refuses_fails_or_hangs_is_retried_and_never_delays_a_scrap
         logs.contains("accepts the GPU health condition again"),
         "{logs}"
     );
+}
+
+#[test]
+fn a_huge_error_answer_is_read_only_as_far_as_its_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApiServer::start(NODE, "t");
+    // 512 MiB with every 500, of which the exporter reads a few KiB; the long timeout is the
+    // one that let a whole answer in.
+    api.set_huge_failure(Some((500, 512 * 1024 * 1024)));
+    let (e, _kubelet) = exporter(dir.path(), &api, &["--kubernetes-timeout", "10s"]);
+    let m = e.wait_metrics(WAIT, "three failed calls", |m| {
+        errors(m, "node_condition_http").is_some_and(|n| n >= 3.0)
+    });
+    assert_eq!(errors(&m, "node_condition_timeout"), Some(0.0));
+    // The DaemonSet's limit is 128 Mi.
+    let peak = common::memory_of(e.child.id(), "VmHWM");
+    assert!(
+        peak < 64 * 1024 * 1024,
+        "peak resident memory {} MiB",
+        peak / (1024 * 1024)
+    );
+    let logs = e.logs();
+    assert!(
+        logs.contains("answered 500 Internal Server Error (xxxx"),
+        "{logs}"
+    );
+    // And it still gets through once the API server recovers.
+    api.set_huge_failure(None);
+    eventually(WAIT, "the condition", || api.condition(CONDITION_TYPE));
+}
+
+/// Node names that would address another path than the node's status, as the API server's
+/// paths and field selectors read them.
+const ODD_NODE_NAMES: [&str; 5] = [
+    "../../../apis/evil.example/v1/namespaces/kube-system/secrets/x",
+    "..",
+    "a?dryRun=All&x=",
+    "a#frag",
+    "a,spec.driver=x",
+];
+
+#[test]
+fn a_node_name_that_is_no_kubernetes_name_is_refused_at_start_and_on_reload() {
+    for name in ODD_NODE_NAMES {
+        let out = common::exporter_command(
+            &[("NVML_EXPORTER_KUBERNETES_NODE_NAME", name)],
+            &[
+                "--kubernetes",
+                "--kubernetes-node-condition",
+                "check-config",
+            ],
+        )
+        .output()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(
+            stderr.contains("invalid value for --kubernetes-node-name"),
+            "{name}: {stderr}"
+        );
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let api = FakeApiServer::start(NODE, "t");
+    let config = common::write_atomic(
+        dir.path(),
+        "config.toml",
+        &format!("kubernetes_node_name = \"{NODE}\"\n"),
+    );
+    let (e, _kubelet) = exporter_of(
+        dir.path(),
+        &api,
+        &["--config", config.to_str().unwrap()],
+        &[],
+    );
+    eventually(WAIT, "the condition", || api.condition(CONDITION_TYPE));
+    // Each refused the same way at start; one is enough to show a reload refuses too.
+    for name in &ODD_NODE_NAMES[..1] {
+        common::write_atomic(
+            dir.path(),
+            "config.toml",
+            &format!("kubernetes_node_name = {}\n", json!(name)),
+        );
+        e.wait_metrics(WAIT, "the failed reload", |m| {
+            m.value("nvml_exporter_config_last_reload_successful", &[]) == Some(0.0)
+        });
+        common::write_atomic(
+            dir.path(),
+            "config.toml",
+            &format!("kubernetes_node_name = \"{NODE}\"\n"),
+        );
+        e.wait_metrics(WAIT, "the good reload", |m| {
+            m.value("nvml_exporter_config_last_reload_successful", &[]) == Some(1.0)
+        });
+    }
+    let logs = e.logs();
+    assert!(
+        logs.contains("invalid value for --kubernetes-node-name"),
+        "{logs}"
+    );
+    // Only the node's status and the Events collection were ever addressed.
+    for request in api.requests() {
+        assert!(
+            request.path == format!("/api/v1/nodes/{NODE}/status")
+                || request.path == "/apis/events.k8s.io/v1/namespaces/default/events",
+            "{request:?}"
+        );
+    }
 }

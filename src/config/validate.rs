@@ -176,11 +176,17 @@ impl Config {
         if self.kubernetes_dra_driver.is_empty() {
             return Err(invalid("kubernetes_dra_driver", "must not be empty".into()));
         }
+        check_dns_subdomain(&self.kubernetes_dra_driver)
+            .map_err(|e| invalid("kubernetes_dra_driver", e))?;
         self.kubernetes_node_name = self
             .kubernetes_node_name
             .take()
             .map(|n| n.trim().to_owned())
             .filter(|n| !n.is_empty());
+        // It goes into API paths and a field selector: only a name the API server could have.
+        if let Some(name) = &self.kubernetes_node_name {
+            check_dns_subdomain(name).map_err(|e| invalid("kubernetes_node_name", e))?;
+        }
         if self.kubernetes_node_condition && !self.kubernetes {
             // Silently writing nothing would look like a node whose GPUs were never checked.
             return Err(invalid(
@@ -246,6 +252,33 @@ fn check_kubelet_url(uri: &http::Uri) -> Result<(), String> {
         return Err(format!("{shown} must not have a query"));
     }
     Ok(())
+}
+
+/// Whether `name` is a DNS-1123 subdomain, as Kubernetes requires of a node's name and a DRA
+/// driver's: at most 253 characters, dot-separated labels of lowercase letters, digits and `-`,
+/// each starting and ending with a letter or digit.
+fn check_dns_subdomain(name: &str) -> Result<(), String> {
+    const MAX: usize = 253;
+    if name.len() > MAX {
+        return Err(format!(
+            "'{}…' is longer than the {MAX} characters of a Kubernetes name",
+            name.chars().take(32).collect::<String>()
+        ));
+    }
+    let label_ok = |label: &str| {
+        let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        label.starts_with(alnum)
+            && label.ends_with(alnum)
+            && label.chars().all(|c| alnum(c) || c == '-')
+    };
+    if name.split('.').all(label_ok) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a Kubernetes name (a DNS-1123 subdomain: lowercase letters, digits, \
+             '-' and '.', starting and ending with a letter or digit)"
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -492,6 +525,8 @@ mod tests {
         assert!(e.contains("--kubernetes-api-url"), "{e}");
         let e = err(&["--kubernetes-dra-driver", " "]);
         assert!(e.contains("--kubernetes-dra-driver"), "{e}");
+        let e = err(&["--kubernetes-dra-driver", "gpu.nvidia.com,spec.x=y"]);
+        assert!(e.contains("--kubernetes-dra-driver"), "{e}");
         let f = file(
             "kubernetes = true\nkubernetes_dra = true\nkubernetes_node_name = \"n\"\nkubernetes_api_url = \"https://api:443\"\n",
         );
@@ -560,5 +595,34 @@ mod tests {
             e.contains("--max-processes-per-gpu") && e.contains("line 2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn node_names_are_kubernetes_names_or_refused() {
+        for good in ["node-1", "ip-10-0-0-1.ec2.internal", "a", &"a".repeat(253)] {
+            let c = load_args(&["--kubernetes-node-name", good]).unwrap();
+            assert_eq!(c.kubernetes_node_name.as_deref(), Some(good));
+        }
+        for bad in [
+            "..",
+            ".",
+            "../../../apis/evil.example/v1/namespaces/kube-system/secrets/x",
+            "a?dryRun=All&x=",
+            "a#frag",
+            "a/b",
+            "Node-1",
+            "-a",
+            "a-",
+            "a..b",
+            "a,spec.driver=x",
+            "nöde",
+            &"a".repeat(254),
+        ] {
+            let e = err(&[&format!("--kubernetes-node-name={bad}")]);
+            assert!(
+                e.contains("invalid value for --kubernetes-node-name"),
+                "{bad}: {e}"
+            );
+        }
     }
 }

@@ -13,7 +13,8 @@
 //! What cannot be named leaves its GPU unattributed and nothing else: a claimed device with an
 //! empty claim, pool or device name is counted under `dra_malformed`, one the slices do not name
 //! exactly under `dra_unknown_device`, each once when it appears, with one log line; a failed
-//! list under `dra_slices` (logged when the API server stops answering or fails differently),
+//! list under `dra_slices` (`dra_too_large` for an answer over
+//! [`slices::MAX_BODY_BYTES`]; logged when the API server stops answering or fails differently),
 //! and retried after [`RETRY`]. Device-plugin assignments never wait on any of it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,6 +29,7 @@ use super::{DraOptions, KubernetesOptions};
 /// The error reasons of DRA attribution, counted only with `--kubernetes-dra`.
 pub const REASONS: &[KubeletError] = &[
     KubeletError::DraSlices,
+    KubeletError::DraTooLarge,
     KubeletError::DraUnknownDevice,
     KubeletError::DraMalformed,
 ];
@@ -149,7 +151,9 @@ impl Dra {
                         .collect();
                 }
                 Err(e) => {
-                    if self.last_error.as_ref().and_then(Option::as_deref) != Some(e.as_str()) {
+                    if self.last_error.as_ref().and_then(Option::as_deref)
+                        != Some(e.message.as_str())
+                    {
                         tracing::warn!(
                             error = %e,
                             "ResourceSlices not read: GPUs allocated through DRA claims stay \
@@ -158,9 +162,9 @@ impl Dra {
                             humantime::format_duration(RETRY)
                         );
                     }
-                    self.last_error = Some(Some(e));
                     self.retry_at = Some(Instant::now() + RETRY);
-                    errors.push(KubeletError::DraSlices);
+                    errors.push(e.reason);
+                    self.last_error = Some(Some(e.message));
                 }
             }
         }
@@ -305,6 +309,7 @@ mod tests {
             driver: "gpu.nvidia.com".into(),
             api: crate::kubernetes::ApiServer {
                 node_name: "node-1".into(),
+                url: "https://10.0.0.1:6443".parse().unwrap(),
                 ..Default::default()
             },
         };

@@ -1,7 +1,7 @@
 //! Pod attribution: which container the kubelet gave each GPU to (`--kubernetes`).
 //!
 //! A [`Watcher`] task on the tokio runtime calls the kubelet pod-resources API's `List`
-//! ([`client`]) on its own schedule (`--kubernetes-refresh`, by default every sampling interval)
+//! ([`pod_resources`]) on its own schedule (`--kubernetes-refresh`, by default every sampling interval)
 //! with a deadline (`--kubernetes-timeout`), and keeps the result as a [`KubernetesState`]. The
 //! state is attached to each snapshot when it is published and resolved against that snapshot's
 //! devices when it is encoded ([`mapping`]). So neither the sampler threads nor a scrape ever wait
@@ -34,14 +34,19 @@
 //! With `--kubernetes-node-condition` a [`node_condition::Writer`] task writes the GPUs' health
 //! verdicts, read from the published snapshots, to the node's status and to Events. Its failures
 //! are counted under the `node_condition_*` reasons; it writes, and reads nothing back.
+//!
+//! The calls to the kubelet's HTTPS API and to the API server (the pod list, the slices, the node
+//! condition) all go through one client, [`rest`]: the token, TLS, the deadline, the body caps
+//! and the error reasons are there, once.
 
-pub mod client;
 pub mod dra;
 pub mod mapping;
 pub mod node_condition;
 pub mod pod_list;
+pub mod pod_resources;
 pub mod pods;
 pub mod proto;
+pub mod rest;
 pub mod slices;
 
 use std::collections::BTreeSet;
@@ -53,8 +58,8 @@ use http::Uri;
 
 use crate::sample::{KubeletError, KubernetesState, PodAssignment};
 
-use client::PodResourcesClient;
 use mapping::ResourceFilter;
+use pod_resources::PodResourcesClient;
 use pods::PodsClient;
 
 /// What the kubelet refresh is built from (`--kubernetes-*`, `--kubelet-*`), with the defaults
@@ -340,7 +345,7 @@ impl Refresher {
 
     /// Records the result of one `/pods` call; true when the pod list or what it says of the
     /// pods (controllers, copied labels) changed.
-    fn apply_pods(&mut self, result: Result<pod_list::KubeletPods, pods::PodsError>) -> bool {
+    fn apply_pods(&mut self, result: Result<pod_list::KubeletPods, rest::RestError>) -> bool {
         let url = self
             .pods
             .as_ref()
@@ -426,7 +431,7 @@ impl Refresher {
     }
 
     /// Records the result of one `List`.
-    fn apply(&mut self, result: Result<proto::ListPodResourcesResponse, client::ListError>) {
+    fn apply(&mut self, result: Result<proto::ListPodResourcesResponse, pod_resources::ListError>) {
         let mut state = self.state.lock();
         match result {
             Ok(response) => {

@@ -21,17 +21,15 @@
 //! The reporter is its own task: sampling and serving never wait for it.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use http::Uri;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use reqwest::{Method, Url};
 use serde_json::{Value, json};
 
 use crate::sample::{HealthAction, HealthState, KubeletError, Snapshot};
 
-use super::pods::{causes, chain, https_client, read_token, tls_cause};
+use super::rest::{Grant, Peer, Reasons, RestClient, RestError};
 use super::{ApiServer, KubernetesOptions, StateHandle};
 
 /// The node condition's type.
@@ -59,11 +57,36 @@ pub const REASONS: &[KubeletError] = &[
     KubeletError::NodeConditionUnavailable,
 ];
 
+/// How the client counts failed calls.
+const COUNTED: Reasons = Reasons {
+    unavailable: KubeletError::NodeConditionUnavailable,
+    timeout: KubeletError::NodeConditionTimeout,
+    tls: KubeletError::NodeConditionUnavailable,
+    auth: KubeletError::NodeConditionForbidden,
+    conflict: KubeletError::NodeConditionConflict,
+    http: KubeletError::NodeConditionHttp,
+    // A write's answer is not read.
+    too_large: KubeletError::NodeConditionHttp,
+};
+
+/// What to grant when the API server refuses the token.
+const GRANT: Grant = Grant {
+    rules: "patch on nodes/status and create on events (events.k8s.io)",
+    manifest: "deploy/kubernetes/health",
+};
+
 /// The Events' `reportingController`.
 const CONTROLLER: &str = "nvml-exporter";
 
 /// Where Events about cluster-scoped objects such as a Node go.
-const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/default/events";
+const EVENTS_PATH: [&str; 6] = [
+    "apis",
+    "events.k8s.io",
+    "v1",
+    "namespaces",
+    "default",
+    "events",
+];
 
 /// What the API server accepts at most in an Event's note; the condition's message is held to
 /// it too.
@@ -253,131 +276,16 @@ fn condition_patch(condition: &Condition, heartbeat: SystemTime, transition: Sys
     })
 }
 
-/// A call the API server did not accept.
-#[derive(Debug)]
-struct CallError {
-    reason: KubeletError,
-    message: String,
-}
-
-/// A client of this node's status and of Events, with the service account's token.
-#[derive(Debug)]
-struct ApiClient {
-    base: Uri,
-    node: String,
-    token_file: PathBuf,
-    ca_file: PathBuf,
-    timeout: Duration,
-    /// Made (reading the CA file) on the first call and again after a failed one.
-    http: Option<reqwest::Client>,
-}
-
-impl ApiClient {
-    fn status_path(&self) -> String {
-        format!("/api/v1/nodes/{}/status", self.node)
-    }
-
-    /// Sends `body` with `method` to `path` under the API server's URL, giving up after
-    /// `--kubernetes-timeout`.
-    async fn send(
-        &mut self,
-        method: reqwest::Method,
-        path: &str,
-        content_type: &str,
-        body: &Value,
-    ) -> Result<(), CallError> {
-        let url = format!("{}{path}", self.base.to_string().trim_end_matches('/'));
-        let what = format!("{method} {url}");
-        let timeout = self.timeout;
-        let call = self.call(method, &url, content_type, body);
-        let result = match tokio::time::timeout(timeout, call).await {
-            Ok(result) => result,
-            Err(_elapsed) => Err(CallError {
-                reason: KubeletError::NodeConditionTimeout,
-                message: format!(
-                    "no answer within {} (--kubernetes-timeout)",
-                    humantime::format_duration(self.timeout)
-                ),
-            }),
-        };
-        result.map_err(|e| {
-            self.http = None;
-            CallError {
-                reason: e.reason,
-                message: format!("{what}: {}", e.message),
-            }
-        })
-    }
-
-    async fn call(
-        &mut self,
-        method: reqwest::Method,
-        url: &str,
-        content_type: &str,
-        body: &Value,
-    ) -> Result<(), CallError> {
-        let unavailable = |message: String| CallError {
-            reason: KubeletError::NodeConditionUnavailable,
-            message,
-        };
-        let token = read_token(&self.token_file).await.map_err(|e| CallError {
-            reason: KubeletError::NodeConditionForbidden,
-            message: e.message,
-        })?;
-        let http = match &self.http {
-            Some(http) => http.clone(),
-            None => {
-                let http =
-                    https_client(&self.ca_file, "--kubernetes-api-ca-file").map_err(unavailable)?;
-                self.http.insert(http).clone()
-            }
-        };
-        let response = http
-            .request(method, url)
-            .header(ACCEPT, "application/json")
-            .header(CONTENT_TYPE, content_type)
-            .header(AUTHORIZATION, token)
-            .body(body.to_string())
-            .send()
-            .await
-            .map_err(|e| {
-                unavailable(match tls_cause(&e) {
-                    Some(tls) => format!(
-                        "TLS handshake with the API server: {tls}; is its certificate signed by \
-                         --kubernetes-api-ca-file {}?",
-                        self.ca_file.display()
-                    ),
-                    None => chain(&e).last().map(|c| c.to_string()).unwrap_or_default(),
-                })
-            })?;
-        let status = response.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let text = response.text().await.map_err(|e| unavailable(causes(&e)))?;
-        let text: String = text.chars().take(512).collect();
-        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-        let mut message = format!("the API server answered {status} ({text})");
-        let reason = match status.as_u16() {
-            401 | 403 => {
-                message.push_str(
-                    "; the exporter's service account needs a ClusterRole granting patch on \
-                     nodes/status and create on events (events.k8s.io), bound to it: see \
-                     deploy/kubernetes/health",
-                );
-                KubeletError::NodeConditionForbidden
-            }
-            409 => KubeletError::NodeConditionConflict,
-            _ => KubeletError::NodeConditionHttp,
-        };
-        Err(CallError { reason, message })
-    }
-}
-
 /// Writes the condition and the Events of one node.
 #[derive(Debug)]
 pub struct Reporter {
-    client: ApiClient,
+    client: RestClient,
+    /// This node's name.
+    node: String,
+    /// `/api/v1/nodes/NAME/status`, or why the name cannot be in a path.
+    status_url: Result<Url, RestError>,
+    /// The Events collection.
+    events_url: Url,
     /// Where the errors are counted.
     state: StateHandle,
     /// The verdicts when NVML last answered, by UUID; `None` before it first did. Events are
@@ -398,15 +306,20 @@ impl Reporter {
     /// A reporter for the node of `api`, with the token file and timeout of `options`, counting
     /// its errors in `state`. Touches nothing until the first [`step`](Self::step).
     pub fn new(api: &ApiServer, options: &KubernetesOptions, state: StateHandle) -> Reporter {
+        let client = RestClient::new(
+            Peer::ApiServer,
+            &api.url,
+            Some(api.ca_file.clone()),
+            options.token_file.clone(),
+            options.timeout,
+            COUNTED,
+            GRANT,
+        );
         Reporter {
-            client: ApiClient {
-                base: api.url.clone(),
-                node: api.node_name.clone(),
-                token_file: options.token_file.clone(),
-                ca_file: api.ca_file.clone(),
-                timeout: options.timeout,
-                http: None,
-            },
+            status_url: client.url(&["api", "v1", "nodes", &api.node_name, "status"], &[]),
+            events_url: client.url(&EVENTS_PATH, &[]).expect("constant segments"),
+            node: api.node_name.clone(),
+            client,
             state,
             answered: None,
             written: None,
@@ -429,8 +342,7 @@ impl Reporter {
                 if self.pending.len() == MAX_PENDING_EVENTS {
                     self.pending.pop_front();
                 }
-                self.pending
-                    .push_back(event(&self.client.node, was, &verdict, at));
+                self.pending.push_back(event(&self.node, was, &verdict, at));
             }
             self.answered = Some(now.clone());
         }
@@ -455,16 +367,19 @@ impl Reporter {
                 _ => wall,
             };
             let patch = condition_patch(condition, wall, transition);
-            let path = self.client.status_path();
-            let sent = self
-                .client
-                .send(
-                    reqwest::Method::PATCH,
-                    &path,
-                    "application/strategic-merge-patch+json",
-                    &patch,
-                )
-                .await;
+            let sent = match &self.status_url {
+                Ok(url) => {
+                    self.client
+                        .send(
+                            Method::PATCH,
+                            url,
+                            "application/strategic-merge-patch+json",
+                            patch.to_string().into_bytes(),
+                        )
+                        .await
+                }
+                Err(e) => Err(e.clone()),
+            };
             if let Err(e) = sent {
                 return self.failed(e);
             }
@@ -475,10 +390,10 @@ impl Reporter {
             let sent = self
                 .client
                 .send(
-                    reqwest::Method::POST,
-                    EVENTS_PATH,
+                    Method::POST,
+                    &self.events_url,
                     "application/json",
-                    event,
+                    event.to_string().into_bytes(),
                 )
                 .await;
             if let Err(e) = sent {
@@ -488,19 +403,19 @@ impl Reporter {
         }
         if self.backoff.take().is_some() {
             tracing::info!(
-                node = %self.client.node,
+                node = %self.node,
                 "the API server accepts the GPU health condition again"
             );
         }
     }
 
-    fn failed(&mut self, e: CallError) {
+    fn failed(&mut self, e: RestError) {
         let wait = match self.backoff {
             Some((_, wait)) => (wait * 2).min(MAX_BACKOFF),
             None => {
                 // Logged when the API server stops accepting, not on every retry.
                 tracing::warn!(
-                    node = %self.client.node,
+                    node = %self.node,
                     reason = e.reason.label(),
                     error = %e.message,
                     "could not write the GPU health condition or an Event; retrying with backoff"

@@ -16,16 +16,14 @@
 //! answer and lists again only when a claimed device name is not in it, or after [`RESYNC`].
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
-use http::Uri;
-use http::header::{ACCEPT, AUTHORIZATION};
+use reqwest::Url;
 use serde::Deserialize;
 
-use crate::sample::DeviceRef;
+use crate::sample::{DeviceRef, KubeletError};
 
-use super::pods::{causes, chain, https_client, read_token, tls_cause};
+use super::rest::{Grant, Peer, Reasons, RestClient, RestError};
 use super::{DraOptions, KubernetesOptions};
 
 /// How long a successful list is kept before it is made again even though every claimed device
@@ -35,8 +33,22 @@ pub const RESYNC: Duration = Duration::from_secs(300);
 /// The largest answer read: a node's slices are a few KiB per device.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
-/// The path of the cluster-scoped ResourceSlice list.
-const LIST_PATH: &str = "/apis/resource.k8s.io/v1/resourceslices";
+/// How the client counts a failed list: one reason, and its own for an answer over the cap.
+const COUNTED: Reasons = Reasons {
+    unavailable: KubeletError::DraSlices,
+    timeout: KubeletError::DraSlices,
+    tls: KubeletError::DraSlices,
+    auth: KubeletError::DraSlices,
+    conflict: KubeletError::DraSlices,
+    http: KubeletError::DraSlices,
+    too_large: KubeletError::DraTooLarge,
+};
+
+/// What to grant when the API server refuses the token.
+const GRANT: Grant = Grant {
+    rules: "list on resourceslices (resource.k8s.io)",
+    manifest: "deploy/kubernetes/dra",
+};
 
 /// What the slices say of each device, by (pool, device name): the device, or why it cannot be
 /// named exactly.
@@ -45,14 +57,10 @@ pub type SliceDevices = BTreeMap<(String, String), Result<DeviceRef, String>>;
 /// A client of the API server's ResourceSlice list for one node and driver.
 #[derive(Debug)]
 pub struct SlicesClient {
+    rest: RestClient,
     /// The list URL with its field selector.
-    url: Uri,
+    url: Url,
     driver: String,
-    token_file: PathBuf,
-    ca_file: PathBuf,
-    timeout: Duration,
-    /// Made (reading the CA file) on the first call and again after a failed one.
-    http: Option<reqwest::Client>,
 }
 
 impl SlicesClient {
@@ -60,130 +68,49 @@ impl SlicesClient {
     /// `--kubernetes-dra-driver`; touches nothing until the first call.
     /// The token file and timeout are `options`'.
     pub fn new(dra: &DraOptions, options: &KubernetesOptions) -> SlicesClient {
-        let base = dra.api.url.clone();
+        let rest = RestClient::new(
+            Peer::ApiServer,
+            &dra.api.url,
+            Some(dra.api.ca_file.clone()),
+            options.token_file.clone(),
+            options.timeout,
+            COUNTED,
+            GRANT,
+        );
         let selector = format!(
             "spec.nodeName={},spec.driver={}",
             dra.api.node_name, dra.driver
         );
-        let path = format!(
-            "{}{LIST_PATH}?fieldSelector={}",
-            base.path().trim_end_matches('/'),
-            percent_encode(&selector)
-        );
-        let mut parts = base.into_parts();
-        parts.path_and_query = Some(path.parse().expect("a URL path with a query"));
+        let url = rest
+            .url(
+                &["apis", "resource.k8s.io", "v1", "resourceslices"],
+                &[("fieldSelector", &selector)],
+            )
+            .expect("constant segments");
         SlicesClient {
-            url: Uri::from_parts(parts).expect("the URL with only its path changed"),
+            rest,
+            url,
             driver: dra.driver.clone(),
-            token_file: options.token_file.clone(),
-            ca_file: dra.api.ca_file.clone(),
-            timeout: options.timeout,
-            http: None,
         }
     }
 
     /// The URL called.
-    pub fn url(&self) -> &Uri {
+    pub fn url(&self) -> &Url {
         &self.url
     }
 
     /// Lists the slices, giving up after `--kubernetes-timeout`; the error says what failed and
     /// what to change.
-    pub async fn fetch(&mut self) -> Result<SliceDevices, String> {
-        let result = match tokio::time::timeout(self.timeout, self.call()).await {
-            Ok(result) => result,
-            Err(_elapsed) => Err(format!(
-                "GET {}: no answer within {} (--kubernetes-timeout)",
-                self.url,
-                humantime::format_duration(self.timeout)
-            )),
-        };
-        if result.is_err() {
-            self.http = None;
-        }
-        result
-    }
-
-    async fn call(&mut self) -> Result<SliceDevices, String> {
-        let token = read_token(&self.token_file).await.map_err(|e| e.message)?;
-        let http = match &self.http {
-            Some(http) => http.clone(),
-            None => {
-                let http = https_client(&self.ca_file, "--kubernetes-api-ca-file")?;
-                self.http.insert(http).clone()
-            }
-        };
-        let mut response = http
-            .get(self.url.to_string())
-            .header(ACCEPT, "application/json")
-            .header(AUTHORIZATION, token)
-            .send()
-            .await
-            .map_err(|e| match tls_cause(&e) {
-                Some(tls) => format!(
-                    "TLS handshake with the API server at {}: {tls}; is its certificate signed \
-                     by --kubernetes-api-ca-file {}?",
-                    self.url,
-                    self.ca_file.display()
-                ),
-                None => format!(
-                    "GET {}: {}",
-                    self.url,
-                    chain(&e).last().map(|c| c.to_string()).unwrap_or_default()
-                ),
-            })?;
-        let status = response.status();
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| format!("GET {}: {}", self.url, causes(&e)))?
-        {
-            if body.len() + chunk.len() > MAX_BODY_BYTES {
-                return Err(format!(
-                    "GET {}: the answer is larger than {} MiB",
-                    self.url,
-                    MAX_BODY_BYTES / (1024 * 1024)
-                ));
-            }
-            body.extend_from_slice(&chunk);
-        }
-        if !status.is_success() {
-            let text = String::from_utf8_lossy(&body[..body.len().min(512)]);
-            let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
-            let mut message = format!(
-                "GET {}: the API server answered {status} ({text})",
-                self.url
-            );
-            if matches!(status.as_u16(), 401 | 403) {
-                message.push_str(
-                    "; the exporter's service account needs a ClusterRole granting list on \
-                     resourceslices (resource.k8s.io), bound to it: see \
-                     deploy/kubernetes/dra",
-                );
-            }
-            return Err(message);
-        }
-        parse_slice_list(&body, &self.driver).map_err(|e| {
-            format!(
+    pub async fn fetch(&mut self) -> Result<SliceDevices, RestError> {
+        let body = self.rest.get(&self.url, MAX_BODY_BYTES).await?;
+        parse_slice_list(&body, &self.driver).map_err(|e| RestError {
+            reason: KubeletError::DraSlices,
+            message: format!(
                 "GET {}: the answer is not a ResourceSlice list: {e}",
                 self.url
-            )
+            ),
         })
     }
-}
-
-/// Percent-encodes a query value (the field selector's `=` and `,` included).
-fn percent_encode(value: &str) -> String {
-    value
-        .bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 // Only the fields used; serde skips the rest.
@@ -395,7 +322,7 @@ mod tests {
             api: crate::kubernetes::ApiServer {
                 node_name: "node-1".into(),
                 url: "https://10.0.0.1:6443".parse().unwrap(),
-                ca_file: PathBuf::new(),
+                ca_file: std::path::PathBuf::new(),
             },
         };
         let client = SlicesClient::new(&dra, &KubernetesOptions::default());

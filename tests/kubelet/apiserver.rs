@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::https::TlsServer;
+use super::https::{Chunks, TlsServer};
 
 /// One request as received.
 #[derive(Debug, Clone)]
@@ -33,6 +33,8 @@ struct State {
     requests: Vec<Request>,
     /// Answer every request with this status and message instead.
     failure: Option<(u16, String)>,
+    /// Answer every request with this status and a body of this many bytes instead.
+    huge_failure: Option<(u16, usize)>,
     delay: Duration,
 }
 
@@ -57,6 +59,7 @@ impl FakeApiServer {
             events: Vec::new(),
             requests: Vec::new(),
             failure: None,
+            huge_failure: None,
             delay: Duration::ZERO,
         }));
         let s = state.clone();
@@ -101,6 +104,12 @@ impl FakeApiServer {
         self.state.lock().unwrap().failure = failure.map(|(c, m)| (c, m.to_owned()));
     }
 
+    /// Makes later requests fail with `code` and a body of `bytes` bytes that declares no
+    /// length (or stops doing so, with `None`).
+    pub fn set_huge_failure(&self, failure: Option<(u16, usize)>) {
+        self.state.lock().unwrap().huge_failure = failure;
+    }
+
     /// Makes later requests wait `delay` before answering.
     pub fn set_delay(&self, delay: Duration) {
         self.state.lock().unwrap().delay = delay;
@@ -138,6 +147,22 @@ fn ok(code: u16, body: Value) -> http::Response<String> {
 }
 
 async fn answer(
+    req: http::Request<hyper::body::Incoming>,
+    state: Arc<Mutex<State>>,
+) -> http::Response<Chunks> {
+    let huge = state.lock().unwrap().huge_failure;
+    if let Some((code, bytes)) = huge {
+        return http::Response::builder()
+            .status(code)
+            .body(Chunks::repeated(bytes))
+            .unwrap();
+    }
+    answer_small(req, state)
+        .await
+        .map(|body| Chunks::one(body.into_bytes()))
+}
+
+async fn answer_small(
     req: http::Request<hyper::body::Incoming>,
     state: Arc<Mutex<State>>,
 ) -> http::Response<String> {

@@ -267,9 +267,22 @@ pub struct Chunks {
 }
 
 impl Chunks {
-    fn one(data: Vec<u8>) -> Chunks {
+    pub fn one(data: Vec<u8>) -> Chunks {
         Chunks {
             pieces: [Bytes::from(data)].into(),
+            hang: false,
+        }
+    }
+
+    /// `bytes` bytes of `x`, in 1 MiB pieces that share one buffer: a huge body that costs the
+    /// server 1 MiB.
+    pub fn repeated(bytes: usize) -> Chunks {
+        let piece = Bytes::from(vec![b'x'; 1024 * 1024]);
+        Chunks {
+            pieces: (0..bytes)
+                .step_by(piece.len())
+                .map(|at| piece.slice(..piece.len().min(bytes - at)))
+                .collect(),
             hang: false,
         }
     }
