@@ -7,7 +7,8 @@
 //! assignments change between ticks, [`Publisher::republish`] encodes the last snapshot
 //! again with them, so pod labels follow the kubelet within one refresh. HTTP only reads
 //! [`Publisher::current`]: a scrape never calls NVML and never encodes, and the gzip form is made
-//! by the first request that asks for it ([`Published::gzip`]). A configuration reload
+//! by the first request that asks for it ([`Published::gzip`]), as the node page and its JSON
+//! are ([`Published::page`]). A configuration reload
 //! [reconfigures](Publisher::reconfigure) the encoding and the kubelet state, and the last
 //! snapshot is encoded again with them at once.
 
@@ -39,6 +40,9 @@ pub struct Published {
     pub text: Bytes,
     /// `text` gzip-compressed, made by the first [`gzip`](Self::gzip) call.
     gzip: OnceCell<Bytes>,
+    /// The node page of this snapshot, and its JSON, each made by the first request for it
+    /// ([`page`](Self::page)).
+    page: [OnceCell<Bytes>; 2],
     /// What was encoded (for `/readyz` and the node page).
     pub snapshot: Arc<Snapshot>,
     /// False only for the placeholder served before the sampler's first tick.
@@ -71,11 +75,35 @@ impl Published {
             .cloned()
     }
 
+    /// The node page of this snapshot in `form`, rendered by `render` on the first call only, on
+    /// a blocking thread, as [`gzip`](Self::gzip) is made: a flood of page requests costs one
+    /// rendering per publication, and every response shares its bytes. `Err` only if rendering
+    /// panicked.
+    pub async fn page(
+        &self,
+        form: PageForm,
+        render: impl FnOnce() -> Bytes + Send + 'static,
+    ) -> Result<Bytes, JoinError> {
+        self.page[form as usize]
+            .get_or_try_init(|| async move { tokio::task::spawn_blocking(render).await })
+            .await
+            .cloned()
+    }
+
     /// The gzip form, if an earlier [`gzip`](Self::gzip) call made it.
     #[cfg(test)]
     fn gzip_if_ready(&self) -> Option<Bytes> {
         self.gzip.get().cloned()
     }
+}
+
+/// The forms the node page is served in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PageForm {
+    /// `/`.
+    Html = 0,
+    /// `/api/v1/gpus`.
+    Json = 1,
 }
 
 /// Owns the current exposition.
@@ -103,6 +131,7 @@ impl Publisher {
         let placeholder = Published {
             text: Bytes::from(encoder.encode(&empty)),
             gzip: OnceCell::new(),
+            page: Default::default(),
             snapshot: empty,
             sampled: false,
         };
@@ -200,6 +229,7 @@ impl Publisher {
         let published = Arc::new(Published {
             text: Bytes::from(self.encoder.encode(snapshot)),
             gzip: OnceCell::new(),
+            page: Default::default(),
             snapshot: Arc::clone(snapshot),
             sampled: true,
         });
@@ -433,5 +463,36 @@ mod tests {
             bodies.iter().all(|b| b.as_ptr() == made.as_ptr()),
             "every waiter got the bytes of the one compression"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_page_is_rendered_once_per_publication_and_form() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let p = publisher(None);
+        p.tick(snapshot());
+        let renders = Arc::new(AtomicUsize::new(0));
+        let page = |form: PageForm, body: &'static str| {
+            let (current, renders) = (p.current(), Arc::clone(&renders));
+            async move {
+                current
+                    .page(form, move || {
+                        renders.fetch_add(1, Ordering::SeqCst);
+                        Bytes::from_static(body.as_bytes())
+                    })
+                    .await
+                    .unwrap()
+            }
+        };
+        let first = page(PageForm::Html, "<html>").await;
+        for _ in 0..50 {
+            let again = page(PageForm::Html, "not rendered").await;
+            assert_eq!(again.as_ptr(), first.as_ptr(), "the same bytes, shared");
+        }
+        assert_eq!(page(PageForm::Json, "{}").await, "{}");
+        assert_eq!(renders.load(Ordering::SeqCst), 2, "one per form");
+        // The next publication renders anew.
+        p.tick(snapshot());
+        assert_eq!(page(PageForm::Html, "<html> 2").await, "<html> 2");
+        assert_eq!(renders.load(Ordering::SeqCst), 3);
     }
 }

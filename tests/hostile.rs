@@ -11,6 +11,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -21,6 +22,9 @@ use common::{Exporter, Exposition, eventually, exporter_command};
 
 /// Prometheus's default scrape timeout: the bound on every scrape during an attack.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The kubelet's probe timeout in the shipped manifests.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How often the poller scrapes.
 const POLL_EVERY: Duration = Duration::from_millis(500);
@@ -73,9 +77,14 @@ fn scrape_plain(addr: SocketAddr) -> Result<(), String> {
 /// `GET path` on a new plain connection, all within [`SCRAPE_TIMEOUT`]: Ok when it answers 200
 /// with `expected` in the body.
 fn get_plain(addr: SocketAddr, path: &str, expected: &str) -> Result<(), String> {
-    let deadline = Instant::now() + SCRAPE_TIMEOUT;
-    let mut s = TcpStream::connect_timeout(&addr, SCRAPE_TIMEOUT).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(SCRAPE_TIMEOUT))
+    get_within(addr, path, expected, SCRAPE_TIMEOUT)
+}
+
+/// [`get_plain`] within `bound`.
+fn get_within(addr: SocketAddr, path: &str, expected: &str, bound: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + bound;
+    let mut s = TcpStream::connect_timeout(&addr, bound).map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(bound))
         .map_err(|e| e.to_string())?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     s.write_all(request.as_bytes())
@@ -85,7 +94,7 @@ fn get_plain(addr: SocketAddr, path: &str, expected: &str) -> Result<(), String>
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return Err(format!("no complete answer within {SCRAPE_TIMEOUT:?}"));
+            return Err(format!("no complete answer within {bound:?}"));
         }
         s.set_read_timeout(Some(left)).map_err(|e| e.to_string())?;
         match s.read(&mut buf) {
@@ -104,7 +113,8 @@ fn get_plain(addr: SocketAddr, path: &str, expected: &str) -> Result<(), String>
     Ok(())
 }
 
-/// A thread scraping every [`POLL_EVERY`] with `scrape` until stopped, keeping every failure.
+/// A thread scraping every [`POLL_EVERY`] with `scrape` until stopped, keeping every failure
+/// and every scrape that took longer than its bound.
 struct Poller {
     stop: Arc<AtomicBool>,
     done: Arc<AtomicUsize>,
@@ -114,6 +124,13 @@ struct Poller {
 
 impl Poller {
     fn start(scrape: impl Fn() -> Result<(), String> + Send + 'static) -> Poller {
+        Poller::start_within(SCRAPE_TIMEOUT, scrape)
+    }
+
+    fn start_within(
+        bound: Duration,
+        scrape: impl Fn() -> Result<(), String> + Send + 'static,
+    ) -> Poller {
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicUsize::new(0));
         let failures = Arc::new(Mutex::new(Vec::new()));
@@ -125,7 +142,7 @@ impl Poller {
                     let result = scrape();
                     let took = start.elapsed();
                     match result {
-                        Ok(()) if took <= SCRAPE_TIMEOUT => {}
+                        Ok(()) if took <= bound => {}
                         Ok(()) => failures.lock().unwrap().push(format!("took {took:?}")),
                         Err(e) => failures
                             .lock()
@@ -267,6 +284,40 @@ fn pipeliners_that_never_read_do_not_delay_scrapes_and_are_closed() {
             closed(m, "write_timeout") >= 1.0
                 && m.value("nvml_exporter_http_connections", &[]) <= Some(2.0)
         },
+    );
+}
+
+#[test]
+fn pipeliners_of_the_node_page_that_never_read_do_not_starve_the_probes() {
+    raise_own_open_file_limit();
+    // A large node: 64 GPUs with their processes make a page of a few hundred kB.
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/scenarios/h100x64.toml");
+    let e = Exporter::start(
+        &[("NVML_SIM_SCENARIO", scenario.to_str().unwrap())],
+        &["--processes"],
+    );
+    e.wait_metrics(Duration::from_secs(30), "64 GPUs", |m| {
+        m.value("nvml_exporter_gpus", &[]) == Some(64.0)
+    });
+    let addr = e.addr;
+    let pages = [
+        &b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n"[..],
+        b"GET /api/v1/gpus HTTP/1.1\r\nHost: localhost\r\n\r\n",
+    ]
+    .concat()
+    .repeat(25);
+    // The kubelet's probe gives up after 2 s (and restarts the pod after a few).
+    let pipeliners = hold(
+        Poller::start_within(PROBE_TIMEOUT, move || {
+            get_within(addr, "/healthz", "ok", PROBE_TIMEOUT)
+        }),
+        "1,100 pipeliners of the node page that never read",
+        || open(addr, 1100, &pages),
+    );
+    assert!(
+        pipeliners.len() > 1000,
+        "only {} connected",
+        pipeliners.len()
     );
 }
 

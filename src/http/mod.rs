@@ -9,7 +9,8 @@
 //! `/metrics` (text 0.0.4, gzip when asked), `/healthz` (process alive), `/readyz` (NVML answered
 //! and a recent tick completed), `/` (the node page, [`crate::page`]), `/api/v1/gpus` (its view
 //! as JSON) and `/page.js` (its script). Every route reads what the [`Publisher`] holds now: a
-//! request clones an `Arc` and serves bytes from it, or builds the node page's view of it. No
+//! request clones an `Arc` and serves bytes from it; the node page is rendered from it by the
+//! first request of each publication and shared with the others ([`Published::page`]). No
 //! route takes a request body; the server reads one that comes anyway before any route answers
 //! ([`server::read_body`]).
 
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
+use axum::body::Bytes;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
@@ -37,7 +39,7 @@ use crate::files::one_line;
 use crate::metrics::CONTENT_TYPE;
 use crate::metrics::catalog::{self, SCRAPES_TOTAL};
 use crate::page::{self, NodeView};
-use crate::publish::{Published, Publisher};
+use crate::publish::{PageForm, Published, Publisher};
 use crate::sample::{Snapshot, unix_now};
 
 /// `/readyz` fails once the last complete tick is older than this: three missed intervals, but
@@ -219,18 +221,6 @@ async fn readyz(State(state): State<AppState>) -> Response {
 const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; \
      connect-src 'self'; img-src data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// The node view of what is served now.
-fn node_view(state: &AppState) -> NodeView {
-    let current = state.publisher.current();
-    NodeView::new(
-        &current.snapshot,
-        current.sampled,
-        &state.publisher.options(),
-        &state.node,
-        unix_now(),
-    )
-}
-
 /// Headers of the page and its JSON: never cached (each answer is one tick), no other host.
 fn page_headers(content_type: &'static str) -> [(header::HeaderName, HeaderValue); 4] {
     [
@@ -248,14 +238,34 @@ fn page_headers(content_type: &'static str) -> [(header::HeaderName, HeaderValue
 }
 
 async fn index(State(state): State<AppState>) -> Response {
-    let page = page::html::render(&node_view(&state));
-    (page_headers("text/html; charset=utf-8"), page).into_response()
+    page_response(&state, PageForm::Html, "text/html; charset=utf-8").await
 }
 
 async fn api_gpus(State(state): State<AppState>) -> Response {
-    match serde_json::to_vec(&node_view(&state)) {
-        Ok(body) => (page_headers("application/json"), body).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
+    page_response(&state, PageForm::Json, "application/json").await
+}
+
+/// The node page of what is served now, in `form`: rendered once per publication (by the
+/// first request for it) from the snapshot the exposition was encoded from, and shared.
+async fn page_response(state: &AppState, form: PageForm, content_type: &'static str) -> Response {
+    let current = state.publisher.current();
+    let (snapshot, sampled) = (Arc::clone(&current.snapshot), current.sampled);
+    let options = state.publisher.options();
+    let node = state.node.clone();
+    let render = move || {
+        let view = NodeView::new(&snapshot, sampled, &options, &node, unix_now());
+        match form {
+            PageForm::Html => Bytes::from(page::html::render(&view)),
+            // A view of plain data always serializes.
+            PageForm::Json => Bytes::from(serde_json::to_vec(&view).unwrap_or_default()),
+        }
+    };
+    match current.page(form, render).await {
+        Ok(body) => (page_headers(content_type), body).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "rendering the node page failed");
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
     }
 }
 
@@ -555,8 +565,14 @@ mod tests {
 
         let r = get(&format!("{base}/api/v1/gpus"), None);
         assert_eq!(r.header("content-type"), Some("application/json"));
+        // Compared as text: serde_json's default parser may miss the last bit of a float.
+        assert!(
+            r.text()
+                .contains(&format!("\"last_tick_timestamp_seconds\":{tick},")),
+            "{}",
+            r.text()
+        );
         let json: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-        assert_eq!(json["last_tick_timestamp_seconds"], tick);
         assert_eq!(json["gpus"][0]["name"], "NVIDIA <H100>");
         assert_eq!(json["gpus"][0]["power_watts"], 250.0);
 
