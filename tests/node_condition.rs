@@ -30,10 +30,20 @@ fn exporter_of(
     node: &[&str],
     extra: &[&str],
 ) -> (Exporter, FakeKubelet) {
+    exporter_on(&scenario("health"), dir, api, node, extra)
+}
+
+/// [`exporter_of`] on the scenario at `scenario`.
+fn exporter_on(
+    scenario: &Path,
+    dir: &Path,
+    api: &FakeApiServer,
+    node: &[&str],
+    extra: &[&str],
+) -> (Exporter, FakeKubelet) {
     let socket = dir.join("kubelet.sock");
     let kubelet = FakeKubelet::start(&socket, vec![]);
     let (ca, token) = kubelet::client_files(dir, api.ca_pem());
-    let health = scenario("health");
     let url = api.url();
     let mut args = vec![
         "--interval",
@@ -55,7 +65,7 @@ fn exporter_of(
     args.extend_from_slice(extra);
     let e = Exporter::start(
         &[
-            ("NVML_SIM_SCENARIO", health.to_str().unwrap()),
+            ("NVML_SIM_SCENARIO", scenario.to_str().unwrap()),
             ("NVML_SIM_START", "18"),
         ],
         &args,
@@ -360,4 +370,58 @@ fn a_node_name_that_is_no_kubernetes_name_is_refused_at_start_and_on_reload() {
             "{request:?}"
         );
     }
+}
+
+#[test]
+fn flapping_gpus_send_a_few_events_and_condition_writes_not_one_per_flip() {
+    // Eight GPUs whose NVLink link 0 goes down for half of every second: a verdict that flips
+    // every half second on each.
+    let dir = tempfile::tempdir().unwrap();
+    let gpu = |i: usize| {
+        format!(
+            "[[gpu]]\nmodel = \"H100-SXM5-80GB\"\nuuid = \"GPU-00000000-0000-4000-8000-00000000000{i}\"\n\
+             pci_bus_id = \"00000000:1{i}:00.0\"\nserial = \"{i}\"\n\
+             nvlink = {{ down = [0], down_window = {{ from = 0, to = 0.5, repeat = 1 }} }}\n"
+        )
+    };
+    let text: String = (0..8).map(gpu).collect();
+    let flapping = dir.path().join("flapping.toml");
+    std::fs::write(&flapping, text).unwrap();
+    let api = FakeApiServer::start(NODE, "t");
+    let (e, _kubelet) = exporter_on(
+        &flapping,
+        dir.path(),
+        &api,
+        &["--kubernetes-node-name", NODE],
+        &[],
+    );
+    e.wait_metrics(WAIT, "8 GPUs", |m| {
+        m.value("nvml_exporter_gpus", &[]) == Some(8.0)
+    });
+    let started = Instant::now();
+    eventually(WAIT, "the first Events", || {
+        (!api.events().is_empty()).then_some(())
+    });
+    // Twelve seconds: some 24 flips of each GPU.
+    std::thread::sleep(Duration::from_secs(12).saturating_sub(started.elapsed()));
+    let m = e.metrics();
+    let flips = m.find("nvidia_gpu_health_state", &[("gpu", "0")]).len();
+    assert!(flips > 0, "the verdict is served");
+    let events = events(&api);
+    for i in 0..8 {
+        let of_gpu = events
+            .iter()
+            .filter(|(gpu, ..)| *gpu == i.to_string())
+            .count();
+        // The burst of three; the next is 30 s after the first.
+        assert!(of_gpu <= 3, "GPU {i}: {of_gpu} Events in 12 s");
+    }
+    let patches = api
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH")
+        .count();
+    // The first write, the burst of three, and one per 10 s.
+    assert!(patches <= 5, "{patches} condition writes in 12 s");
+    assert!(patches >= 2, "the condition follows the GPUs: {patches}");
 }

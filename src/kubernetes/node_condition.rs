@@ -14,6 +14,12 @@
 //!   node events are) for each GPU whose state changed, and, at the start, for each GPU that is
 //!   not healthy.
 //!
+//! Neither follows a flapping GPU flip by flip. A changed condition is written at once while its
+//! [`CONDITION_BUDGET`] lasts, then at most once per its refill (the newest condition then); each
+//! GPU's Events have a [`EVENT_BUDGET`] of their own, and the changes of a GPU past it are told in
+//! one Event when the budget allows, with how many there were. Ordinary failures and recoveries
+//! stay within the bursts and are told at once.
+//!
 //! A failed call (refused, 401/403, 409, 5xx, no answer within `--kubernetes-timeout`) is counted
 //! in `nvml_exporter_kubernetes_errors_total` under one of [`REASONS`], logged when the API server
 //! stops accepting (not on every retry), and retried after a backoff that doubles from
@@ -44,6 +50,14 @@ pub const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 
 /// The longest wait between two tries.
 pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// How often a changed condition may be written: a few at once, then one per 10 s (the
+/// kubelet's own node status period), whatever the GPUs do.
+pub const CONDITION_BUDGET: Budget = Budget::new(3, Duration::from_secs(10));
+
+/// How many Events one GPU may send: a few at once (a failure, its reset and its recovery),
+/// then one per 30 s, which tells every change held back meanwhile.
+pub const EVENT_BUDGET: Budget = Budget::new(3, Duration::from_secs(30));
 
 /// Events kept while the API server does not accept them; older ones are dropped first.
 pub const MAX_PENDING_EVENTS: usize = 64;
@@ -91,6 +105,54 @@ const EVENTS_PATH: [&str; 6] = [
 /// What the API server accepts at most in an Event's note; the condition's message is held to
 /// it too.
 const MAX_NOTE_BYTES: usize = 1024;
+
+/// A token bucket: `burst` calls at once, then one per `refill`.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    burst: u32,
+    refill: Duration,
+    tokens: u32,
+    /// When the last token was earned (or the bucket was last full).
+    earned: Option<Instant>,
+}
+
+impl Budget {
+    /// A full bucket.
+    pub const fn new(burst: u32, refill: Duration) -> Budget {
+        Budget {
+            burst,
+            refill,
+            tokens: burst,
+            earned: None,
+        }
+    }
+
+    /// Takes a token if one is left at `now`.
+    fn take(&mut self, now: Instant) -> bool {
+        let earned = *self.earned.get_or_insert(now);
+        let refills = (now.saturating_duration_since(earned).as_nanos() / self.refill.as_nanos())
+            .min(u128::from(self.burst)) as u32;
+        self.tokens = (self.tokens + refills).min(self.burst);
+        self.earned = Some(if self.tokens == self.burst {
+            now
+        } else {
+            earned + self.refill * refills
+        });
+        let left = self.tokens > 0;
+        self.tokens -= u32::from(left);
+        left
+    }
+}
+
+/// What one GPU's Events have told, and what they have not yet.
+#[derive(Debug)]
+struct GpuEvents {
+    budget: Budget,
+    /// The state the last Event gave (or, before the first, the one before the change).
+    told: Option<HealthState>,
+    /// Changes since the last Event.
+    untold: u32,
+}
 
 /// One GPU's verdict, as the condition and the Events name it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -235,9 +297,20 @@ fn changes(
     changed
 }
 
-/// An events.k8s.io/v1 Event regarding `node` for a GPU that was `was` and is now `verdict`.
-fn event(node: &str, was: Option<HealthState>, verdict: &GpuVerdict, at: SystemTime) -> Value {
-    let from = was.map_or_else(String::new, |w| format!(" (was {})", w.label()));
+/// An events.k8s.io/v1 Event regarding `node` for a GPU that was `was` and is now `verdict`,
+/// after `changes` changes of its state (more than one when the rate limit held some back).
+fn event(
+    node: &str,
+    was: Option<HealthState>,
+    verdict: &GpuVerdict,
+    changes: u32,
+    at: SystemTime,
+) -> Value {
+    let from = match (was, changes) {
+        (None, _) => String::new(),
+        (Some(w), 0 | 1) => format!(" (was {})", w.label()),
+        (Some(w), n) => format!(" (was {}; {n} changes since the last Event)", w.label()),
+    };
     let note = truncate(format!("{}{from}", verdict.describe()));
     let instance: String = format!("{CONTROLLER}-{node}").chars().take(128).collect();
     json!({
@@ -298,6 +371,10 @@ pub struct Reporter {
     since: Option<(&'static str, SystemTime)>,
     /// Events not yet accepted, oldest first.
     pending: VecDeque<Value>,
+    /// Each GPU's Events, by UUID, from its first change on.
+    gpu_events: BTreeMap<String, GpuEvents>,
+    /// How often a changed condition may be written.
+    condition_budget: Budget,
     /// No call before this, after a failure; with the wait that set it.
     backoff: Option<(Instant, Duration)>,
 }
@@ -325,6 +402,8 @@ impl Reporter {
             written: None,
             since: None,
             pending: VecDeque::new(),
+            gpu_events: BTreeMap::new(),
+            condition_budget: CONDITION_BUDGET,
             backoff: None,
         }
     }
@@ -337,16 +416,45 @@ impl Reporter {
         };
         let now = verdicts(snapshot);
         if let Some(now) = &now {
-            let at = SystemTime::now();
-            for (was, verdict) in changes(self.answered.as_ref(), now) {
-                if self.pending.len() == MAX_PENDING_EVENTS {
-                    self.pending.pop_front();
-                }
-                self.pending.push_back(event(&self.node, was, &verdict, at));
-            }
+            self.tell(now, Instant::now(), SystemTime::now());
             self.answered = Some(now.clone());
         }
         self.write(&Condition::of(now.as_ref())).await;
+    }
+
+    /// Queues an Event for each GPU whose state changed since the last answer, or that has
+    /// changes its budget held back, as far as its budget allows now.
+    fn tell(&mut self, now: &BTreeMap<String, GpuVerdict>, clock: Instant, at: SystemTime) {
+        self.gpu_events.retain(|uuid, _| now.contains_key(uuid));
+        for (was, verdict) in changes(self.answered.as_ref(), now) {
+            let gpu = self
+                .gpu_events
+                .entry(verdict.uuid.clone())
+                .or_insert(GpuEvents {
+                    budget: EVENT_BUDGET,
+                    told: was,
+                    untold: 0,
+                });
+            gpu.untold += 1;
+        }
+        let mut due: Vec<&GpuVerdict> = now
+            .values()
+            .filter(|v| self.gpu_events.get(&v.uuid).is_some_and(|g| g.untold > 0))
+            .collect();
+        due.sort_by_key(|v| v.index);
+        for verdict in due {
+            let gpu = self.gpu_events.get_mut(&verdict.uuid).expect("filtered");
+            if !gpu.budget.take(clock) {
+                continue;
+            }
+            if self.pending.len() == MAX_PENDING_EVENTS {
+                self.pending.pop_front();
+            }
+            let told = gpu.told.replace(verdict.state);
+            self.pending
+                .push_back(event(&self.node, told, verdict, gpu.untold, at));
+            gpu.untold = 0;
+        }
     }
 
     /// Writes `condition` if it changed or its heartbeat is due, then the pending Events; nothing
@@ -357,7 +465,9 @@ impl Reporter {
             return;
         }
         let due = match &self.written {
-            Some((written, when)) => written != condition || at >= *when + HEARTBEAT,
+            Some((written, when)) => {
+                at >= *when + HEARTBEAT || (written != condition && self.condition_budget.take(at))
+            }
             None => true,
         };
         if due {

@@ -113,7 +113,7 @@ fn an_event_is_one_the_api_server_accepts_about_the_node() {
             ("ecc_uncorrectable", HealthAction::ResetGpu),
         ],
     );
-    let e = event("gpu-node-7", Some(HealthState::Healthy), &failed, at);
+    let e = event("gpu-node-7", Some(HealthState::Healthy), &failed, 1, at);
     assert_eq!(
         e,
         json!({
@@ -134,6 +134,7 @@ fn an_event_is_one_the_api_server_accepts_about_the_node() {
         "n",
         Some(HealthState::Failed),
         &gpu(3, HealthState::Healthy, &[]),
+        1,
         at,
     );
     assert_eq!(
@@ -143,7 +144,7 @@ fn an_event_is_one_the_api_server_accepts_about_the_node() {
     // The API server's limits: 128 characters of reportingInstance, 1 KiB of note.
     let long = "n".repeat(300);
     let many: Vec<(&'static str, HealthAction)> = vec![("xid_79", HealthAction::RebootNode); 200];
-    let e = event(&long, None, &gpu(1, HealthState::Failed, &many), at);
+    let e = event(&long, None, &gpu(1, HealthState::Failed, &many), 1, at);
     assert_eq!(e["reportingInstance"].as_str().unwrap().len(), 128);
     let note = e["note"].as_str().unwrap();
     assert!(
@@ -154,12 +155,88 @@ fn an_event_is_one_the_api_server_accepts_about_the_node() {
     assert!(e["metadata"]["generateName"].as_str().unwrap().len() < 253);
     // A name that is no DNS name (the API server refuses it) is cut at a character, not a byte.
     let name = format!("a{}", "ñ".repeat(150));
-    let e = event(&name, None, &gpu(1, HealthState::Failed, &many), at);
+    let e = event(&name, None, &gpu(1, HealthState::Failed, &many), 1, at);
     assert!(
         e["metadata"]["generateName"]
             .as_str()
             .unwrap()
             .starts_with("añ")
+    );
+}
+
+#[test]
+fn a_budget_gives_its_burst_then_one_per_refill() {
+    let mut b = Budget::new(3, Duration::from_secs(30));
+    let t0 = Instant::now();
+    let taken = |b: &mut Budget, at: Instant, n: usize| (0..n).filter(|_| b.take(at)).count();
+    assert_eq!(taken(&mut b, t0, 10), 3, "the burst");
+    assert_eq!(taken(&mut b, t0 + Duration::from_secs(29), 10), 0);
+    assert_eq!(taken(&mut b, t0 + Duration::from_secs(30), 10), 1);
+    assert_eq!(
+        taken(&mut b, t0 + Duration::from_secs(75), 10),
+        1,
+        "one per 30 s"
+    );
+    assert_eq!(taken(&mut b, t0 + Duration::from_secs(90), 10), 1);
+    // A long quiet refills the burst, no more.
+    assert_eq!(taken(&mut b, t0 + Duration::from_secs(3600), 10), 3);
+}
+
+#[test]
+fn a_flapping_gpu_sends_its_burst_then_a_summary_per_refill() {
+    let state = StateHandle::new(&KubernetesOptions::default());
+    let api = ApiServer {
+        node_name: "n".into(),
+        url: "https://10.0.0.1:6443".parse().unwrap(),
+        ca_file: Default::default(),
+    };
+    let mut r = Reporter::new(&api, &KubernetesOptions::default(), state);
+    let t0 = Instant::now();
+    let healthy = node(&[
+        gpu(0, HealthState::Healthy, &[]),
+        gpu(2, HealthState::Healthy, &[]),
+    ]);
+    let flapped = node(&[
+        gpu(0, HealthState::Healthy, &[]),
+        gpu(
+            2,
+            HealthState::Failed,
+            &[("xid_48", HealthAction::ResetGpu)],
+        ),
+    ]);
+    // A flip every second for two minutes.
+    let mut now = healthy.clone();
+    r.tell(&now, t0, SystemTime::now());
+    r.answered = Some(now.clone());
+    for second in 1..=120 {
+        now = if second % 2 == 1 {
+            flapped.clone()
+        } else {
+            healthy.clone()
+        };
+        r.tell(&now, t0 + Duration::from_secs(second), SystemTime::now());
+        r.answered = Some(now.clone());
+    }
+    let notes: Vec<&str> = r
+        .pending
+        .iter()
+        .map(|e| e["note"].as_str().unwrap())
+        .collect();
+    // Three at once (1, 2 and 3 s), then one 30 s after the first (31, 61, 91 s), each telling
+    // what it held back: six in two minutes, not 120.
+    assert_eq!(notes.len(), 6, "{notes:#?}");
+    assert_eq!(
+        notes[0],
+        "GPU 2 (GPU-2) failed: xid_48 (reset_gpu) (was healthy)"
+    );
+    assert_eq!(notes[1], "GPU 2 (GPU-2) healthy (was failed)");
+    assert_eq!(
+        notes[3],
+        "GPU 2 (GPU-2) failed: xid_48 (reset_gpu) (was failed; 28 changes since the last Event)"
+    );
+    assert!(
+        notes.iter().all(|n| n.starts_with("GPU 2 ")),
+        "GPU 0 never changed"
     );
 }
 
@@ -194,6 +271,16 @@ fn the_kubernetes_docs_say_what_the_writer_does() {
             minutes(MAX_BACKOFF)
         ),
         format!("at most {MAX_PENDING_EVENTS}"),
+        format!(
+            "written at once {} times,\n  then at most once per {} s",
+            CONDITION_BUDGET.burst,
+            CONDITION_BUDGET.refill.as_secs()
+        ),
+        format!(
+            "each GPU sends {} Events at once, then at most one\n  per {} s",
+            EVENT_BUDGET.burst,
+            EVENT_BUDGET.refill.as_secs()
+        ),
         format!("`{}`", REASONS[0].label()),
     ] {
         assert!(section.contains(&said), "the section does not say {said:?}");
