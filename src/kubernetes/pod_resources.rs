@@ -16,6 +16,7 @@ use tonic::{Code, Status};
 
 use crate::sample::KubeletError;
 
+use super::proto::wire::Wire;
 use super::proto::{LIST_PATH, ListPodResourcesRequest, ListPodResourcesResponse};
 
 /// The largest `List` answer accepted. tonic's default (4 MiB) is what kubelet clients hit on
@@ -55,6 +56,8 @@ impl ListError {
 pub struct PodResourcesClient {
     grpc: tonic::client::Grpc<Channel>,
     socket: PathBuf,
+    /// Entries of the last answer left out for strings that are not UTF-8 (logged on change).
+    skipped: usize,
 }
 
 impl PodResourcesClient {
@@ -73,6 +76,7 @@ impl PodResourcesClient {
         PodResourcesClient {
             grpc: tonic::client::Grpc::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES),
             socket: socket.to_path_buf(),
+            skipped: 0,
         }
     }
 
@@ -88,7 +92,19 @@ impl PodResourcesClient {
     ) -> Result<ListPodResourcesResponse, ListError> {
         let started = tokio::time::Instant::now();
         match tokio::time::timeout(deadline, self.call(deadline)).await {
-            Ok(Ok(response)) => Ok(response),
+            Ok(Ok(wire)) => {
+                let (response, skipped) = wire.checked();
+                if skipped != self.skipped {
+                    tracing::warn!(
+                        socket = %self.socket.display(),
+                        skipped,
+                        "entries of the kubelet's pod-resources answer with a name that is not \
+                         UTF-8 are left out (the rest is used)"
+                    );
+                    self.skipped = skipped;
+                }
+                Ok(response)
+            }
             Ok(Err(status)) => {
                 let mut error = ListError::from_status(&status);
                 // A server that enforces the `grpc-timeout` it was sent answers at the deadline
@@ -105,7 +121,7 @@ impl PodResourcesClient {
         }
     }
 
-    async fn call(&mut self, deadline: Duration) -> Result<ListPodResourcesResponse, Status> {
+    async fn call(&mut self, deadline: Duration) -> Result<Wire, Status> {
         self.grpc
             .ready()
             .await

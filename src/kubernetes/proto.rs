@@ -104,6 +104,149 @@ pub struct CdiDevice {
     pub name: String,
 }
 
+/// The `List` answer as it comes off the wire, its strings as bytes: prost refuses a whole
+/// message for one `string` that is not UTF-8, where a bad entry should cost that entry only.
+/// [`Wire::checked`] turns it into [`ListPodResourcesResponse`] without those entries. (A real
+/// kubelet sends UTF-8: Go's protobuf refuses to encode anything else.)
+pub(crate) mod wire {
+    /// `ListPodResourcesResponse` with bytes for strings.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Wire {
+        #[prost(message, repeated, tag = "1")]
+        pub pod_resources: Vec<Pod>,
+    }
+
+    /// `PodResources`.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Pod {
+        #[prost(bytes = "vec", tag = "1")]
+        pub name: Vec<u8>,
+        #[prost(bytes = "vec", tag = "2")]
+        pub namespace: Vec<u8>,
+        #[prost(message, repeated, tag = "3")]
+        pub containers: Vec<Container>,
+    }
+
+    /// `ContainerResources`.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Container {
+        #[prost(bytes = "vec", tag = "1")]
+        pub name: Vec<u8>,
+        #[prost(message, repeated, tag = "2")]
+        pub devices: Vec<Devices>,
+        #[prost(message, repeated, tag = "5")]
+        pub dynamic_resources: Vec<Dynamic>,
+    }
+
+    /// `ContainerDevices`.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Devices {
+        #[prost(bytes = "vec", tag = "1")]
+        pub resource_name: Vec<u8>,
+        #[prost(bytes = "vec", repeated, tag = "2")]
+        pub device_ids: Vec<Vec<u8>>,
+    }
+
+    /// `DynamicResource`.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Dynamic {
+        #[prost(bytes = "vec", tag = "2")]
+        pub claim_name: Vec<u8>,
+        #[prost(bytes = "vec", tag = "3")]
+        pub claim_namespace: Vec<u8>,
+        #[prost(message, repeated, tag = "4")]
+        pub claim_resources: Vec<Claim>,
+    }
+
+    /// `ClaimResource`.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Claim {
+        #[prost(message, repeated, tag = "1")]
+        pub cdi_devices: Vec<Cdi>,
+        #[prost(bytes = "vec", tag = "2")]
+        pub driver_name: Vec<u8>,
+        #[prost(bytes = "vec", tag = "3")]
+        pub pool_name: Vec<u8>,
+        #[prost(bytes = "vec", tag = "4")]
+        pub device_name: Vec<u8>,
+    }
+
+    /// `CDIDevice`.
+    #[derive(Clone, PartialEq, Eq, prost::Message)]
+    pub struct Cdi {
+        #[prost(bytes = "vec", tag = "1")]
+        pub name: Vec<u8>,
+    }
+
+    /// Counts what [`Wire::checked`] leaves out.
+    struct Skipped(usize);
+
+    impl Skipped {
+        /// `bytes` as text, or `None`, counted.
+        fn text(&mut self, bytes: Vec<u8>) -> Option<String> {
+            let text = String::from_utf8(bytes).ok();
+            self.0 += usize::from(text.is_none());
+            text
+        }
+
+        /// The items `f` keeps.
+        fn keep<T, U>(
+            &mut self,
+            items: Vec<T>,
+            f: impl FnMut(&mut Self, T) -> Option<U>,
+        ) -> Vec<U> {
+            let mut f = f;
+            items.into_iter().filter_map(|item| f(self, item)).collect()
+        }
+    }
+
+    impl Wire {
+        /// The answer without the entries that have a string that is not UTF-8 (a pod, a
+        /// container, a device list, a device ID, a claim…: the smallest entry holding it), and
+        /// how many were left out.
+        pub fn checked(self) -> (super::ListPodResourcesResponse, usize) {
+            use super::*;
+            let mut s = Skipped(0);
+            let pod_resources = s.keep(self.pod_resources, |s, p| {
+                Some(PodResources {
+                    name: s.text(p.name)?,
+                    namespace: s.text(p.namespace)?,
+                    containers: s.keep(p.containers, |s, c| {
+                        Some(ContainerResources {
+                            name: s.text(c.name)?,
+                            devices: s.keep(c.devices, |s, d| {
+                                Some(ContainerDevices {
+                                    resource_name: s.text(d.resource_name)?,
+                                    device_ids: s.keep(d.device_ids, Skipped::text),
+                                })
+                            }),
+                            dynamic_resources: s.keep(c.dynamic_resources, |s, d| {
+                                Some(DynamicResource {
+                                    claim_name: s.text(d.claim_name)?,
+                                    claim_namespace: s.text(d.claim_namespace)?,
+                                    claim_resources: s.keep(d.claim_resources, |s, r| {
+                                        Some(ClaimResource {
+                                            cdi_devices: s.keep(r.cdi_devices, |s, c| {
+                                                Some(CdiDevice {
+                                                    name: s.text(c.name)?,
+                                                })
+                                            }),
+                                            driver_name: s.text(r.driver_name)?,
+                                            pool_name: s.text(r.pool_name)?,
+                                            device_name: s.text(r.device_name)?,
+                                        })
+                                    }),
+                                })
+                            }),
+                        })
+                    }),
+                })
+            });
+            (ListPodResourcesResponse { pod_resources }, s.0)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use prost::Message;
@@ -198,5 +341,78 @@ mod tests {
         let decoded = ContainerResources::decode(bytes.as_slice()).unwrap();
         assert_eq!(decoded.name, "main");
         assert_eq!(decoded.devices[0].device_ids, ["GPU-1"]);
+    }
+
+    #[test]
+    fn the_wire_form_reads_every_field_as_the_messages_do() {
+        let answer = ListPodResourcesResponse {
+            pod_resources: vec![PodResources {
+                name: "p".into(),
+                namespace: "ns".into(),
+                containers: vec![ContainerResources {
+                    name: "c".into(),
+                    devices: vec![ContainerDevices {
+                        resource_name: "nvidia.com/gpu".into(),
+                        device_ids: vec!["GPU-1".into(), "GPU-2".into()],
+                    }],
+                    dynamic_resources: vec![DynamicResource {
+                        claim_name: "claim".into(),
+                        claim_namespace: "ns".into(),
+                        claim_resources: vec![ClaimResource {
+                            cdi_devices: vec![CdiDevice { name: "cdi".into() }],
+                            driver_name: "gpu.nvidia.com".into(),
+                            pool_name: "node".into(),
+                            device_name: "gpu-0".into(),
+                        }],
+                    }],
+                }],
+            }],
+        };
+        let bytes = answer.encode_to_vec();
+        assert_eq!(
+            wire::Wire::decode(&bytes[..]).unwrap().checked(),
+            (answer, 0)
+        );
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_costs_its_entry_only() {
+        use wire::*;
+        let pod = |name: &[u8], ids: Vec<Vec<u8>>| Pod {
+            name: name.to_vec(),
+            namespace: b"ml".to_vec(),
+            containers: vec![Container {
+                name: b"main".to_vec(),
+                devices: vec![Devices {
+                    resource_name: b"nvidia.com/gpu".to_vec(),
+                    device_ids: ids,
+                }],
+                dynamic_resources: vec![],
+            }],
+        };
+        let bytes = Wire {
+            pod_resources: vec![
+                pod(b"train-0", vec![b"GPU-a".to_vec()]),
+                pod(b"bad-\xff", vec![b"GPU-b".to_vec()]),
+                pod(b"train-1", vec![b"GPU-c".to_vec(), b"GPU-\xfe".to_vec()]),
+            ],
+        }
+        .encode_to_vec();
+        // Decoded with strings, the whole answer is refused.
+        assert!(ListPodResourcesResponse::decode(&bytes[..]).is_err());
+        let (answer, skipped) = Wire::decode(&bytes[..]).unwrap().checked();
+        assert_eq!(skipped, 2, "one pod, one device ID");
+        let kept: Vec<(&str, Vec<&str>)> = answer
+            .pod_resources
+            .iter()
+            .map(|p| {
+                let ids = &p.containers[0].devices[0].device_ids;
+                (p.name.as_str(), ids.iter().map(String::as_str).collect())
+            })
+            .collect();
+        assert_eq!(
+            kept,
+            [("train-0", vec!["GPU-a"]), ("train-1", vec!["GPU-c"])]
+        );
     }
 }
