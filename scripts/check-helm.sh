@@ -45,7 +45,7 @@ helm_check() { # check [binary]
   return $rc
 }
 
-step "values.schema.json and the values table are current (scripts/gen-helm.py --check)" \
+step "values.schema.json, the values table and restartKeys are current (scripts/gen-helm.py --check)" \
   python3 scripts/gen-helm.py --check "$bin"
 yamllint_config='{extends: default, rules: {line-length: {max: 100}, document-start: disable}}'
 step "yamllint the chart's values" yamllint --strict -d "$yamllint_config" \

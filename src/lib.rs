@@ -24,15 +24,10 @@ pub mod sampler;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use config::Config;
 
-/// How long open HTTP connections get to finish after the shutdown signal before they are dropped:
-/// a client that never finishes a request must not hold a rolling update hostage. The sampler
-/// stops meanwhile, and blocking work still running then is abandoned, so the process exits
-/// within this.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+pub use http::server::SHUTDOWN_GRACE;
 
 /// The exporter's own metrics that the running parts keep (the HTTP server's connections, the
 /// routes' scrape count, the reloader's outcome), each registered in the one registry the
@@ -53,44 +48,6 @@ impl SelfMetrics {
             reloads: reload::ReloadMetrics::new(&registry),
             registry,
         }
-    }
-}
-
-/// The encoder's settings from the configuration.
-pub fn metrics_options(config: &Config) -> metrics::MetricsOptions {
-    metrics::MetricsOptions {
-        pod_labels: config.pod_labels(),
-        max_processes_per_gpu: config.max_processes_per_gpu,
-        processes: config.processes,
-        dcgm_compat: config.dcgm_compat,
-        dcgm_release: config.dcgm_compat_version,
-        // Only the dcgm-exporter series carry it; asking the environment once is enough.
-        hostname: if config.dcgm_compat == metrics::dcgm::DcgmCompat::Off {
-            String::new()
-        } else {
-            metrics::dcgm::hostname()
-        },
-        groups: config.groups(),
-        max_series: config.max_series,
-        idle_threshold: config.idle_threshold,
-    }
-}
-
-/// The sampler's settings from the configuration.
-pub fn sampler_options(config: &Config) -> sampler::SamplerOptions {
-    sampler::SamplerOptions {
-        nvml_lib: config.nvml().library_path(),
-        interval: config.interval,
-        device_timeout: config.device_timeout(),
-        stale_grace: config.stale_grace(),
-        processes: config.processes.then(|| config.host_proc.clone()),
-        // With --dcgm-compat every group dcgm-exporter's fields come from is sampled, unless
-        // switched off by name, so that its fields are served whatever the native defaults.
-        groups: config.collectors.groups(match config.dcgm_compat {
-            metrics::dcgm::DcgmCompat::Off => groups::Groups::none(),
-            _ => metrics::dcgm::groups(),
-        }),
-        idle_threshold: config.idle_threshold,
     }
 }
 
@@ -117,16 +74,14 @@ pub async fn run(
         .kubernetes
         .then(|| kubernetes::StateHandle::new(&kubernetes_options));
     let own = SelfMetrics::new();
-    let encoder = metrics::Encoder::new(metrics_options(&config), own.registry);
+    let encoder = metrics::Encoder::new(config.metrics_options(), own.registry);
     let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
     publisher.set_job_mapping_dir(config.job_mapping_dir());
-    // A change of assignments is served at once (encoded off the runtime's workers), not at the
-    // next tick.
-    let kubelet =
-        kubelet_state.map(|state| reload::Kubelet::start(&kubernetes_options, state, &publisher));
+    let start_kubernetes = kubernetes_starter(&publisher);
+    let kubernetes = kubelet_state.map(|state| start_kubernetes(&kubernetes_options, state));
     let sampler = {
         let publisher = Arc::clone(&publisher);
-        sampler::Sampler::start(sampler_options(&config), move |snapshot| {
+        sampler::Sampler::start(config.sampler_options(), move |snapshot| {
             publisher.tick(snapshot)
         })?
     };
@@ -151,7 +106,8 @@ pub async fn run(
         web: web.file.clone(),
         publisher: Arc::clone(&publisher),
         sampler: sampler.live_options(),
-        kubelet,
+        kubernetes,
+        start_kubernetes,
         auth: Arc::clone(&auth),
         tls: web.tls.clone(),
         metrics: own.reloads,
@@ -180,13 +136,35 @@ pub async fn run(
     Ok(())
 }
 
+/// How the Kubernetes tasks start, here and again on a reload that changes their options: a change
+/// of assignments is served at once (encoded on a blocking thread, off the runtime's workers, not
+/// at the next tick), and the node condition reads the published snapshots.
+fn kubernetes_starter(publisher: &Arc<publish::Publisher>) -> reload::StartKubernetes {
+    let publisher = Arc::clone(publisher);
+    Box::new(move |options, state| {
+        let (changed, published) = (Arc::clone(&publisher), Arc::clone(&publisher));
+        kubernetes::Tasks::start(
+            options,
+            state,
+            move || {
+                let publisher = Arc::clone(&changed);
+                tokio::task::spawn_blocking(move || publisher.republish());
+            },
+            move || {
+                let current = published.current();
+                current.sampled.then(|| Arc::clone(&current.snapshot))
+            },
+        )
+    })
+}
+
 /// `--once`: one tick (and with `--kubernetes`, one `List` call), encoded. Returns the exposition
 /// text and whether NVML answered.
 pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
     for warning in startup_warnings(None) {
         tracing::warn!("{warning}");
     }
-    let mut snapshot = sampler::sample_once(&sampler_options(config));
+    let mut snapshot = sampler::sample_once(&config.sampler_options());
     if config.kubernetes {
         snapshot.kubernetes = Some(kubelet_once(&config.kubernetes_options()));
     }
@@ -197,7 +175,7 @@ pub fn sample_once(config: &Config) -> (Vec<u8>, bool) {
         tracing::error!(reason = %reason, "NVML is not available");
     }
     // The same families as a running exporter's, at their first values.
-    let encoder = metrics::Encoder::new(metrics_options(config), SelfMetrics::new().registry);
+    let encoder = metrics::Encoder::new(config.metrics_options(), SelfMetrics::new().registry);
     if let Some(seconds) = snapshot.tick_duration_seconds {
         encoder.observe_tick(seconds);
     }

@@ -12,9 +12,10 @@
 //!
 //! What can change applies as a whole, or nothing does: everything is read and checked first
 //! (options, bcrypt hashes, certificate and key), then applied. Applied at run time: the encoder's
-//! options ([`crate::metrics_options`]: the last tick is encoded again at once), the sampler's
-//! options ([`crate::sampler_options`], from the next tick), the Kubernetes options (the refresh
-//! task restarts; the kubelet state and its counters carry on), the basic-auth users (turning
+//! options ([`Config::metrics_options`]: the last tick is encoded again at once), the sampler's
+//! options ([`Config::sampler_options`], from the next tick), the Kubernetes options (their tasks
+//! are started anew by [`StartKubernetes`], which `lib.rs` gives; the kubelet state and its
+//! counters carry on), the basic-auth users (turning
 //! basic auth on, or changing the users) and the TLS settings and files. What was set up once at
 //! the start needs a restart: the listening socket (`listen`), the NVML library (`nvml_lib`,
 //! `demo`), the sampling schedule (`interval`, `device_timeout`, `stale_grace`, which the readiness
@@ -50,7 +51,7 @@ use crate::http::auth::AuthSwitch;
 use crate::http::settings::{build_auth, build_tls};
 use crate::http::tls::{Stamp, TlsReloader};
 use crate::http::web_config::WebConfigFile;
-use crate::kubernetes::{KubernetesOptions, StateHandle, Watcher, node_condition};
+use crate::kubernetes::{KubernetesOptions, StateHandle, Tasks};
 use crate::metrics::catalog::{
     self, CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL,
 };
@@ -79,45 +80,9 @@ pub struct Triggers {
     pub hangup: Option<Signal>,
 }
 
-/// The kubelet state and its refresh task, with `--kubernetes`, and the node condition's writer,
-/// with `--kubernetes-node-condition`.
-pub(crate) struct Kubelet {
-    /// The latest answer, shared with the publisher.
-    pub state: StateHandle,
-    /// Refreshes `state`; stops when dropped.
-    _watcher: Watcher,
-    /// Writes the GPUs' health to the node; stops when dropped.
-    _condition: Option<node_condition::Writer>,
-}
-
-impl Kubelet {
-    /// Refreshes `state` as `options` say, publishing every change of assignments at once (on a
-    /// blocking thread, since it encodes), and with `--kubernetes-node-condition` writes the
-    /// published health verdicts to the node. Called on the runtime.
-    pub(crate) fn start(
-        options: &KubernetesOptions,
-        state: StateHandle,
-        publisher: &Arc<Publisher>,
-    ) -> Self {
-        let condition = options.node_condition.as_ref().map(|api| {
-            let publisher = Arc::clone(publisher);
-            node_condition::Writer::spawn(api, options, state.clone(), move || {
-                let published = publisher.current();
-                published.sampled.then(|| Arc::clone(&published.snapshot))
-            })
-        });
-        let publisher = Arc::clone(publisher);
-        let watcher = Watcher::spawn(options, state.clone(), move || {
-            let publisher = Arc::clone(&publisher);
-            tokio::task::spawn_blocking(move || publisher.republish());
-        });
-        Kubelet {
-            state,
-            _watcher: watcher,
-            _condition: condition,
-        }
-    }
-}
+/// Starts the Kubernetes tasks (the kubelet refresh, the node condition's writer) for a reload
+/// that changes their options: given by `lib.rs`, which builds and starts every part.
+pub(crate) type StartKubernetes = Box<dyn Fn(&KubernetesOptions, StateHandle) -> Tasks + Send>;
 
 /// The configuration in force and the parts of the running exporter that a reload changes.
 pub(crate) struct Reloader {
@@ -126,7 +91,9 @@ pub(crate) struct Reloader {
     pub web: WebConfigFile,
     pub publisher: Arc<Publisher>,
     pub sampler: LiveOptions,
-    pub kubelet: Option<Kubelet>,
+    /// With `--kubernetes`, its tasks.
+    pub kubernetes: Option<Tasks>,
+    pub start_kubernetes: StartKubernetes,
     pub auth: Arc<AuthSwitch>,
     /// The TLS served, when it is on (turning it on or off needs a restart).
     pub tls: Option<Arc<TlsReloader>>,
@@ -337,7 +304,7 @@ impl Reloader {
         };
 
         let changed = new != self.config || web != self.web;
-        let sampler = crate::sampler_options(&new);
+        let sampler = new.sampler_options();
         if *self.sampler.get() != sampler {
             self.sampler.set(sampler);
         }
@@ -345,8 +312,8 @@ impl Reloader {
         if new.kubernetes != self.config.kubernetes
             || kubernetes != self.config.kubernetes_options()
         {
-            let state = self.kubelet.take().map(|k| k.state);
-            self.kubelet = new.kubernetes.then(|| {
+            let state = self.kubernetes.take().map(|k| k.state);
+            self.kubernetes = new.kubernetes.then(|| {
                 let state = match state {
                     Some(state) => {
                         state.reconfigure(&kubernetes);
@@ -354,12 +321,12 @@ impl Reloader {
                     }
                     None => StateHandle::new(&kubernetes),
                 };
-                Kubelet::start(&kubernetes, state, &self.publisher)
+                (self.start_kubernetes)(&kubernetes, state)
             });
         }
         self.publisher.reconfigure(
-            crate::metrics_options(&new),
-            self.kubelet.as_ref().map(|k| k.state.clone()),
+            new.metrics_options(),
+            self.kubernetes.as_ref().map(|k| k.state.clone()),
         );
         self.publisher.set_job_mapping_dir(new.job_mapping_dir());
         if let (Some(served), Some(tls)) = (&self.tls, tls) {
@@ -414,31 +381,12 @@ impl Reloader {
             .any(|path| reads_empty(path))
     }
 
-    /// Gives the options that need a restart their running values back in `new` and `web`, and
-    /// returns the names of those that the files changed.
+    /// Gives the options that need a restart ([`config::RESTART_OPTIONS`]) their running values
+    /// back in `new` and `web`, and returns the names of those that the files changed.
     fn keep_restart_options(&self, new: &mut Config, web: &mut WebConfigFile) -> Vec<&'static str> {
-        let old = &self.config;
-        let mut changed = Vec::new();
-        macro_rules! keep {
-            ($($field:ident),*) => {$(
-                if new.$field != old.$field {
-                    changed.push(stringify!($field));
-                    new.$field = old.$field.clone();
-                }
-            )*};
-        }
-        keep!(
-            listen,
-            nvml_lib,
-            demo,
-            interval,
-            device_timeout,
-            stale_grace,
-            log_format,
-            log_level
-        );
+        let mut changed = new.keep_restart_options(&self.config);
         // Not an option of a running exporter: a file may say it, and it means nothing here.
-        new.once = old.once;
+        new.once = self.config.once;
         // Turning TLS off was refused before: only turning it on is left.
         if web.tls.is_some() != self.tls.is_some() {
             changed.push("tls_server_config (turning TLS on)");

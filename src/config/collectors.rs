@@ -254,7 +254,7 @@ mod tests {
         // --dcgm-compat samples what dcgm-exporter's fields come from, unless turned off by name;
         // the native families served stay those of the groups on.
         let c = load_args(&["--dcgm-compat=both"]).unwrap();
-        let sampled = crate::sampler_options(&c).groups;
+        let sampled = c.sampler_options().groups;
         assert!(sampled.contains(Group::Clocks) && sampled.contains(Group::ClockEvents));
         assert!(
             !sampled.contains(Group::NvlinkLinks),
@@ -262,9 +262,9 @@ mod tests {
         );
         assert_eq!(c.groups(), Groups::defaults());
         let c = load_args(&["--dcgm-compat", "--no-collector.clocks"]).unwrap();
-        assert!(!crate::sampler_options(&c).groups.contains(Group::Clocks));
+        assert!(!c.sampler_options().groups.contains(Group::Clocks));
         let c = load_args(&[]).unwrap();
-        assert_eq!(crate::sampler_options(&c).groups, Groups::defaults());
+        assert_eq!(c.sampler_options().groups, Groups::defaults());
         let c = load_args(&["--collector.memory=false"]).unwrap();
         assert!(!c.groups().contains(Group::Memory));
         let f = file("collector.disable-defaults = true\ncollector.power = true\n");

@@ -41,6 +41,19 @@ struct Cli {
     options: Config,
 }
 
+/// The command line's parser, with what a reload applies said after the options.
+fn command() -> clap::Command {
+    let restart: Vec<String> = super::RESTART_OPTIONS
+        .iter()
+        .map(|key| format!("--{}", key.replace('_', "-")))
+        .collect();
+    Cli::command().after_help(format!(
+        "SIGHUP, and a change of the --config or --web-config file, reload the configuration, \
+         except these options, which need a restart: {}.",
+        restart.join(", ")
+    ))
+}
+
 /// Subcommands; without one the exporter serves.
 #[derive(Debug, clap::Subcommand)]
 enum Command {
@@ -75,7 +88,7 @@ where
 {
     let args: Vec<T> = args.into_iter().collect();
     check_collector_names(args.iter().cloned())?;
-    let mut command = Cli::command();
+    let mut command = command();
     let mut matches = command.try_get_matches_from_mut(args)?;
     let cli = Cli::from_arg_matches(&matches)?;
     let check_config = cli.command.is_some();

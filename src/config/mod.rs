@@ -11,13 +11,16 @@
 //! `main` turns it into exit status 2.
 //!
 //! The configuration sits above the parts it configures: each part takes its own options struct,
-//! built here from the `Config` ([`Config::kubernetes_options`]; the sampler's and the encoder's
-//! in `lib.rs`), and none of them imports this module.
+//! built in `parts` from the `Config` ([`Config::kubernetes_options`],
+//! [`Config::sampler_options`], [`Config::metrics_options`]), and none of them imports this
+//! module. The options a running exporter applies only at start are declared once here
+//! ([`RESTART_OPTIONS`]): a reload keeps them, `--help` lists them, the Helm chart restarts its
+//! pods for them.
 //!
 //! Here: the options, their defaults and the values derived from them; in `loading`, the command
 //! line, the file and where each value came from; in `validate`, the refused values; in
-//! `collectors`, the `--collector.NAME` switches; in `values`, the parsers of durations, addresses
-//! and URLs that the flags and the file share.
+//! `collectors`, the `--collector.NAME` switches; in `parts`, each part's options; in `values`,
+//! the parsers of durations, addresses and URLs that the flags and the file share.
 //!
 //! Adding an option: a field of [`Config`] (its doc comment is the help text; `#[arg]` gives the
 //! flag, the variable and the default; `#[serde(deserialize_with)]` when the file writes the value
@@ -26,6 +29,7 @@
 
 mod collectors;
 mod loading;
+mod parts;
 mod validate;
 mod values;
 
@@ -40,7 +44,6 @@ use clap::{ArgAction, Args, FromArgMatches, ValueEnum};
 use serde::Deserialize;
 
 use crate::groups::{Group, Groups};
-use crate::kubernetes::{ApiServer, DraOptions, KubernetesOptions, PodsOptions};
 use crate::metrics::dcgm::{DcgmCompat, DcgmRelease};
 
 use values::{
@@ -482,37 +485,6 @@ impl Config {
             .collect()
     }
 
-    /// What the kubelet refresh reads (`--kubernetes-*`, `--kubelet-*`), defaults resolved: the
-    /// pod list only where it is fetched, DRA only with `--kubernetes-dra`.
-    pub fn kubernetes_options(&self) -> KubernetesOptions {
-        KubernetesOptions {
-            pod_resources_socket: self.pod_resources_socket.clone(),
-            resource_names: self.kubernetes_resource_names.clone(),
-            refresh: self.kubernetes_refresh(),
-            timeout: self.kubernetes_timeout,
-            token_file: self.kubelet_token_file.clone(),
-            pods: self.fetch_pods().then(|| PodsOptions {
-                url: self.kubelet_url.clone(),
-                ca_file: (!self.kubelet_insecure_tls).then(|| self.kubelet_ca_file.clone()),
-                copied: self.copied_pod_metadata(),
-            }),
-            dra: self.kubernetes_dra.then(|| DraOptions {
-                driver: self.kubernetes_dra_driver.clone(),
-                api: self.api_server(),
-            }),
-            node_condition: self.kubernetes_node_condition.then(|| self.api_server()),
-        }
-    }
-
-    /// This node in the API server, as DRA and the node condition reach it.
-    fn api_server(&self) -> ApiServer {
-        ApiServer {
-            node_name: self.kubernetes_node_name.clone().unwrap_or_default(),
-            url: self.kubernetes_api_url(),
-            ca_file: self.kubernetes_api_ca_file.clone(),
-        }
-    }
-
     /// The HPC job mapping directory read: `--hpc-job-mapping-dir`, while the `jobs` group is on
     /// (a group that is off is not read).
     pub fn job_mapping_dir(&self) -> Option<&std::path::Path> {
@@ -532,6 +504,45 @@ impl Config {
         self.kubernetes && self.kubernetes_labels
     }
 }
+
+/// Declares, once, the options a running exporter applies only at start: [`RESTART_OPTIONS`]
+/// (what `--help` lists and the Helm chart restarts its pods for) and
+/// [`Config::keep_restart_options`] (what a reload keeps).
+macro_rules! restart_options {
+    ($($field:ident),* $(,)?) => {
+        /// The options the exporter applies only at start, by file key: a reload keeps their
+        /// running values and logs that they need a restart.
+        pub const RESTART_OPTIONS: &[&str] = &[$(stringify!($field)),*];
+
+        impl Config {
+            /// Gives the options that need a restart their values in `running` back, and returns
+            /// the names of those that differed.
+            pub fn keep_restart_options(&mut self, running: &Config) -> Vec<&'static str> {
+                let mut changed = Vec::new();
+                $(
+                    if self.$field != running.$field {
+                        changed.push(stringify!($field));
+                        self.$field = running.$field.clone();
+                    }
+                )*
+                changed
+            }
+        }
+    };
+}
+
+// The listening socket, the NVML library, the sampling schedule (which the readiness rule and
+// several defaults follow) and logging are set up once.
+restart_options!(
+    listen,
+    nvml_lib,
+    demo,
+    interval,
+    device_timeout,
+    stale_grace,
+    log_format,
+    log_level,
+);
 
 /// A label or annotation key as a Prometheus label name: every character outside
 /// `[a-zA-Z0-9_]` becomes `_` (`kueue.x-k8s.io/queue-name` → `kueue_x_k8s_io_queue_name`).

@@ -19,7 +19,7 @@
 //! - A kept-alive connection serves at most [`MAX_REQUESTS_PER_CONNECTION`] requests; the last
 //!   response says `Connection: close`.
 //! - On shutdown the listener closes, open connections finish their current request and close;
-//!   whatever is still open after [`crate::SHUTDOWN_GRACE`] is dropped.
+//!   whatever is still open after [`SHUTDOWN_GRACE`] is dropped.
 
 use std::convert::Infallible;
 use std::io;
@@ -44,6 +44,12 @@ use tower::ServiceExt;
 
 use super::connections::{self, CloseReason, Conn, ConnectionMetrics, Registry, Tracked, Tracker};
 use super::tls::TlsReloader;
+
+/// How long open HTTP connections get to finish after the shutdown signal before they are dropped:
+/// a client that never finishes a request must not hold a rolling update hostage. The sampler
+/// stops meanwhile, and blocking work still running then is abandoned, so the process exits
+/// within this.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Time a client gets to send a whole request head, to finish a TLS handshake, and to send its
 /// next request on a kept-alive connection ([`connections::ALLOWANCE`]; shorter under pressure).
@@ -136,8 +142,8 @@ pub async fn serve(
     drop(listener);
     tokio::select! {
         _ = graceful.shutdown() => {}
-        _ = tokio::time::sleep(crate::SHUTDOWN_GRACE) => tracing::warn!(
-            "connections still open {:?} after shutdown; closing them", crate::SHUTDOWN_GRACE
+        _ = tokio::time::sleep(SHUTDOWN_GRACE) => tracing::warn!(
+            "connections still open {:?} after shutdown; closing them", SHUTDOWN_GRACE
         ),
     }
     sweeper.abort();

@@ -56,7 +56,7 @@ use std::time::Duration;
 
 use http::Uri;
 
-use crate::sample::{KubeletError, KubernetesState, PodAssignment};
+use crate::sample::{KubeletError, KubernetesState, PodAssignment, Snapshot};
 
 use mapping::ResourceFilter;
 use pod_resources::PodResourcesClient;
@@ -215,6 +215,38 @@ impl Watcher {
 impl Drop for Watcher {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+/// The Kubernetes tasks of a running exporter: the kubelet refresh and, with
+/// `--kubernetes-node-condition`, the node condition's writer. Both stop when dropped.
+#[derive(Debug)]
+pub struct Tasks {
+    /// The latest kubelet answer, shared with the publisher.
+    pub state: StateHandle,
+    _watcher: Watcher,
+    _condition: Option<node_condition::Writer>,
+}
+
+impl Tasks {
+    /// Refreshes `state` as `options` say, calling `on_change` when the assignments or the pod
+    /// list change, and with `--kubernetes-node-condition` writes the verdicts of `current` (the
+    /// last published snapshot) to the node. Called on the runtime.
+    pub fn start(
+        options: &KubernetesOptions,
+        state: StateHandle,
+        on_change: impl Fn() + Send + Sync + 'static,
+        current: impl Fn() -> Option<Arc<Snapshot>> + Send + 'static,
+    ) -> Tasks {
+        let condition = options
+            .node_condition
+            .as_ref()
+            .map(|api| node_condition::Writer::spawn(api, options, state.clone(), current));
+        Tasks {
+            _watcher: Watcher::spawn(options, state.clone(), on_change),
+            _condition: condition,
+            state,
+        }
     }
 }
 

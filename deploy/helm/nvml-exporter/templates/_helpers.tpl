@@ -73,8 +73,8 @@ annotations to copy, which are read from there. */}}
 
 {{/*
 The configuration file: config with the collectors as its `collector` table. The keys of
-restartKeys are the options the exporter applies only at start (src/reload.rs,
-keep_restart_options; scripts/check-helm.sh checks the list against it).
+restartKeys are the options the exporter applies only at start (its --help lists them;
+scripts/gen-helm.py writes the list from there).
 */}}
 {{- define "nvml-exporter.config" -}}
 {{- $config := deepCopy .Values.config }}
