@@ -4,7 +4,8 @@
 //! The catalog is the one table: each [`Dcgm`] entry of a row says which DCGM field the row (or
 //! the series with one label value of it) corresponds to, the unit DCGM serves it in, its
 //! `# TYPE` and `# HELP`, and how several native series make the one DCGM value of a GPU (NVLink
-//! error counts are per link natively, per GPU in DCGM). Fields are served in catalog order.
+//! error counts are per link natively, per GPU in DCGM). Fields are served in catalog order, or
+//! by name where the release's renderer sorts them.
 //!
 //! Which release of dcgm-exporter is spoken (`--dcgm-compat-version`) is one row of
 //! [`DIALECTS`], taken from that release's own files (the facts the tests check the served fields
@@ -86,7 +87,8 @@ pub struct Dialect {
     /// The label holding the driver version: the `label` field of the release's counter file.
     pub driver_label: &'static str,
     /// The families are rendered in name order (the renderer of 4.8.3 and later sorts them),
-    /// else in catalog order (the order of the counter file, as 4.8.2 renders them).
+    /// else in catalog order (4.8.2 renders them in no fixed order: its template ranges over a
+    /// map keyed by counter).
     pub name_order: bool,
     /// The fields whose name or `# HELP` the release's counter file gives differently from the
     /// catalog's entry.

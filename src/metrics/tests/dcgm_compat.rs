@@ -96,7 +96,7 @@ fn each_release_names_its_hostname_label_orders_families_and_renames_fields() {
         assert!(t.contains(r#"modelName="NVIDIA H100 80GB HBM3",hostname="node-a","#));
         assert!(!t.contains("Hostname="));
     }
-    // 4.8.2 renders in its counter file's order (the catalog's), 4.8.3 and 4.8.4 by name.
+    // 4.8.2's dialect keeps the catalog's order (4.8.2 has none), 4.8.3 and 4.8.4 sort by name.
     assert_eq!(f2.first().map(String::as_str), Some("DCGM_FI_DEV_GPU_UTIL"));
     let mut sorted = f2.clone();
     sorted.sort();
