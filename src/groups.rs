@@ -32,6 +32,8 @@ pub enum Group {
     Bar1,
     /// Power draw, limit and energy.
     Power,
+    /// The power management (requested) limit beside the enforced one.
+    PowerLimits,
     /// Temperatures, fans, thermal slowdown.
     Thermal,
     /// Temperature thresholds.
@@ -194,6 +196,12 @@ pub const GROUPS: &[GroupInfo] = &[
         "temperature thresholds (slowdown, shutdown, maximum operating)",
     ),
     info(
+        Group::PowerLimits,
+        "power-limits",
+        false,
+        "the power management limit set for the board, above the enforced one when another limiter caps it",
+    ),
+    info(
         Group::PcieLink,
         "pcie-link",
         false,
@@ -282,6 +290,7 @@ pub const DROP_ORDER: &[Group] = &[
     Group::Pipes,
     Group::ClockEvents,
     Group::ThermalThresholds,
+    Group::PowerLimits,
     Group::Clocks,
     Group::PcieLink,
     Group::EccLifetime,

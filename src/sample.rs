@@ -246,8 +246,11 @@ pub struct DeviceSample {
 
     /// Power draw.
     pub power_watts: Option<f64>,
-    /// The enforced power limit.
+    /// The power limit the driver enforces after all limiters (`nvmlDeviceGetEnforcedPowerLimit`).
     pub power_limit_watts: Option<f64>,
+    /// The power management limit set for the board (`nvmlDeviceGetPowerManagementLimit`): the
+    /// requested limit, above the enforced one when another limiter caps the board.
+    pub power_management_limit_watts: Option<f64>,
     /// Energy since the driver was loaded.
     pub energy_joules: Option<f64>,
 
@@ -289,6 +292,9 @@ pub struct DeviceSample {
     pub last_xid_timestamp_seconds: Option<f64>,
     /// The code of the last XID event seen (dcgm-exporter's `DCGM_FI_DEV_XID_ERRORS`).
     pub last_xid: Option<u64>,
+    /// Whether the device's XID events are watched (registered with the event thread): only
+    /// then does the absence of `last_xid` mean that none has happened.
+    pub xids_watched: bool,
 
     /// Each NVLink link, by link number.
     pub nvlinks: Vec<NvLinkSample>,

@@ -1,9 +1,11 @@
 //! `--dcgm-compat` end to end: the real exporter on the simulated H100s serves, for each release
 //! of dcgm-exporter whose facts are kept in tests/fixtures/dcgm-exporter/, every field of that
-//! release's counter file (`fields.txt`) under its name, type and labels (or the migration guide
-//! says why not), and what that release's own Grafana dashboard queries (`dashboard.promql`); the
-//! compat exposition of the
-//! default scenario matches its golden file, and the option is read from the environment like
+//! release's counter file (`fields.txt`, and its Helm chart's `helm-fields.txt`) under its name,
+//! type, help and labels in order (or the migration guide says why not), the fields it ships
+//! commented out (`optional.txt`) under their types, and what dcgm-exporter's own Grafana
+//! dashboard queries (`dashboard.promql`); the XID field reads 0 on every GPU until its first
+//! XID; the two power limits are their own readings; each release's compat exposition of the
+//! default scenario matches its golden file, and the options are read from the environment like
 //! every other.
 
 mod common;
@@ -22,53 +24,86 @@ struct Release {
     /// counter file, from its label code (`internal/pkg/rendermetrics/render_metrics.go` at the
     /// release's commit): the hostname label is `NODE_NAME`, set by these tests.
     identity: &'static [&'static str],
+    /// The release whose `dashboard.promql` is this one's dashboard: its own where it is at
+    /// hand, else the newest earlier one (tests/fixtures/dcgm-exporter/README.md says why).
+    dashboard: &'static str,
 }
 
-const RELEASES: &[Release] = &[Release {
-    version: "4.8.2",
-    identity: &[
-        "gpu",
-        "UUID",
-        "pci_bus_id",
-        "device",
-        "modelName",
-        "Hostname",
-    ],
-}];
+const RELEASES: &[Release] = &[
+    Release {
+        version: "4.8.2",
+        identity: &[
+            "gpu",
+            "UUID",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "Hostname",
+        ],
+        dashboard: "4.8.2",
+    },
+    Release {
+        version: "4.8.3",
+        identity: &[
+            "gpu",
+            "UUID",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "hostname",
+        ],
+        dashboard: "4.8.2",
+    },
+    Release {
+        version: "4.8.4",
+        identity: &[
+            "gpu",
+            "UUID",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "hostname",
+        ],
+        dashboard: "4.8.2",
+    },
+];
+
+/// Labels dcgm-exporter adds to one field's series after the `label` fields, in the name order
+/// it renders them in (`internal/pkg/collector/gpu_collector.go` at each release's commit):
+/// the XID field's code and its text.
+const FIELD_ATTRIBUTES: &[(&str, &[&str])] =
+    &[("DCGM_FI_DEV_XID_ERRORS", &["err_code", "err_msg"])];
 
 impl Release {
     fn file(&self, name: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/dcgm-exporter")
-            .join(self.version)
-            .join(name)
+        fixture(self.version, name)
     }
 
     /// The active fields of the release's counter file (`etc/default-counters.csv`), in its
-    /// order, as `fields.txt` lists them: field, Prometheus type (`gauge`, `counter` or `label`).
-    fn default_counters(&self) -> Vec<(String, String)> {
-        let path = self.file("fields.txt");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let rows: Vec<(String, String)> = text
-            .lines()
-            .map(|l| {
-                let row = l
-                    .split_once(' ')
-                    .filter(|(field, kind)| {
-                        field.starts_with("DCGM_") && ["gauge", "counter", "label"].contains(kind)
-                    })
-                    .map(|(field, kind)| (field.to_string(), kind.to_string()));
-                row.unwrap_or_else(|| panic!("{}: not FIELD TYPE: {l:?}", path.display()))
-            })
-            .collect();
-        assert!(!rows.is_empty(), "{}: no fields", path.display());
-        rows
+    /// order, as `fields.txt` lists them: field, Prometheus type (`gauge`, `counter` or
+    /// `label`), help text.
+    fn default_counters(&self) -> Vec<(String, String, String)> {
+        rows(&self.file("fields.txt"), true)
+    }
+
+    /// `FIELD TYPE` rows of one of the release's other lists: `optional.txt` (the rows its
+    /// counter file ships commented out) or `helm-fields.txt` (its Helm chart's default
+    /// ConfigMap, where at hand: empty otherwise).
+    fn listed(&self, name: &str) -> Vec<(String, String)> {
+        let path = self.file(name);
+        if name == "helm-fields.txt" && !path.exists() {
+            return Vec::new();
+        }
+        rows(&path, false)
+            .into_iter()
+            .map(|(field, kind, _)| (field, kind))
+            .collect()
     }
 
     /// Every query of the release's dashboard, as `dashboard.promql` lists them: each panel
     /// target's expression, then each variable's `label_values` query (`#` lines are comments).
     fn dashboard_queries(&self) -> Vec<String> {
-        let text = std::fs::read_to_string(self.file("dashboard.promql")).unwrap();
+        let text = std::fs::read_to_string(fixture(self.dashboard, "dashboard.promql")).unwrap();
         text.lines()
             .map(str::trim)
             .filter(|l| !l.is_empty() && !l.starts_with('#'))
@@ -95,6 +130,43 @@ impl Release {
             .unwrap_or(rest.len());
         rest[..end].to_string()
     }
+}
+
+fn fixture(version: &str, name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/dcgm-exporter")
+        .join(version)
+        .join(name)
+}
+
+/// The `FIELD TYPE HELP` (`with_help`) or `FIELD TYPE` rows of a fixture file.
+fn rows(path: &Path, with_help: bool) -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let rows: Vec<_> = text
+        .lines()
+        .map(|l| {
+            let mut parts = l.splitn(3, ' ');
+            let (field, kind) = (parts.next().unwrap(), parts.next().unwrap_or_default());
+            let help = parts.next().unwrap_or_default();
+            assert!(
+                field.starts_with("DCGM_")
+                    && ["gauge", "counter", "label"].contains(&kind)
+                    && help.is_empty() != with_help,
+                "{}: not FIELD TYPE{}: {l:?}",
+                path.display(),
+                if with_help { " HELP" } else { "" }
+            );
+            (field.to_string(), kind.to_string(), help.to_string())
+        })
+        .collect();
+    assert!(!rows.is_empty(), "{}: no fields", path.display());
+    rows
+}
+
+/// The `# HELP` text of family `name` in `m`.
+fn help_of<'m>(m: &'m Exposition, name: &str) -> Option<&'m str> {
+    let prefix = format!("# HELP {name} ");
+    m.text.lines().find_map(|l| l.strip_prefix(prefix.as_str()))
 }
 
 /// Labels a dashboard filters or groups by that the exporter rightly does not serve: `instance`,
@@ -216,24 +288,38 @@ fn assert_dashboard_is_served(m: &Exposition, release: &Release) {
 }
 
 /// Checks that every active field of `release`'s counter file is served by `m` under
-/// its name and type on each GPU, with the release's labels in the order its label code writes
-/// them, unless the release's section of the migration guide names it (and says why it is absent
-/// or served on fewer GPUs); the `label` fields are labels of those series.
+/// its name, type and help on each GPU, with the release's labels in the order its label code
+/// writes them, unless the release's section of the migration guide names it (and says why it is
+/// absent, served on fewer GPUs or without a label); the `label` fields are labels of those
+/// series. The fields of its Helm chart's ConfigMap are among them, and a served field that it
+/// ships commented out has the type it gives.
 fn assert_default_counters_are_served(m: &Exposition, release: &Release, node: &str) {
     let rows = release.default_counters();
     let section = release.migration_section();
     let mut labels: Vec<&str> = release.identity.to_vec();
     labels.extend(
         rows.iter()
-            .filter(|(_, kind)| kind == "label")
-            .map(|(field, _)| field.as_str()),
+            .filter(|(_, kind, _)| kind == "label")
+            .map(|(field, _, _)| field.as_str()),
     );
     let hostname = release
         .identity
         .iter()
         .find(|l| l.eq_ignore_ascii_case("hostname"))
         .expect("a hostname label");
-    for (field, kind) in rows.iter().filter(|(_, kind)| kind != "label") {
+    for (field, kind) in release.listed("helm-fields.txt") {
+        assert!(
+            rows.iter().any(|(f, k, _)| *f == field && *k == kind),
+            "{}: the Helm ConfigMap's {field} {kind} is no default field",
+            release.version
+        );
+    }
+    for (field, kind) in release.listed("optional.txt") {
+        if let Some(served) = m.types.get(&field) {
+            assert_eq!(*served, kind, "{}: {field}'s type", release.version);
+        }
+    }
+    for (field, kind, help) in rows.iter().filter(|(_, kind, _)| kind != "label") {
         let series = m.find(field, &[]);
         // A field the release's section names is served differently or not at all, as it says.
         let documented = section.contains(&format!("`{field}`"));
@@ -252,6 +338,12 @@ fn assert_default_counters_are_served(m: &Exposition, release: &Release, node: &
             release.version
         );
         assert!(
+            help_of(m, field) == Some(help.as_str()) || documented,
+            "{}: {field}'s help is {:?}, not {help:?}",
+            release.version,
+            help_of(m, field)
+        );
+        assert!(
             series.len() == 8 || documented,
             "{}: {field} on {} GPUs of 8",
             release.version,
@@ -265,7 +357,18 @@ fn assert_default_counters_are_served(m: &Exposition, release: &Release, node: &
                 release.version
             );
         }
-        // The labels in the order they are written: dcgm-exporter's template order.
+        // The labels in the order they are written: dcgm-exporter's template order, then the
+        // field's own attributes, but a "`NAME` label" the release's section says is not served.
+        let mut field_labels = labels.clone();
+        for (f, attributes) in FIELD_ATTRIBUTES {
+            if f == field {
+                field_labels.extend(
+                    attributes
+                        .iter()
+                        .filter(|a| !section.contains(&format!("`{a}` label"))),
+                );
+            }
+        }
         for line in m
             .text
             .lines()
@@ -275,13 +378,14 @@ fn assert_default_counters_are_served(m: &Exposition, release: &Release, node: &
                 .split("\",")
                 .map(|pair| pair.split('=').next().unwrap())
                 .collect();
-            assert_eq!(names, labels, "{}: {line}", release.version);
+            assert_eq!(names, field_labels, "{}: {line}", release.version);
         }
     }
 }
 
 /// The exporter on the 8-GPU scenario with `args`, once the GPM-based fields are served (they
-/// need two ticks).
+/// need two ticks) and every GPU's XID field (the XID events are registered), before the
+/// scenario's first XID (GPU 6, 30 s in).
 fn exporter_with_gpm(args: &[&str]) -> (Exporter, Exposition) {
     let h100 = scenario("h100x8");
     let mut all = vec!["--interval", "200ms", "--log-level", "info"];
@@ -293,9 +397,15 @@ fn exporter_with_gpm(args: &[&str]) -> (Exporter, Exposition) {
         ],
         &all,
     );
-    let m = e.wait_metrics(Duration::from_secs(15), "GPM fields", |m| {
+    let m = e.wait_metrics(Duration::from_secs(15), "GPM and XID fields", |m| {
         !m.find("DCGM_FI_PROF_GR_ENGINE_ACTIVE", &[]).is_empty()
+            && m.find("DCGM_FI_DEV_XID_ERRORS", &[]).len() == 8
     });
+    // No XID yet: 0 on every GPU, as dcgm-exporter serves it, with its code as err_code.
+    for s in m.find("DCGM_FI_DEV_XID_ERRORS", &[]) {
+        assert_eq!(s.value, 0.0, "{s:?}");
+        assert_eq!(s.labels["err_code"], "0", "{s:?}");
+    }
     (e, m)
 }
 
@@ -356,19 +466,107 @@ fn each_release_default_counters_and_dashboard_are_served_in_both_mode() {
 }
 
 #[test]
-fn default_scenario_matches_the_compat_golden_file() {
-    let out = run_once(
-        &[("NVML_SIM_TIME", "60"), ("NODE_NAME", "golden-node")],
-        &["--dcgm-compat"],
+fn default_scenario_matches_each_release_golden_file() {
+    for release in RELEASES {
+        let out = run_once(
+            &[("NVML_SIM_TIME", "60"), ("NODE_NAME", "golden-node")],
+            &["--dcgm-compat", "--dcgm-compat-version", release.version],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let actual = strip_volatile(&String::from_utf8_lossy(&out.stdout));
+        // The default release's file keeps its name.
+        let golden = match release.version {
+            "4.8.2" => "h100x8-dcgm.prom".to_string(),
+            v => format!("h100x8-dcgm-{v}.prom"),
+        };
+        assert_golden(&golden, &actual, "dcgm_compat");
+    }
+}
+
+#[test]
+fn the_xid_field_reads_0_until_the_first_xid_then_its_code() {
+    // The simulated clock starts 2 s before GPU 6's XID 79.
+    let h100 = scenario("h100x8");
+    let e = Exporter::start(
+        &[
+            ("NVML_SIM_SCENARIO", h100.to_str().unwrap()),
+            ("NVML_SIM_START", "28"),
+        ],
+        &[
+            "--interval",
+            "200ms",
+            "--dcgm-compat",
+            "--dcgm-compat-version",
+            "4.8.4",
+        ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let actual = strip_volatile(&String::from_utf8_lossy(&out.stdout));
-    assert_golden("h100x8-dcgm.prom", &actual, "dcgm_compat");
+    let before = e.wait_metrics(Duration::from_secs(15), "the XID field", |m| {
+        m.find("DCGM_FI_DEV_XID_ERRORS", &[]).len() == 8
+    });
+    let after = e.wait_metrics(Duration::from_secs(15), "GPU 6's XID 79", |m| {
+        m.gpu_value("DCGM_FI_DEV_XID_ERRORS", 6, &[]) == Some(79.0)
+    });
+    // GPU 6 reads 0 too until its XID, unless that came within the first scrape (the other
+    // tests start the scenario at 0, well before it).
+    let gpu6 = before.gpu_value("DCGM_FI_DEV_XID_ERRORS", 6, &[]);
+    assert!(gpu6 == Some(0.0) || gpu6 == Some(79.0), "{gpu6:?}");
+    for gpu in 0..8 {
+        if gpu != 6 {
+            assert_eq!(
+                before.gpu_value("DCGM_FI_DEV_XID_ERRORS", gpu, &[]),
+                Some(0.0)
+            );
+        }
+        let want = if gpu == 6 { "79" } else { "0" };
+        assert_eq!(
+            after.gpu_value("DCGM_FI_DEV_XID_ERRORS", gpu, &[("err_code", want)]),
+            Some(want.parse().unwrap()),
+            "gpu {gpu}"
+        );
+    }
+}
+
+#[test]
+fn the_management_and_the_enforced_power_limit_are_each_their_own() {
+    // a100x4.toml's GPU 3 is held to 300 W by another limiter below its 400 W management limit;
+    // the other GPUs enforce their 400 W management limit.
+    let a100 = scenario("a100x4");
+    for release in ["4.8.2", "4.8.4"] {
+        let out = run_once(
+            &[("NVML_SIM_SCENARIO", a100.to_str().unwrap())],
+            &[
+                "--dcgm-compat=both",
+                "--dcgm-compat-version",
+                release,
+                "--collector.power-limits",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{release}");
+        let m = Exposition::parse(&String::from_utf8_lossy(&out.stdout));
+        for gpu in 0..4 {
+            let enforced = if gpu == 3 { 300.0 } else { 400.0 };
+            let pairs = [
+                ("DCGM_FI_DEV_POWER_MGMT_LIMIT", 400.0),
+                ("nvidia_gpu_power_management_limit_watts", 400.0),
+                ("DCGM_FI_DEV_ENFORCED_POWER_LIMIT", enforced),
+                ("nvidia_gpu_power_limit_watts", enforced),
+            ];
+            for (name, want) in pairs {
+                assert_eq!(
+                    m.gpu_value(name, gpu, &[]),
+                    Some(want),
+                    "{release} {name} gpu {gpu}"
+                );
+            }
+        }
+        // The limiter caps the draw.
+        assert!(m.gpu_value("nvidia_gpu_power_watts", 3, &[]).unwrap() <= 300.0);
+    }
 }
 
 #[test]

@@ -346,11 +346,13 @@ fn xid_events_are_counted_per_gpu_and_code() {
         .gpu_value("nvidia_gpu_last_xid_timestamp_seconds", 6, &[])
         .expect("time of the last XID");
     assert!(when > 1.7e9);
-    // --dcgm-compat: the code of the last XID, on that GPU only.
+    // --dcgm-compat: the code of the last XID on that GPU, 0 on the others (none yet).
     let dcgm = m.find("DCGM_FI_DEV_XID_ERRORS", &[]);
-    assert_eq!(dcgm.len(), 1, "{dcgm:?}");
-    assert_eq!(dcgm[0].labels["gpu"], "6");
-    assert_eq!(dcgm[0].value, 79.0);
+    assert_eq!(dcgm.len(), 8, "{dcgm:?}");
+    for s in dcgm {
+        let want = if s.labels["gpu"] == "6" { 79.0 } else { 0.0 };
+        assert_eq!(s.value, want, "{s:?}");
+    }
     assert!(
         m.find("nvidia_gpu_xid_errors_total", &[])
             .iter()

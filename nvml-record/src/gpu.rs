@@ -218,8 +218,17 @@ impl GpuRecording {
         put("fans", int(fans.into()));
 
         let mut power = Vec::new();
-        if let Ok(mw) = d.enforced_power_limit() {
+        // The management limit, and the enforced one where another limiter holds the board
+        // below it (a board that answers only one of them gets it as its limit).
+        let management = d.power_management_limit().ok();
+        let enforced = d.enforced_power_limit().ok();
+        if let Some(mw) = management.or(enforced) {
             power.push(("limit_w", watts(mw)));
+        }
+        if let (Some(m), Some(e)) = (management, enforced)
+            && e < m
+        {
+            power.push(("enforced_limit_w", watts(e)));
         }
         if let Ok(mw) = d.power_management_limit_default() {
             power.push(("default_limit_w", watts(mw)));

@@ -127,9 +127,10 @@ impl Sample {
         let intensity = non_negative(load.power.as_ref().unwrap_or(&load.utilization).at(t));
 
         let p = &gpu.power;
+        let limit_w = p.enforced_w();
         let demand = p.idle_w + intensity * (p.default_limit_w - p.idle_w);
-        let power_w = demand.min(p.limit_w);
-        let power_capped = demand > p.limit_w;
+        let power_w = demand.min(limit_w);
+        let power_capped = demand > limit_w;
 
         let th = &gpu.thermal;
         let temperature_c = th.ambient_c
@@ -150,7 +151,7 @@ impl Sample {
             // Uncapped, the board boosts to its max clock; under the power cap it settles where
             // the allowed share of the dynamic power range puts it between base and max.
             let share = if power_capped {
-                ((p.limit_w - p.idle_w) / (demand - p.idle_w)).clamp(0.0, 1.0)
+                ((limit_w - p.idle_w) / (demand - p.idle_w)).clamp(0.0, 1.0)
             } else {
                 1.0
             };
@@ -269,6 +270,15 @@ mod tests {
             "{}",
             capped.sm_mhz
         );
+
+        // Another limiter below the management limit caps the board at its own limit.
+        let limited = Sample::at(
+            &gpu("power = { limit_w = 700, enforced_limit_w = 400 }\nload = { utilization = 1.0 }"),
+            0.0,
+        );
+        assert_eq!(limited.power_w, 400.0);
+        assert_eq!(limited.reasons, REASON_SW_POWER_CAP);
+        assert_eq!(limited.sm_mhz, capped.sm_mhz);
     }
 
     #[test]

@@ -154,8 +154,13 @@ fn default_fan_min() -> f64 {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PowerSpec {
-    /// The enforced limit; below `default_limit_w` models an administrator cap.
+    /// The power management limit (what `nvidia-smi -pl` sets); below `default_limit_w` models
+    /// an administrator cap.
     pub limit_w: f64,
+    /// The limit another limiter (an out-of-band cap, a facility power budget) holds the board
+    /// to, below `limit_w`; absent, the driver enforces `limit_w`.
+    #[serde(default)]
+    pub enforced_limit_w: Option<f64>,
     /// The board's default limit (TDP); full load draws this much when uncapped.
     pub default_limit_w: f64,
     /// Lowest settable limit.
@@ -164,6 +169,13 @@ pub struct PowerSpec {
     pub max_limit_w: f64,
     /// Draw when idle.
     pub idle_w: f64,
+}
+
+impl PowerSpec {
+    /// The limit the driver enforces after all limiters.
+    pub fn enforced_w(&self) -> f64 {
+        self.enforced_limit_w.unwrap_or(self.limit_w)
+    }
 }
 
 /// One clock domain (MHz): idle, base (sustained) and maximum (boost).
@@ -686,6 +698,11 @@ impl GpuSpec {
         if !(p.idle_w >= 0.0 && p.idle_w < p.default_limit_w && p.limit_w > 0.0) {
             return Err("power: need 0 <= idle_w < default_limit_w and limit_w > 0".into());
         }
+        if p.enforced_limit_w
+            .is_some_and(|w| !(w > 0.0 && w <= p.limit_w))
+        {
+            return Err("power: need 0 < enforced_limit_w <= limit_w".into());
+        }
         if self.nvlink.down.iter().any(|&l| l >= self.nvlink.links) {
             return Err("nvlink.down names a link beyond nvlink.links".into());
         }
@@ -923,6 +940,19 @@ mod tests {
         let err = |extra: &str| Scenario::parse(&format!("{restart}{extra}")).unwrap_err();
         assert!(err("drop_gpus = [1]\n").contains("out of range"));
         assert!(err("gpu = 0\n").contains("take no `gpu`"));
+        let limiter = |w: u32| format!("{base}power = {{ enforced_limit_w = {w} }}\n");
+        assert_eq!(
+            Scenario::parse(&limiter(50)).unwrap().gpus[0]
+                .power
+                .enforced_w(),
+            50.0
+        );
+        assert!(
+            Scenario::parse(&limiter(80))
+                .unwrap_err()
+                .contains("enforced_limit_w <= limit_w"),
+            "above the L4's 72 W management limit it limits nothing"
+        );
         let hang_drop =
             format!("{base}[[fault]]\nkind = \"hang\"\nto = 5\nseconds = 1\ndrop_gpus = [0]\n");
         assert!(

@@ -130,9 +130,9 @@ pub enum Combine {
     /// The first series in label order: DCGM's fan speed is the first fan's.
     First,
     /// Not from the native values but from [`DeviceSample::last_xid`]: DCGM's XID field is a
-    /// gauge of the last XID code. Served once an XID was seen on the GPU: dcgm-exporter serves 0
-    /// before any, but whether a GPU reports XID events at all is not known here, and a reading
-    /// that may be unsupported is never served as 0. GPU instances have none of their own.
+    /// gauge of the last XID code, 0 before the first (as dcgm-exporter serves it) on a GPU
+    /// whose XID events are watched ([`DeviceSample::xids_watched`]); absent on one whose are
+    /// not, where no XID could be seen. GPU instances have none of their own.
     LastXid,
     /// Not served, for the reason given (listed in the migration guide).
     NotServed(&'static str),
@@ -184,9 +184,12 @@ const NVLINK_BANDWIDTH_TOTAL: Dcgm = dcgm(
     "",
 )
 .combined(Combine::NotServed(
-    "DCGM's raw NVLink bandwidth counter has no fixed unit (its counter units are set per \
-     device); serving bytes under its name would silently change what queries compute. Use \
-     nvidia_gpu_nvlink_transmit_bytes_total / _receive_bytes_total.",
+    "DCGM's NVLink throughput field: a counter in 4.8.2's counter file, a gauge in 4.8.3's, \
+     \"in MB/s\" in 4.8.4's help. How DCGM derives it from NVML's link counters (which bytes, \
+     which megabyte) no NVIDIA text at hand says, and a guess served under its name would make \
+     queries compute wrong numbers. Use rate(nvidia_gpu_nvlink_links_transmit_bytes_total) and \
+     _receive_bytes_total, or nvidia_gpu_nvlink_gpm_transmit_bytes_per_second and \
+     _receive_bytes_per_second.",
 ));
 
 /// One metric family.
@@ -481,7 +484,7 @@ pub static CATALOG: &[MetricDef] = &[
             "DCGM_FI_PROF_SM_ACTIVE",
             "ratio",
             Gauge,
-            "Ratio of cycles an SM has at least one warp assigned."
+            "The ratio of cycles an SM has at least 1 warp assigned."
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_active))
     ),
@@ -504,7 +507,7 @@ pub static CATALOG: &[MetricDef] = &[
             "DCGM_FI_PROF_SM_OCCUPANCY",
             "ratio",
             Gauge,
-            "Ratio of warps resident on an SM to the maximum it can hold."
+            "The ratio of number of warps resident on an SM."
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.sm_occupancy))
     ),
@@ -518,7 +521,7 @@ pub static CATALOG: &[MetricDef] = &[
             "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
             "ratio",
             Gauge,
-            "Ratio of cycles any tensor pipe is active."
+            "Ratio of cycles the tensor (HMMA) pipe is active."
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.tensor_active))
     ),
@@ -610,7 +613,7 @@ pub static CATALOG: &[MetricDef] = &[
             "DCGM_FI_PROF_PCIE_TX_BYTES",
             "B/s",
             Gauge,
-            "Rate of data transmitted over the PCIe bus (in bytes per second)."
+            "The rate of data transmitted over the PCIe bus - including both protocol headers and data payloads - in bytes per second."
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_transmit_bytes_per_second))
     ),
@@ -624,7 +627,7 @@ pub static CATALOG: &[MetricDef] = &[
             "DCGM_FI_PROF_PCIE_RX_BYTES",
             "B/s",
             Gauge,
-            "Rate of data received over the PCIe bus (in bytes per second)."
+            "The rate of data received over the PCIe bus - including both protocol headers and data payloads - in bytes per second."
         )],
         |_, d, out| out.opt(gpm(d).and_then(|g| g.pcie_receive_bytes_per_second))
     ),
@@ -766,14 +769,30 @@ pub static CATALOG: &[MetricDef] = &[
         "nvidia_gpu_power_limit_watts",
         Gauge,
         "watts",
-        "Power limit the driver enforces.",
+        "Power limit the driver enforces, after all limiters (at most nvidia_gpu_power_management_limit_watts).",
+        [dcgm(
+            "DCGM_FI_DEV_ENFORCED_POWER_LIMIT",
+            "W",
+            Gauge,
+            "Effective power limit enforced by the driver after all limiters (in W)."
+        )],
+        |_, d, out| out.opt(d.power_limit_watts)
+    ),
+    // Off by default: it equals the enforced limit on nearly every GPU, and the default budget
+    // (40 series per GPU) has no room for a reading that rarely says more.
+    device!(
+        PowerLimits,
+        "nvidia_gpu_power_management_limit_watts",
+        Gauge,
+        "watts",
+        "Power limit set for the board (NVML's power management limit, what nvidia-smi -pl sets). The driver enforces nvidia_gpu_power_limit_watts, lower than this when another limiter caps the board.",
         [dcgm(
             "DCGM_FI_DEV_POWER_MGMT_LIMIT",
             "W",
             Gauge,
-            "Power management limit (in W)."
+            "Configured power management limit (in W)."
         )],
-        |_, d, out| out.opt(d.power_limit_watts)
+        |_, d, out| out.opt(d.power_management_limit_watts)
     ),
     device!(
         Power,
@@ -1136,14 +1155,14 @@ pub static CATALOG: &[MetricDef] = &[
                 "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
                 "",
                 Counter,
-                "Number of remapped rows for correctable errors.",
+                "Number of remapped rows for correctable errors",
             ),
             dcgm_for(
                 "uncorrectable",
                 "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
                 "",
                 Counter,
-                "Number of remapped rows for uncorrectable errors.",
+                "Number of remapped rows for uncorrectable errors",
             ),
         ],
         source: Source::Device(|_, d, out| {
@@ -1177,7 +1196,7 @@ pub static CATALOG: &[MetricDef] = &[
             "DCGM_FI_DEV_ROW_REMAP_FAILURE",
             "",
             Gauge,
-            "Whether remapping of rows has failed."
+            "Whether remapping of rows has failed"
         )],
         |_, d, out| out.opt_flag(d.remapped_rows.map(|r| r.failed))
     ),

@@ -4,18 +4,22 @@
 //! The catalog is the one table: each [`Dcgm`] entry of a row says which DCGM field the row (or
 //! the series with one label value of it) corresponds to, the unit DCGM serves it in, its
 //! `# TYPE` and `# HELP`, and how several native series make the one DCGM value of a GPU (NVLink
-//! error counts are per link natively, per GPU in DCGM). Fields are served in catalog order.
+//! error counts are per link natively, per GPU in DCGM). Fields are served in catalog order, or
+//! by name where the release's renderer sorts them.
 //!
 //! Which release of dcgm-exporter is spoken (`--dcgm-compat-version`) is one row of
 //! [`DIALECTS`], taken from that release's own files (the facts the tests check the served fields
-//! against, its fields and types and its dashboard's queries, are extracted into
-//! tests/fixtures/dcgm-exporter/).
+//! against, its fields, types and help texts and its dashboard's queries, are extracted into
+//! tests/fixtures/dcgm-exporter/). The catalog's entries are 4.8.2's; a dialect lists the fields
+//! its release names or describes differently, and whether it renders the families in name
+//! order (4.8.3 and later) or in the catalog's.
 //!
 //! Labels follow dcgm-exporter's template, in its order: `gpu`, `UUID`, `pci_bus_id`, `device`
 //! (`nvidia<gpu>`), `modelName`, `Hostname` (left out when empty), `DCGM_FI_DRIVER_VERSION` (the
 //! release's names for these two), then
 //! with Kubernetes attribution `container`, `namespace`, `pod` (dcgm-exporter renders these from a
-//! map, so alphabetically; a GPU no container holds has none of them, as in dcgm-exporter).
+//! map, so alphabetically; a GPU no container holds has none of them, as in dcgm-exporter). The
+//! XID field adds `err_code` (the code) among those, in their order.
 //!
 //! MIG: dcgm-exporter puts `GPU_I_PROFILE` and `GPU_I_ID` between `modelName` and `Hostname`
 //! on a GPU instance's series. Each GPU instance of a GPU in MIG mode gets its series right after
@@ -56,11 +60,21 @@ pub enum DcgmCompat {
 /// `--dcgm-compat` serves; each has its row in [`DIALECTS`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Deserialize)]
 pub enum DcgmRelease {
-    /// dcgm-exporter 4.8.2 (release tag 4.5.3-4.8.2).
+    /// dcgm-exporter 4.8.2 (release tag 4.5.3-4.8.2): the `Hostname` label.
     #[default]
     #[value(name = "4.8.2")]
     #[serde(rename = "4.8.2")]
     V4_8_2,
+    /// dcgm-exporter 4.8.3 (release tag 4.6.0-4.8.3): the `hostname` label, families in name
+    /// order.
+    #[value(name = "4.8.3")]
+    #[serde(rename = "4.8.3")]
+    V4_8_3,
+    /// dcgm-exporter 4.8.4 (release tag 4.6.1-4.8.4): as 4.8.3, with its names of the NVLink
+    /// error counters and its help texts.
+    #[value(name = "4.8.4")]
+    #[serde(rename = "4.8.4")]
+    V4_8_4,
 }
 
 /// What a release of dcgm-exporter names its own way.
@@ -72,15 +86,77 @@ pub struct Dialect {
     pub hostname_label: &'static str,
     /// The label holding the driver version: the `label` field of the release's counter file.
     pub driver_label: &'static str,
+    /// The families are rendered in name order (the renderer of 4.8.3 and later sorts them),
+    /// else in catalog order (4.8.2 renders them in no fixed order: its template ranges over a
+    /// map keyed by counter).
+    pub name_order: bool,
+    /// The fields whose name or `# HELP` the release's counter file gives differently from the
+    /// catalog's entry.
+    pub renamed: &'static [Renamed],
 }
 
-/// Every release served, one row each, from the release's label code
+/// A field a release names or describes differently from the catalog's entry.
+#[derive(Debug)]
+pub struct Renamed {
+    /// The catalog's name of the field.
+    pub field: &'static str,
+    /// The release's name of it.
+    pub name: &'static str,
+    /// The release's `# HELP` text of it.
+    pub help: &'static str,
+}
+
+/// Every release served, one row each, from the release's label and rendering code
 /// (`internal/pkg/rendermetrics/render_metrics.go`) and counter file (`etc/default-counters.csv`).
-pub const DIALECTS: &[Dialect] = &[Dialect {
-    release: DcgmRelease::V4_8_2,
-    hostname_label: "Hostname",
-    driver_label: "DCGM_FI_DRIVER_VERSION",
-}];
+pub const DIALECTS: &[Dialect] = &[
+    Dialect {
+        release: DcgmRelease::V4_8_2,
+        hostname_label: "Hostname",
+        driver_label: "DCGM_FI_DRIVER_VERSION",
+        name_order: false,
+        renamed: &[],
+    },
+    Dialect {
+        release: DcgmRelease::V4_8_3,
+        hostname_label: "hostname",
+        driver_label: "DCGM_FI_DRIVER_VERSION",
+        name_order: true,
+        renamed: &[],
+    },
+    Dialect {
+        release: DcgmRelease::V4_8_4,
+        hostname_label: "hostname",
+        driver_label: "DCGM_FI_DRIVER_VERSION",
+        name_order: true,
+        renamed: &[
+            Renamed {
+                field: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                name: "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                help: "Total energy consumption since the driver was last reloaded (in mJ).",
+            },
+            Renamed {
+                field: "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL",
+                name: "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL",
+                help: "Total number of NVLink flow-control CRC errors across all lanes.",
+            },
+            Renamed {
+                field: "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL",
+                name: "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_TOTAL",
+                help: "Total number of NVLink data CRC errors across all lanes.",
+            },
+            Renamed {
+                field: "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+                name: "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_TOTAL",
+                help: "Total number of NVLink replay errors across all lanes.",
+            },
+            Renamed {
+                field: "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+                name: "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_TOTAL",
+                help: "Total number of NVLink recovery errors across all lanes.",
+            },
+        ],
+    },
+];
 
 impl DcgmRelease {
     /// This release's row of [`DIALECTS`].
@@ -89,6 +165,16 @@ impl DcgmRelease {
             .iter()
             .find(|d| d.release == self)
             .expect("every release has its row in DIALECTS")
+    }
+}
+
+impl Dialect {
+    /// The name and `# HELP` text this release serves the catalog's field `d` under.
+    pub fn name_and_help(&self, d: &Dcgm) -> (&'static str, &'static str) {
+        self.renamed
+            .iter()
+            .find(|r| r.field == d.field)
+            .map_or((d.field, d.help), |r| (r.name, r.help))
     }
 }
 
@@ -205,7 +291,12 @@ fn value_of(
     samples: &mut Samples,
 ) -> Option<f64> {
     let read = match (dcgm.combine, def.source) {
-        (Combine::LastXid, _) => return d.last_xid.map(|code| code as f64),
+        (Combine::LastXid, _) => {
+            return d
+                .last_xid
+                .or(d.xids_watched.then_some(0))
+                .map(|code| code as f64);
+        }
         (Combine::NotServed(_), _) => return None,
         (_, Source::Device(read)) => read,
         _ => return None,
@@ -282,26 +373,41 @@ pub(crate) fn write(
                 .collect()
         })
         .collect();
+    let mut fields: Vec<_> = served()
+        .filter(|(def, _)| groups.contains(def.group))
+        .map(|(def, d)| {
+            let (name, help) = dialect.name_and_help(d);
+            (def, d, name, help)
+        })
+        .collect();
+    if dialect.name_order {
+        fields.sort_by_key(|&(_, _, name, _)| name);
+    }
     let mut samples = Samples::default();
     let mut per_group = [0; GROUPS.len()];
-    for (def, dcgm) in served().filter(|(def, _)| groups.contains(def.group)) {
+    for (def, dcgm, name, help) in fields {
         let family_start = out.bytes.len();
         let series_start = out.series;
-        text::header(out, dcgm.field, dcgm.help, dcgm.kind.as_str());
+        text::header(out, name, help, dcgm.kind.as_str());
         for ((d, labels), instance_labels) in devices.iter().zip(&labels).zip(&instance_labels) {
             if !d.sample.up {
                 continue;
             }
-            if let Some(v) = value_of(def, dcgm, snap, d.sample, &mut samples) {
-                text::line(out, dcgm.field, "", labels.iter().copied(), v);
-            }
+            let value = value_of(def, dcgm, snap, d.sample, &mut samples);
             // XIDs are the GPU's: its instances have no XID field of their own.
             if dcgm.combine == Combine::LastXid {
+                if let Some(v) = value {
+                    let code = format!("{v}");
+                    text::line(out, name, "", with_err_code(labels, &code), v);
+                }
                 continue;
+            }
+            if let Some(v) = value {
+                text::line(out, name, "", labels.iter().copied(), v);
             }
             for (instance, labels) in d.instances.iter().zip(instance_labels) {
                 if let Some(v) = value_of(def, dcgm, snap, &instance.sample, &mut samples) {
-                    text::line(out, dcgm.field, "", labels.iter().copied(), v);
+                    text::line(out, name, "", labels.iter().copied(), v);
                 }
             }
         }
@@ -311,6 +417,23 @@ pub(crate) fn write(
         per_group[def.group as usize] += out.series - series_start;
     }
     per_group
+}
+
+/// `labels` with the XID field's `err_code` among the attributes dcgm-exporter renders after the
+/// driver label in name order: after `container`, before `namespace` and `pod`.
+fn with_err_code<'a>(
+    labels: &[(&'static str, &'a str)],
+    code: &'a str,
+) -> impl Iterator<Item = (&'static str, &'a str)> {
+    let at = labels
+        .iter()
+        .position(|(name, _)| *name == "namespace")
+        .unwrap_or(labels.len());
+    labels[..at]
+        .iter()
+        .copied()
+        .chain(std::iter::once(("err_code", code)))
+        .chain(labels[at..].iter().copied())
 }
 
 /// How [`convert`] changes a value, in words, for the docs.
@@ -347,8 +470,8 @@ pub fn mapping_markdown() -> String {
             .map(|(_, l)| *l);
         match (d.combine, other_label) {
             (Combine::LastXid, _) => {
-                how = "the code of the last XID event seen; absent before the first \
-                       (dcgm-exporter: 0)"
+                how = "the code of the last XID event seen, 0 before the first (absent on a \
+                       GPU whose XID events cannot be watched); label `err_code`, the code"
                     .to_string();
             }
             (Combine::First, Some(label)) => {
@@ -380,6 +503,21 @@ pub fn mapping_markdown() -> String {
         {
             listed.push(d.field);
             let _ = writeln!(md, "- `{}`: {why}", d.field);
+        }
+    }
+    md.push_str("\nNamed or described differently by a release (`--dcgm-compat-version`):\n\n");
+    for dialect in DIALECTS {
+        let release = dialect
+            .release
+            .to_possible_value()
+            .expect("a named release");
+        for r in dialect.renamed {
+            let said = if r.name == r.field {
+                format!("`{}`'s help is", r.field)
+            } else {
+                format!("`{}` is `{}`, help", r.field, r.name)
+            };
+            let _ = writeln!(md, "- {}: {said} \"{}\"", release.get_name(), r.help);
         }
     }
     md
@@ -461,25 +599,74 @@ mod tests {
                     def.name
                 );
             }
-            assert!(d.help.ends_with('.'), "{}", d.field);
+            assert!(!d.help.is_empty(), "{}", d.field);
         }
+    }
+
+    /// The rows of a release's `fields.txt` (`FIELD TYPE HELP`) or `optional.txt` (`FIELD TYPE`)
+    /// in tests/fixtures/dcgm-exporter/: field, type, help ("" in `optional.txt`).
+    fn release_rows(release: DcgmRelease, file: &str) -> Vec<(String, String, String)> {
+        let name = release.to_possible_value().unwrap();
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/dcgm-exporter")
+            .join(name.get_name())
+            .join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}: the release's files are kept", path.display()));
+        text.lines()
+            .map(|l| {
+                let mut parts = l.splitn(3, ' ');
+                let mut next = || parts.next().unwrap_or_default().to_string();
+                (next(), next(), next())
+            })
+            .collect()
     }
 
     #[test]
     fn every_release_has_one_row_and_its_files() {
         for release in DcgmRelease::value_variants() {
             assert_eq!(release.dialect().release, *release);
-            let name = release.to_possible_value().unwrap();
-            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/dcgm-exporter")
-                .join(name.get_name());
-            assert!(
-                dir.join("fields.txt").is_file() && dir.join("dashboard.promql").is_file(),
-                "{}: the release's fields and dashboard queries are kept for the tests",
-                dir.display()
-            );
+            assert!(!release_rows(*release, "fields.txt").is_empty());
+            assert!(!release_rows(*release, "optional.txt").is_empty());
         }
         assert_eq!(DIALECTS.len(), DcgmRelease::value_variants().len());
+    }
+
+    #[test]
+    fn each_release_serves_its_fields_under_its_names_types_and_help() {
+        for dialect in DIALECTS {
+            let rows = release_rows(dialect.release, "fields.txt");
+            let optional = release_rows(dialect.release, "optional.txt");
+            let named = |field: &str| rows.iter().chain(&optional).find(|r| r.0 == field);
+            for (_, d) in served() {
+                let (name, help) = dialect.name_and_help(d);
+                // A field of the release's counter file has its type there, and a default one
+                // its help text.
+                if let Some((_, kind, file_help)) = named(name) {
+                    assert_eq!(kind, d.kind.as_str(), "{:?} {name}", dialect.release);
+                    if !file_help.is_empty() {
+                        assert_eq!(help, file_help, "{:?} {name}", dialect.release);
+                    }
+                }
+            }
+            for r in dialect.renamed {
+                assert!(
+                    served().any(|(_, d)| d.field == r.field),
+                    "{:?}: {} is no served field",
+                    dialect.release,
+                    r.field
+                );
+                assert!(named(r.name).is_some(), "{:?}: {}", dialect.release, r.name);
+                if r.name != r.field {
+                    assert!(
+                        named(r.field).is_none(),
+                        "{:?}: {}",
+                        dialect.release,
+                        r.field
+                    );
+                }
+            }
+        }
     }
 
     #[test]

@@ -307,6 +307,13 @@ fn read_metrics(
     if groups.contains(Group::Power) {
         read_power(t, d, s);
     }
+    if groups.contains(Group::PowerLimits) {
+        s.power_management_limit_watts = t
+            .call("nvmlDeviceGetPowerManagementLimit", 0, || {
+                d.power_management_limit()
+            })
+            .map(mw_to_w);
+    }
     read_thermal(t, d, s, groups);
     read_clocks(t, d, s, groups);
     read_pcie(t, d, s, groups);

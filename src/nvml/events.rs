@@ -34,6 +34,8 @@ struct DeviceXids {
     last_seconds: Option<f64>,
     /// The last code seen, dropped from `counts` or not.
     last_code: Option<u64>,
+    /// Registered with the event thread that is running now.
+    watched: bool,
 }
 
 /// Cumulative XID counts by device uuid, shared between the event thread and the sampler.
@@ -72,7 +74,16 @@ impl XidLog {
             .collect()
     }
 
-    /// Copies the counts and last-event time into the matching devices of a snapshot.
+    /// Marks the devices `uuids` as watched (their XID events registered) or no longer.
+    fn set_watched<'u>(&self, uuids: impl Iterator<Item = &'u String>, watched: bool) {
+        let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
+        for uuid in uuids {
+            devices.entry(uuid.clone()).or_default().watched = watched;
+        }
+    }
+
+    /// Copies the counts, last event and whether it is watched into the matching devices of a
+    /// snapshot.
     pub fn fill(&self, devices: &mut [DeviceSample]) {
         let log = self.devices.lock().unwrap_or_else(|p| p.into_inner());
         for d in devices {
@@ -80,6 +91,7 @@ impl XidLog {
                 d.xid_counts = x.counts.clone();
                 d.last_xid_timestamp_seconds = x.last_seconds;
                 d.last_xid = x.last_code;
+                d.xids_watched = x.watched;
             }
         }
     }
@@ -94,11 +106,25 @@ impl XidLog {
 }
 
 /// The event loop, run on its own thread until `stop` receives or disconnects. Registers
-/// XidCriticalError on every device that supports it; returns at once when none does.
+/// XidCriticalError on every device that supports it; returns at once when none does. The
+/// devices registered are marked watched in `log` while it runs.
 pub fn watch_xids(nvml: &Nvml, log: &XidLog, errors: &ErrorCounter, stop: &Receiver<()>) {
     let Some((set, devices)) = register(nvml, errors) else {
         return;
     };
+    log.set_watched(devices.iter().map(|(_, uuid)| uuid), true);
+    wait_for_xids(&set, &devices, log, errors, stop);
+    log.set_watched(devices.iter().map(|(_, uuid)| uuid), false);
+}
+
+/// Records the XIDs of `devices` (raw handle, uuid) that `set` delivers until `stop`.
+fn wait_for_xids(
+    set: &EventSet<'_>,
+    devices: &[(usize, String)],
+    log: &XidLog,
+    errors: &ErrorCounter,
+    stop: &Receiver<()>,
+) {
     let mut limiter = LogLimiter::default();
     loop {
         match stop.try_recv() {
@@ -256,6 +282,31 @@ mod tests {
         assert!(devices[1].xid_counts.is_empty());
         assert_eq!(devices[1].last_xid_timestamp_seconds, None);
         assert_eq!(devices[1].last_xid, None);
+    }
+
+    #[test]
+    fn watched_devices_are_marked_until_their_thread_ends() {
+        let log = XidLog::default();
+        let watched = ["GPU-a".to_string()];
+        log.set_watched(watched.iter(), true);
+        let mut d = vec![
+            DeviceSample {
+                uuid: "GPU-a".into(),
+                ..Default::default()
+            },
+            DeviceSample {
+                uuid: "GPU-b".into(),
+                ..Default::default()
+            },
+        ];
+        log.fill(&mut d);
+        assert!(d[0].xids_watched && d[0].last_xid.is_none());
+        assert!(!d[1].xids_watched, "never registered");
+        log.record("GPU-a", 31, 1.0);
+        log.set_watched(watched.iter(), false);
+        log.fill(&mut d);
+        assert!(!d[0].xids_watched);
+        assert_eq!(d[0].last_xid, Some(31), "what was seen stays");
     }
 
     #[test]

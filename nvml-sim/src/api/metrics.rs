@@ -179,8 +179,8 @@ device_fns! {
         let recorded = c.replayed(|r| r.power_mw.as_ref())?;
         write(power, or_sim(recorded, || milli(c.sample().power_w)))
     }
-    /// Enforced power limit, mW.
-    fn nvmlDeviceGetEnforcedPowerLimit(limit: *mut c_uint) |c| { write(limit, milli(c.gpu.power.limit_w)) }
+    /// Enforced power limit (after every limiter), mW.
+    fn nvmlDeviceGetEnforcedPowerLimit(limit: *mut c_uint) |c| { write(limit, milli(c.gpu.power.enforced_w())) }
     /// Power management limit, mW.
     fn nvmlDeviceGetPowerManagementLimit(limit: *mut c_uint) |c| { write(limit, milli(c.gpu.power.limit_w)) }
     /// Default power management limit, mW.

@@ -1,13 +1,23 @@
 //! `--dcgm-compat`: the dcgm-exporter families of the same snapshot.
 
 use super::*;
-use crate::metrics::dcgm::DcgmCompat;
+use crate::metrics::dcgm::{DcgmCompat, DcgmRelease};
 
 fn encode_mode(mode: DcgmCompat, hostname: &str, snap: &Snapshot) -> String {
+    encode_release(mode, DcgmRelease::default(), hostname, snap)
+}
+
+fn encode_release(
+    mode: DcgmCompat,
+    release: DcgmRelease,
+    hostname: &str,
+    snap: &Snapshot,
+) -> String {
     encode_with(
         MetricsOptions {
             pod_labels: true,
             dcgm_compat: mode,
+            dcgm_release: release,
             hostname: hostname.into(),
             ..MetricsOptions::default()
         },
@@ -28,21 +38,112 @@ fn one(text: &str, name: &str, gpu: u32, with: &str) -> f64 {
 }
 
 #[test]
-fn the_xid_field_is_the_last_code_seen() {
+fn the_xid_field_is_the_last_code_seen_and_0_before_the_first() {
     let mut quiet = full_device(1);
     quiet.xid_counts.clear();
     quiet.last_xid = None;
     quiet.last_xid_timestamp_seconds = None;
+    let mut unwatched = quiet.clone();
+    unwatched.index = 2;
+    unwatched.uuid = "GPU-2".into();
+    unwatched.xids_watched = false;
     let t = encode_mode(
         DcgmCompat::Dcgm,
         "node-a",
-        &snapshot(vec![full_device(0), quiet]),
+        &snapshot(vec![full_device(0), quiet, unwatched]),
     );
     // GPU 0 saw XID 79 once and XID 13 twice, 13 last: the gauge is the last code, not the
-    // commonest or the largest. GPU 1 saw none: no series (not a 0 that may be unsupported).
-    assert_eq!(one(&t, "DCGM_FI_DEV_XID_ERRORS", 0, ""), 13.0);
-    assert!(!t.contains("DCGM_FI_DEV_XID_ERRORS{gpu=\"1\""), "{t}");
+    // commonest or the largest. GPU 1, watched, saw none: 0, as dcgm-exporter serves it. GPU 2's
+    // XIDs are not watched: no series, rather than a 0 that would claim none happened.
+    assert_eq!(
+        one(&t, "DCGM_FI_DEV_XID_ERRORS", 0, "err_code=\"13\""),
+        13.0
+    );
+    assert_eq!(one(&t, "DCGM_FI_DEV_XID_ERRORS", 1, "err_code=\"0\""), 0.0);
+    assert!(!t.contains("DCGM_FI_DEV_XID_ERRORS{gpu=\"2\""), "{t}");
     assert!(t.contains("# TYPE DCGM_FI_DEV_XID_ERRORS gauge\n"), "{t}");
+    // err_code sits among the pod labels in name order, as dcgm-exporter renders its attributes.
+    let mut snap = snapshot(vec![full_device(0)]);
+    snap.kubernetes = Some(kubelet(&[("GPU-0", "ml", "train-0", "main")]));
+    let t = encode_mode(DcgmCompat::Dcgm, "node-a", &snap);
+    assert!(
+        t.contains(concat!(
+            r#"Hostname="node-a",DCGM_FI_DRIVER_VERSION="550.54.15",container="main","#,
+            r#"err_code="13",namespace="ml",pod="train-0"} 13"#
+        )),
+        "{t}"
+    );
+}
+
+#[test]
+fn each_release_names_its_hostname_label_orders_families_and_renames_fields() {
+    let snap = snapshot(vec![full_device(0)]);
+    let families_of = |release| {
+        let t = encode_release(DcgmCompat::Dcgm, release, "node-a", &snap);
+        let dcgm: Vec<String> = families(&t)
+            .into_iter()
+            .filter(|f| f.starts_with("DCGM_"))
+            .map(String::from)
+            .collect();
+        (t, dcgm)
+    };
+    let (t2, f2) = families_of(DcgmRelease::V4_8_2);
+    let (t3, f3) = families_of(DcgmRelease::V4_8_3);
+    let (t4, f4) = families_of(DcgmRelease::V4_8_4);
+    assert!(t2.contains(r#"modelName="NVIDIA H100 80GB HBM3",Hostname="node-a","#));
+    assert!(!t2.contains("hostname="));
+    for t in [&t3, &t4] {
+        assert!(t.contains(r#"modelName="NVIDIA H100 80GB HBM3",hostname="node-a","#));
+        assert!(!t.contains("Hostname="));
+    }
+    // 4.8.2's dialect keeps the catalog's order (4.8.2 has none), 4.8.3 and 4.8.4 sort by name.
+    assert_eq!(f2.first().map(String::as_str), Some("DCGM_FI_DEV_GPU_UTIL"));
+    let mut sorted = f2.clone();
+    sorted.sort();
+    assert_ne!(f2, sorted);
+    assert_eq!(f3, sorted);
+    let mut sorted4 = f4.clone();
+    sorted4.sort();
+    assert_eq!(f4, sorted4);
+    // 4.8.4 names the NVLink error counters and describes the energy its own way.
+    assert!(
+        f3.iter()
+            .any(|f| f == "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")
+    );
+    assert!(
+        !f4.iter()
+            .any(|f| f == "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL")
+    );
+    assert_eq!(
+        one(&t4, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_TOTAL", 0, ""),
+        one(&t3, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", 0, "")
+    );
+    assert_eq!(f3.len(), f4.len());
+    assert!(t3.contains(
+        "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n"
+    ));
+    assert!(t4.contains("# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since the driver was last reloaded (in mJ).\n"));
+}
+
+#[test]
+fn the_two_power_limits_are_their_own_readings() {
+    // The board is held to 650 W below its 700 W management limit: each DCGM field is its own
+    // NVML reading, in every release.
+    for release in [DcgmRelease::V4_8_2, DcgmRelease::V4_8_4] {
+        let t = encode_release(
+            DcgmCompat::Both,
+            release,
+            "n",
+            &snapshot(vec![full_device(0)]),
+        );
+        assert_eq!(one(&t, "DCGM_FI_DEV_POWER_MGMT_LIMIT", 0, ""), 700.0);
+        assert_eq!(one(&t, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", 0, ""), 650.0);
+        assert_eq!(
+            one(&t, "nvidia_gpu_power_management_limit_watts", 0, ""),
+            700.0
+        );
+        assert_eq!(one(&t, "nvidia_gpu_power_limit_watts", 0, ""), 650.0);
+    }
 }
 
 #[test]
@@ -104,6 +205,10 @@ fn values_are_the_native_readings_in_dcgm_units() {
     );
     assert_eq!(
         dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT"),
+        native("nvidia_gpu_power_management_limit_watts", "")
+    );
+    assert_eq!(
+        dcgm("DCGM_FI_DEV_ENFORCED_POWER_LIMIT"),
         native("nvidia_gpu_power_limit_watts", "")
     );
     assert_eq!(

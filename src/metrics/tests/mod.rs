@@ -51,7 +51,8 @@ fn full_device(index: u32) -> DeviceSample {
             used_bytes: 2_097_152.0,
         }),
         power_watts: Some(312.5),
-        power_limit_watts: Some(700.0),
+        power_limit_watts: Some(650.0),
+        power_management_limit_watts: Some(700.0),
         energy_joules: Some(123_456.789),
         temperature_celsius: Some(61.0),
         memory_temperature_celsius: Some(70.0),
@@ -102,6 +103,7 @@ fn full_device(index: u32) -> DeviceSample {
         xid_counts: BTreeMap::from([(79, 1), (13, 2)]),
         last_xid_timestamp_seconds: Some(1_700_000_030.0),
         last_xid: Some(13),
+        xids_watched: true,
         nvlinks: vec![
             NvLinkSample {
                 link: 1,
