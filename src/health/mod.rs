@@ -2,8 +2,10 @@
 //! [`rules::RULES`] that are active, the worst state among them, and each reason with its action.
 //!
 //! It sits just above `sample.rs` (it reads a [`DeviceSample`] and gives a [`Health`]); the
-//! sampler's session owns one [`Tracker`] and calls it when the `health` group is on, and the
-//! device reader makes the calls the rules need whatever other groups are on.
+//! sampler's session owns one [`Tracker`] and calls it when the `health` group is on. Each signal
+//! says which part of the reading it needs ([`rules::Signal::reads`]), and the device reader makes
+//! those calls with the `health` group on whatever other groups are ([`rules::needs`]): a new
+//! signal is its rule row, its `reads` and its test here, not a special case in the reader.
 //!
 //! How long a verdict holds:
 //! - A condition NVML shows (ECC, row remapping, NVLink, PCIe width, slowdown, lost) is active

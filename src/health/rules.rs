@@ -40,6 +40,52 @@ pub enum Signal {
     Unreadable,
 }
 
+/// The part of a GPU's reading a signal looks at, which the device reader makes the NVML calls
+/// for when the health group is on (whatever other groups are): a signal is declared with what it
+/// needs here, once, and the reader asks [`needs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// XID events (`nvmlEventSetWait`, registered per device).
+    XidEvents,
+    /// The volatile ECC error counts (`nvmlDeviceGetTotalEccErrors`).
+    EccVolatile,
+    /// The row remapping state (`nvmlDeviceGetRemappedRows`).
+    RemappedRows,
+    /// The retired pages and their pending flag (`nvmlDeviceGetRetiredPages_v2`,
+    /// `nvmlDeviceGetRetiredPagesPendingStatus`).
+    RetiredPages,
+    /// Whether each NVLink link is active (`nvmlDeviceGetNvLinkState`).
+    LinkStates,
+    /// The PCIe link's generation and width, current and maximum.
+    PcieLink,
+    /// The clock-event (throttle) reasons (`nvmlDeviceGetCurrentClocksEventReasons`).
+    ClockEvents,
+}
+
+impl Signal {
+    /// What the signal reads beyond what every reading has (whether the GPU answered).
+    pub const fn reads(self) -> Option<Reading> {
+        match self {
+            Signal::Xid(_) => Some(Reading::XidEvents),
+            Signal::EccUncorrectable => Some(Reading::EccVolatile),
+            Signal::RowRemapFailure | Signal::RowRemapPending => Some(Reading::RemappedRows),
+            Signal::RetiredPagesPending => Some(Reading::RetiredPages),
+            Signal::NvlinkDown => Some(Reading::LinkStates),
+            Signal::PcieWidth => Some(Reading::PcieLink),
+            Signal::ThermalSlowdown | Signal::PowerSlowdown => Some(Reading::ClockEvents),
+            Signal::Lost | Signal::Unreadable => Option::None,
+        }
+    }
+}
+
+/// Whether a rule of the table reads `reading`: the device reader makes its calls with the health
+/// group on.
+pub fn needs(reading: Reading) -> bool {
+    RULES
+        .iter()
+        .any(|r| r.state != HealthState::Healthy && r.signal.reads() == Some(reading))
+}
+
 /// One row of the table.
 #[derive(Debug, Clone, Copy)]
 pub struct Rule {

@@ -28,6 +28,7 @@ use super::processes::ProcessReader;
 use super::raw;
 use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_to_ratio};
 use crate::groups::{Group, Groups};
+use crate::health::rules::{self, Reading};
 use crate::sample::{
     Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts, MemoryInfo,
     NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,
@@ -320,10 +321,15 @@ fn read_metrics(
     read_memory_errors(t, d, s, groups);
     if groups.any(&[Group::Nvlink, Group::NvlinkLinks]) {
         s.nvlinks = read_nvlinks(t, d, nvlink_count);
-    } else if groups.contains(Group::Health) {
-        // The health rules need only whether each link is up.
+    } else if reads(groups, &[], Reading::LinkStates) {
         s.nvlinks = link_states(t, d, nvlink_count);
     }
+}
+
+/// Whether `reading` is read: a group of `on` is on, or the health group is and a rule of its
+/// table reads it ([`rules::needs`]).
+fn reads(groups: Groups, on: &[Group], reading: Reading) -> bool {
+    groups.any(on) || (groups.contains(Group::Health) && rules::needs(reading))
 }
 
 fn read_utilization(t: &mut CallLedger, d: &Device, s: &mut DeviceSample) {
@@ -414,9 +420,12 @@ fn read_clocks(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Gro
     if groups.contains(Group::Clocks) {
         read_frequencies(t, d, s);
     }
-    // The thermal group's slowdown flag and the health rules' slowdowns are read from the
-    // clock-event reasons too.
-    if groups.any(&[Group::ClockEvents, Group::Thermal, Group::Health]) {
+    // The thermal group's slowdown flag is read from the clock-event reasons too.
+    if reads(
+        groups,
+        &[Group::ClockEvents, Group::Thermal],
+        Reading::ClockEvents,
+    ) {
         read_clock_events(t, d, s);
     }
     if groups.contains(Group::ClockEvents) {
@@ -504,8 +513,7 @@ fn perf_policy(reason: ThrottleReason) -> PerformancePolicy {
 
 fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
     let p = &mut s.pcie;
-    // The health rules compare the link's width with its maximum.
-    let link = groups.any(&[Group::PcieLink, Group::Health]);
+    let link = reads(groups, &[Group::PcieLink], Reading::PcieLink);
     if !groups.contains(Group::Pcie) {
         if link {
             read_pcie_link(t, d, s);
@@ -561,26 +569,26 @@ fn read_memory_errors(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, grou
             uncorrected,
         })
     };
-    // The health rules read the volatile uncorrectable count and the row remapping state.
-    let health = groups.contains(Group::Health);
-    if health || groups.contains(Group::Ecc) {
+    if reads(groups, &[Group::Ecc], Reading::EccVolatile) {
         s.ecc_volatile = ecc(t, 0, EccCounter::Volatile);
     }
     if groups.contains(Group::EccLifetime) {
         s.ecc_aggregate = ecc(t, 2, EccCounter::Aggregate);
     }
-    if !health && !groups.any(&[Group::RowRemap, Group::EccLifetime]) {
+    let memory = [Group::RowRemap, Group::EccLifetime];
+    if reads(groups, &memory, Reading::RemappedRows) {
+        s.remapped_rows = t
+            .call("nvmlDeviceGetRemappedRows", 0, || raw::remapped_rows(d))
+            .map(|r| RemappedRows {
+                correctable: u64::from(r.correctable),
+                uncorrectable: u64::from(r.uncorrectable),
+                pending: r.pending,
+                failed: r.failure_occurred,
+            });
+    }
+    if !reads(groups, &memory, Reading::RetiredPages) {
         return;
     }
-
-    s.remapped_rows = t
-        .call("nvmlDeviceGetRemappedRows", 0, || raw::remapped_rows(d))
-        .map(|r| RemappedRows {
-            correctable: u64::from(r.correctable),
-            uncorrectable: u64::from(r.uncorrectable),
-            pending: r.pending,
-            failed: r.failure_occurred,
-        });
 
     let single = t.call("nvmlDeviceGetRetiredPages_v2", 0, || {
         d.retired_pages(RetirementCause::MultipleSingleBitEccErrors)

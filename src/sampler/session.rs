@@ -29,6 +29,7 @@ use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
 use crate::groups::{Group, Groups};
 use crate::health::Tracker;
+use crate::health::rules::{self, Reading};
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
@@ -132,7 +133,8 @@ impl Session {
             .filter(|_| opts.groups.contains(Group::Processes));
         // Without the xid and health groups no event set is registered; with either, one thread
         // watches.
-        if !opts.groups.any(&[Group::Xid, Group::Health]) {
+        let health = opts.groups.contains(Group::Health) && rules::needs(Reading::XidEvents);
+        if !opts.groups.contains(Group::Xid) && !health {
             self.xid_stop = None;
         } else if self.xid_stop.is_none()
             && let Some(log) = &self.xid_log
