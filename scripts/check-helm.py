@@ -20,13 +20,20 @@ rendered here is what `helm install` would apply. BINARY is the exporter (target
                 option the exporter applies only at start (src/reload.rs) restarts the pods; the
                 chart's list of those options is src/reload.rs's;
   bad-values    each file of ci/bad/ is refused by the chart's schema, with the message its
-                `# expect:` line names (the key).
+                `# expect:` line names (the key);
+  free-text     every value a user types as text (each string of the schema without an enum,
+                the keys and values of string maps, list items, strings inside free-form
+                objects), given a line break, a ` #`, `{{` and quotes after a valid value, is
+                either refused by the schema or rendered whole where the valid value was: the
+                objects are those of the valid value, key for key (a value cannot add a key,
+                cut itself short at a `#` or stop the output from parsing).
 Exits 1 with one line per problem.
 """
 
 import copy
 import glob
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -67,7 +74,7 @@ def render(chart: helm.Chart, values: dict) -> list[dict]:
     """The objects `helm install nvml-exporter -n nvml-exporter` would apply."""
     out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
     return [doc for name, text in sorted(out.items()) if not name.endswith("NOTES.txt")
-            for doc in yaml.safe_load_all(text) if doc]
+            for doc in yaml.load_all(text, Loader=yaml.CSafeLoader) if doc]
 
 
 def by_key(objects: list[dict]) -> dict:
@@ -239,14 +246,14 @@ def normalise(obj: dict) -> dict:
     return o
 
 
-def differences(a, b, path: str = "") -> list[str]:
+def differences(a, b, path: str = "", names: tuple = ("kustomize", "the chart")) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in sorted(set(a) | set(b), key=str)
-                for d in (differences(a[k], b[k], f"{path}.{k}") if k in a and k in b
-                          else [f"{path}.{k}: only in {'kustomize' if k in a else 'the chart'}"])]
+                for d in (differences(a[k], b[k], f"{path}.{k}", names) if k in a and k in b
+                          else [f"{path}.{k}: only in {names[0] if k in a else names[1]}"])]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-    return [] if a == b else [f"{path}: kustomize {a!r}, the chart {b!r}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]", names)]
+    return [] if a == b else [f"{path}: {names[0]} {a!r}, {names[1]} {b!r}"]
 
 
 PARITY = [
@@ -338,8 +345,135 @@ def check_bad_values() -> None:
             print(f"ci/bad/{path.name}: {str(e).strip().splitlines()[-1].strip()}")
 
 
+# ---------------------------------------------------------------------------------------------
+# free-text
+
+
+# After a valid value: a comment, a template action and quotes; then the same with line breaks
+# that would add keys at the top level and inside a pod spec. A pattern of the schema refuses
+# either, or the template renders it whole.
+HOSTILE = (' #old {{ .Release.Name }} "q" \'s\'',
+           ' #old {{ .Release.Name }} "q" \'s\'\nhostNetwork: true\n      hostPID: true')
+# Valid values to start from, the first the schema accepts: a name, a path, an IP address, a
+# bcrypt hash, a duration, a digest.
+SAMPLES = ("hostile-check", "/hostile-check", "10.0.0.9", "$2y$10$hostile-check", "15s", "sha256:" + "0" * 64)
+# Where the value was, in the objects compared.
+PLACE = "@@value@@"
+# Every object and every value that renders one, so that each free-text value is in the output.
+FREE_TEXT_BASE = {"webConfig": {"basicAuthUsers": {"alice": "$2y$10$" + "C" * 53},
+                                "tls": {"enabled": True, "secretName": "nvml-exporter-tls"}}}
+
+
+def free_text_cases(schema: dict, path: tuple = ()):
+    """(name, path, make) for each value typed as text: make(text) is the value at path."""
+    kind = schema.get("type")
+    if "enum" in schema or kind in ("boolean", "integer", "number"):
+        return
+    where = ".".join(path)
+    if kind == "string":
+        yield where, path, lambda t: t
+    elif kind == "array":
+        items = schema.get("items", {})
+        if items.get("type") == "string":
+            yield f"{where}[]", path, lambda t: [t]
+        elif "properties" in items:
+            for key in items["properties"]:
+                yield f"{where}[].{key}", path, lambda t, key=key: [{key: t}]
+        else:
+            yield f"{where}[].k", path, lambda t: [{"k": t}]
+    elif kind == "object":
+        for key, sub in schema.get("properties", {}).items():
+            yield from free_text_cases(sub, path + (key,))
+        extra = schema.get("additionalProperties", True)
+        if extra is False or (isinstance(extra, dict) and extra.get("type") != "string"):
+            return
+        if not schema.get("properties") or extra is not True:
+            # A map's keys are typed too; a free-form object is a map to the template.
+            yield f"{where}{{key}}", path, lambda t: {t: t}
+            yield f"{where}.k", path, lambda t: {"k": t}
+
+
+def with_value(base: dict, path: tuple, value) -> dict:
+    values = copy.deepcopy(base)
+    node = values
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return values
+
+
+def parsed(objects: list[dict]) -> list[dict]:
+    """The objects without the pods' checksum of the restart options (a value changes it), and
+    with the files they carry parsed: the config file (TOML) and the web-config (YAML) hold a
+    value escaped for their own syntax."""
+    out = copy.deepcopy(objects)
+    for o in out:
+        template = o.get("spec", {}).get("template", {}) if isinstance(o.get("spec"), dict) else {}
+        annotations = template.get("metadata", {}).get("annotations") if isinstance(template, dict) else None
+        if isinstance(annotations, dict):
+            annotations.pop("checksum/restart-options", None)
+        for field, syntax in (("data", tomllib.loads), ("stringData", yaml.safe_load)):
+            files = o.get(field)
+            for k, v in (files.items() if isinstance(files, dict) else []):
+                if isinstance(v, str) and (field == "stringData" or k.endswith(".toml")):
+                    files[k] = syntax(v)
+    return out
+
+
+def replaced(value, old: str, new: str):
+    if isinstance(value, dict):
+        return {replaced(k, old, new): replaced(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [replaced(v, old, new) for v in value]
+    return value.replace(old, new) if isinstance(value, str) else value
+
+
+def check_free_text() -> None:
+    chart = helm.Chart.load(CHART)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    base = load(CHART / "ci/all-options-values.yaml")
+    base["webConfig"] = FREE_TEXT_BASE["webConfig"]
+    del base["image"]["digest"]  # it hides the tag
+    cases = list(free_text_cases(schema))
+    refused = rendered = 0
+    for name, path, make in cases:
+        sample = None
+        for candidate in SAMPLES:
+            try:
+                good = parsed(render(chart, with_value(base, path, make(candidate))))
+            except helm.HelmValuesError:
+                continue
+            sample = candidate
+            break
+        if not check(sample is not None, f"{name}: the schema accepts none of {SAMPLES}"):
+            continue
+        if not check(sample in json.dumps(good), f"{name}: {sample!r} is not in the output: the base values do not render it"):
+            continue
+        good = replaced(good, sample, PLACE)
+        for suffix in HOSTILE:
+            text = sample + suffix
+            try:
+                bad = parsed(render(chart, with_value(base, path, make(text))))
+            except helm.HelmValuesError:
+                refused += 1
+                continue
+            except (helm.HelmError, yaml.YAMLError, tomllib.TOMLDecodeError) as e:
+                problems.append(f"{name} = {text!r}: the output does not parse: {str(e).strip().splitlines()[0]}")
+                continue
+            rendered += 1
+            # A value cut short leaves the valid value's text where the value was.
+            back = replaced(bad, text, PLACE)
+            if back != good:
+                diffs = [d for a, b in zip(good, back)
+                         for d in differences(a, b, f" {a['kind']} {a['metadata']['name']}", ("expected", "rendered"))]
+                if len(good) != len(back):
+                    diffs.append(f" {len(back)} objects instead of {len(good)}")
+                problems.append(f"{name} = {text!r} changes the objects:{';'.join(diffs[:4])}".replace(PLACE, "VALUE"))
+    print(f"{len(cases)} free-text values: {refused} hostile values refused by the schema, {rendered} rendered whole")
+
+
 CHECKS = {"render": check_render, "parity": check_parity, "config-change": check_config_change,
-          "bad-values": check_bad_values}
+          "bad-values": check_bad_values, "free-text": check_free_text}
 
 
 def main() -> int:

@@ -12,7 +12,9 @@
 #      dashboards are dashboards/'s files;
 #   5. changing an option in `config` changes only the ConfigMap (the exporter reloads it), and
 #      the options that need a restart restart the pods (the list is src/reload.rs's);
-#   6. each bad values file of ci/bad/ is refused with a message naming its key.
+#   6. each bad values file of ci/bad/ is refused with a message naming its key;
+#   7. every free-text value, given a line break, a `#`, `{{` and quotes, is refused by the schema
+#      or rendered whole: it adds no key and cuts nothing short.
 #
 #   scripts/check-helm.sh [BINARY]     # BINARY: the exporter, target/debug/nvml-exporter by default
 #
@@ -57,5 +59,6 @@ step "the chart and deploy/kubernetes agree (core, each overlay, the operator's 
 step "a config change touches only the ConfigMap; restart options restart the pods" \
   helm_check config-change
 step "bad values are refused naming the key" helm_check bad-values
+step "free-text values with line breaks, # and quotes are refused or rendered whole" helm_check free-text
 
 steps_verdict check-helm
