@@ -10,7 +10,9 @@ rendered here is what `helm install` would apply. BINARY is the exporter (target
                 icon suggestion aside), every built-in object valid for the newest Kubernetes
                 kubernetes-validate knows (strict), the Prometheus operator's objects checked as
                 scripts/check-manifests.py checks deploy/kubernetes's, the objects fit together
-                (selectors, names, bindings, env references), and the exporter's check-config
+                (selectors, names, bindings, env references), the node-condition writer's
+                admission policies let it write to its own node only (scripts/check-admission-
+                policy.py, their CEL run by cel-python), and the exporter's check-config
                 accepts the rendered config file with the container's arguments and environment;
   parity        the chart and the kustomize manifests agree object for object, labels,
                 annotations and selectors aside: the default render and deploy/kubernetes/core,
@@ -60,6 +62,11 @@ manifests = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(manifests)
 
 problems: list[str] = manifests.problems
+
+# The node-condition writer's admission policies, evaluated with cel-python.
+_spec = importlib.util.spec_from_file_location("check_admission_policy", ROOT / "scripts/check-admission-policy.py")
+admission = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(admission)
 
 
 def check(ok: bool, message: str) -> bool:
@@ -208,6 +215,8 @@ def check_render(binary: str) -> None:
             except kubernetes_validate.ValidationError as e:
                 problems.append(f"{where}: {o['kind']} {o['metadata']['name']}: Kubernetes {version}: {e.message} at {list(e.path)}")
         fits_together(where, objects)
+        if any(o["kind"] == "ValidatingAdmissionPolicy" for o in objects):
+            problems.extend(f"{where}: {p}" for p in admission.check(objects))
         exporter_accepts(where, objects, binary)
         print(f"{where}: {len(objects)} objects ({', '.join(sorted({o['kind'] for o in objects}))})")
     # What deploy/kubernetes's own check asks of its DaemonSet, asked of the chart's defaults.
@@ -224,6 +233,9 @@ def check_render(binary: str) -> None:
 # parity
 
 
+CLUSTER_SCOPED_UNKNOWN_TO_KUSTOMIZE = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
 def normalise(obj: dict) -> dict:
     """An object without what the chart adds by convention: labels, annotations, selectors (the
     chart's select its release too); lists of named items sorted by name (their order carries no
@@ -231,6 +243,10 @@ def normalise(obj: dict) -> dict:
     o = copy.deepcopy(obj)
     o["metadata"].pop("labels", None)
     o["metadata"].pop("annotations", None)
+    # kustomize does not know these kinds are cluster-scoped and gives them the namespace, which
+    # the API server drops.
+    if o["kind"] in CLUSTER_SCOPED_UNKNOWN_TO_KUSTOMIZE:
+        o["metadata"].pop("namespace", None)
     spec = o.get("spec") or {}
     spec.pop("selector", None)
     if o["kind"] == "DaemonSet":

