@@ -41,9 +41,7 @@ while [ $# -gt 0 ]; do
 done
 
 need_root "the image build (podman's storage, mmdebstrap)"
-for tool in podman buildah mmdebstrap runc; do
-  command -v "$tool" >/dev/null || apt_install "$tool" "$tool (image build)"
-done
+need_image_tools
 command -v cargo-cyclonedx >/dev/null || cargo install --locked --quiet cargo-cyclonedx --version 0.5.9
 
 version=$(cargo metadata --format-version 1 --no-deps --locked |

@@ -34,6 +34,8 @@ MEMORY=128m
 need_root "podman (the image check)"
 target_dir=$(cargo_target_dir)
 binaries=${1:-$target_dir/debug}
+# The fake kubelet runs on the host: test.sh gives the one it built.
+kubelet=${kubelet:-$target_dir/debug/examples/fake-kubelet}
 version=$(cargo metadata --format-version 1 --no-deps --locked |
   python3 -c 'import json, sys; print(next(p["version"] for p in json.load(sys.stdin)["packages"] if p["name"] == "nvml-exporter"))')
 revision=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
@@ -48,6 +50,7 @@ remove_containers() {
   local c
   for c in "${containers[@]}"; do "${podman[@]}" rm --force --time 0 "$c" >/dev/null 2>&1 || true; done
   "${podman[@]}" rmi --force "$image" >/dev/null 2>&1 || true
+  rm -f "$target_dir/image/nvml-exporter-$tag.oci.tar"
   lib_cleanup
 }
 trap remove_containers EXIT
@@ -199,7 +202,7 @@ step "run as the default user: read-only, no capabilities, no new privileges; /m
 pod_resources() {
   local sockets=$work/pod-resources
   mkdir -m 0755 "$sockets"
-  background "$work/kubelet.log" "$binaries/examples/fake-kubelet" "$sockets/kubelet.sock" "ml/train-0/main=nvidia0"
+  background "$work/kubelet.log" "$kubelet" "$sockets/kubelet.sock" "ml/train-0/main=nvidia0"
   wait_for_socket "$sockets/kubelet.sock" "$work/kubelet.log" || return 1
   start --user 0:0 --volume "$sockets:/var/lib/kubelet/pod-resources:ro" -- --kubernetes --demo || return 1
   grep -q '^nvidia_gpu_pod_info{gpu="0",.*namespace="ml",pod="train-0",container="main"} 1$' \
