@@ -23,6 +23,10 @@ rendered here is what `helm install` would apply. BINARY is the exporter (target
                 chart's list of those options is src/reload.rs's;
   bad-values    each file of ci/bad/ is refused by the chart's schema, with the message its
                 `# expect:` line names (the key);
+  package       Chart.yaml's appVersion, deploy/kubernetes's image tag and the Dockerfile's
+                VERSION are the crate's version (the default image tag follows appVersion), and
+                the chart packaged by Helm (links to the alerts and dashboards followed) renders
+                every values file as the source chart does;
   free-text     every value a user types as text (each string of the schema without an enum,
                 the keys and values of string maps, list items, strings inside free-form
                 objects), given a line break, a ` #`, `{{` and quotes after a valid value, is
@@ -89,6 +93,16 @@ def by_key(objects: list[dict]) -> dict:
 
 
 def kustomize(directory: str) -> list[dict]:
+    """`kubectl kustomize DIRECTORY`; `DIR+COMPONENT` renders DIR with the component COMPONENT
+    (both under deploy/kubernetes), as a user's overlay that adds it does."""
+    if "+" in directory:
+        base, component = directory.split("+")
+        with tempfile.TemporaryDirectory() as overlay:
+            up = os.path.relpath(ROOT / "deploy/kubernetes", overlay)
+            pathlib.Path(overlay, "kustomization.yaml").write_text(yaml.safe_dump({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": NAMESPACE,
+                "resources": [f"{up}/{base}"], "components": [f"{up}/{component}"]}))
+            return kustomize(os.path.relpath(overlay, ROOT))
     out = subprocess.run(["kubectl", "kustomize", str(ROOT / directory)], check=True,
                          capture_output=True, text=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
@@ -141,6 +155,11 @@ def fits_together(where: str, objects: list[dict]) -> None:
         check(("ClusterRoleBinding", f"{ds['metadata']['name']}-kubelet-pods") in objs
               and pod.get("automountServiceAccountToken") is True and "NVML_EXPORTER_KUBELET_URL" in defined,
               f"{where}: the exporter fetches the kubelet's /pods without the token, URL and kubelet-pods binding")
+    ports = {p["name"] for p in pod["containers"][0].get("ports", [])}
+    for np in (o for o in objects if o["kind"] == "NetworkPolicy"):
+        check(manifests.labels_match(np["spec"]["podSelector"], pod_labels), f"{where}: NetworkPolicy {np['metadata']['name']} selects no exporter pod")
+        check(all(p["port"] in ports for rule in np["spec"]["ingress"] for p in rule["ports"]),
+              f"{where}: NetworkPolicy {np['metadata']['name']} opens a port the container does not name")
     names = [v["name"] for v in pod.get("volumes", [])]
     check(len(names) == len(set(names)), f"{where}: volume names repeat: {names}")
     for m in c.get("volumeMounts", []):
@@ -249,6 +268,7 @@ def normalise(obj: dict) -> dict:
         o["metadata"].pop("namespace", None)
     spec = o.get("spec") or {}
     spec.pop("selector", None)
+    spec.pop("podSelector", None)
     if o["kind"] == "DaemonSet":
         template = spec["template"]
         template.pop("metadata", None)
@@ -278,6 +298,7 @@ PARITY = [
     ("deploy/kubernetes/dra", "ci/dra-values.yaml"),
     ("deploy/kubernetes/health", "ci/health-values.yaml"),
     ("deploy/kubernetes", {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}),
+    ("core+networkpolicy", {"networkPolicy": {"enabled": True}}),
 ]
 
 
@@ -488,8 +509,38 @@ def check_free_text() -> None:
     print(f"{len(cases)} free-text values: {refused} hostile values refused by the schema, {rendered} rendered whole")
 
 
+# ---------------------------------------------------------------------------------------------
+# package
+
+
+def check_package() -> None:
+    """The chart's appVersion, the manifests' image tag and the Dockerfile's VERSION are the
+    crate's; the chart as `helm package` makes it renders what the source chart renders."""
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    crate = cargo["package"]["version"]
+    if crate == {"workspace": True}:
+        crate = cargo["workspace"]["package"]["version"]
+    chart = helm.Chart.load(CHART)
+    app = str(load(CHART / "Chart.yaml").get("appVersion"))
+    check(app == crate, f"Chart.yaml appVersion {app} is not the crate's version {crate} (Cargo.toml)")
+    tags = [i.get("newTag") for i in load(ROOT / "deploy/kubernetes/kustomization.yaml").get("images", [])]
+    check(tags == [crate], f"deploy/kubernetes/kustomization.yaml image tags {tags}, not the crate's version {crate}")
+    docker = re.findall(r"^ARG VERSION=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    check(docker == [crate], f"Dockerfile ARG VERSION {docker}, not the crate's version {crate}")
+    ds = next(o for o in render(chart, {}) if o["kind"] == "DaemonSet")
+    image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    check(image.endswith(f":{crate}"), f"the chart's default image {image} is not tagged {crate}")
+    with tempfile.TemporaryDirectory() as work:
+        packaged = helm.Chart.load(helm.package(CHART, destination=work))
+        cases = [(f.name, load(f)) for f in sorted(CHART.glob("ci/*-values.yaml"))]
+        cases.append(("dashboards and rules", {"dashboards": {"enabled": True}, "prometheusRule": {"enabled": True}}))
+        for where, values in cases:
+            check(render(packaged, values) == render(chart, values), f"{where}: the packaged chart renders otherwise than the source")
+    print(f"version {crate}: appVersion, image tag, Dockerfile; the packaged chart renders as the source ({len(cases)} values)")
+
+
 CHECKS = {"render": check_render, "parity": check_parity, "config-change": check_config_change,
-          "bad-values": check_bad_values, "free-text": check_free_text}
+          "bad-values": check_bad_values, "free-text": check_free_text, "package": check_package}
 
 
 def main() -> int:

@@ -14,7 +14,10 @@
 #      the options that need a restart restart the pods (the list is src/reload.rs's);
 #   6. each bad values file of ci/bad/ is refused with a message naming its key;
 #   7. every free-text value, given a line break, a `#`, `{{` and quotes, is refused by the schema
-#      or rendered whole: it adds no key and cuts nothing short.
+#      or rendered whole: it adds no key and cuts nothing short;
+#   8. Chart.yaml's appVersion (the default image tag), deploy/kubernetes's image tag and the
+#      Dockerfile's VERSION are the crate's version; `helm package`'s archive renders as the
+#      source chart.
 #
 #   scripts/check-helm.sh [BINARY]     # BINARY: the exporter, target/debug/nvml-exporter by default
 #
@@ -62,5 +65,7 @@ step "a config change touches only the ConfigMap; restart options restart the po
   helm_check config-change
 step "bad values are refused naming the key" helm_check bad-values
 step "free-text values with line breaks, # and quotes are refused or rendered whole" helm_check free-text
+step "appVersion, image tag and Dockerfile are the crate's version; the packaged chart renders as the source" \
+  helm_check package
 
 steps_verdict check-helm
