@@ -27,6 +27,9 @@ rendered here is what `helm install` would apply. BINARY is the exporter (target
                 VERSION are the crate's version (the default image tag follows appVersion), and
                 the chart packaged by Helm (links to the alerts and dashboards followed) renders
                 every values file as the source chart does;
+  checkov       checkov, a manifest policy scanner, finds nothing in the chart rendered with
+                every ci/*-values.yaml but the checks ci/checkov.yaml skips, each with its
+                reason;
   free-text     every value a user types as text (each string of the schema without an enum,
                 the keys and values of string maps, list items, strings inside free-form
                 objects), given a line break, a ` #`, `{{` and quotes after a valid value, is
@@ -474,10 +477,15 @@ def check_free_text() -> None:
     cases = list(free_text_cases(schema))
     refused = rendered = 0
     for name, path, make in cases:
+        # The rules and the dashboards are large and hold no value but their own section's: on
+        # for that section only, which keeps the many renders quick.
+        here = copy.deepcopy(base)
+        for section in ("prometheusRule", "dashboards"):
+            here[section]["enabled"] = path[0] == section
         sample = None
         for candidate in SAMPLES:
             try:
-                good = parsed(render(chart, with_value(base, path, make(candidate))))
+                good = parsed(render(chart, with_value(here, path, make(candidate))))
             except helm.HelmValuesError:
                 continue
             sample = candidate
@@ -490,7 +498,7 @@ def check_free_text() -> None:
         for suffix in HOSTILE:
             text = sample + suffix
             try:
-                bad = parsed(render(chart, with_value(base, path, make(text))))
+                bad = parsed(render(chart, with_value(here, path, make(text))))
             except helm.HelmValuesError:
                 refused += 1
                 continue
@@ -539,8 +547,41 @@ def check_package() -> None:
     print(f"version {crate}: appVersion, image tag, Dockerfile; the packaged chart renders as the source ({len(cases)} values)")
 
 
+# ---------------------------------------------------------------------------------------------
+# checkov
+
+
+def check_checkov() -> None:
+    """checkov over the chart rendered with every ci/*-values.yaml, configured (its skip list)
+    by ci/checkov.yaml."""
+    chart = helm.Chart.load(CHART)
+    with tempfile.TemporaryDirectory() as work:
+        files = sorted(CHART.glob("ci/*-values.yaml"))
+        for f in files:
+            out = chart.render(load(f), name=RELEASE, namespace=NAMESPACE, is_install=True)
+            pathlib.Path(work, f.name).write_text("\n---\n".join(text for name, text in sorted(out.items())
+                                                                   if not name.endswith("NOTES.txt")))
+        run = subprocess.run(["checkov", "--config-file", str(CHART / "ci/checkov.yaml"), "--directory", work,
+                              "--output", "json"], capture_output=True, text=True)
+        try:
+            reports = json.loads(run.stdout)
+        except json.JSONDecodeError:
+            problems.append(f"checkov: no report (exit {run.returncode}): {(run.stdout + run.stderr).strip()[-2000:]}")
+            return
+        reports = reports if isinstance(reports, list) else [reports]
+        summary = {k: sum(r.get("summary", {}).get(k, 0) for r in reports) for k in ("passed", "failed", "skipped")}
+        for r in reports:
+            for c in r.get("results", {}).get("failed_checks", []):
+                problems.append(f"checkov {c['check_id']} ({c['check_name']}): {c['file_path'].lstrip('/')}: {c['resource']}")
+        check(run.returncode == 0 or summary["failed"] > 0, f"checkov exited {run.returncode}: {run.stderr.strip()[-2000:]}")
+        check(summary["passed"] > 0, "checkov passed no check: it scanned nothing")
+        print(f"checkov over {len(files)} renders: {summary['passed']} passed, {summary['failed']} failed, "
+              f"the checks ci/checkov.yaml skips not run")
+
+
 CHECKS = {"render": check_render, "parity": check_parity, "config-change": check_config_change,
-          "bad-values": check_bad_values, "free-text": check_free_text, "package": check_package}
+          "bad-values": check_bad_values, "free-text": check_free_text, "package": check_package,
+          "checkov": check_checkov}
 
 
 def main() -> int:
