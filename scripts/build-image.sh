@@ -6,14 +6,14 @@
 #   scripts/build-image.sh --binaries DIR   # from DIR/nvml-exporter and DIR/libnvml_sim.so
 #   scripts/build-image.sh --tag TAG ...    # localhost/nvml-exporter:TAG (VERSION by default)
 #
-#   1. the runtime base, localhost/nvml-exporter-base:bookworm: mmdebstrap fetches from bookworm
-#      the packages distroless/cc-debian12 is made of (base-files, netbase, tzdata, libc6,
-#      libssl3, libgcc-s1, gcc-12-base, libgomp1, libstdc++6) and ca-certificates; their files
-#      are unpacked into one tree with /usr merged, without documentation (the copyright files
-#      stay), with ca-certificates' bundle alone (made by its own update-ca-certificates), a
-#      dpkg status file per package under /var/lib/dpkg/status.d (for scanners), and root,
-#      nobody and nonroot as users: no shell, no package manager, no executable outside the
-#      libraries;
+#   1. the runtime base, localhost/nvml-exporter-base:bookworm: mmdebstrap fetches from bookworm,
+#      its updates and its security updates the packages distroless/cc-debian12 is made of
+#      (base-files, netbase, tzdata, libc6, libssl3, libgcc-s1, gcc-12-base, libgomp1,
+#      libstdc++6) and ca-certificates; their files are unpacked into one tree with /usr merged,
+#      without documentation (the copyright files stay), with ca-certificates' bundle alone
+#      (made by its own update-ca-certificates), a dpkg status file per package under
+#      /var/lib/dpkg/status.d (for scanners), and root, nobody and nonroot as users: no shell,
+#      no package manager, no executable outside the libraries;
 #   2. the files of the build stage (/out): the binaries (cargo build --release, or --binaries)
 #      and their SBOMs (scripts/sbom.sh, cargo-cyclonedx), as the image
 #      localhost/nvml-exporter-files:TAG;
@@ -31,7 +31,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
-binaries= tag=
+binaries='' tag=''
 while [ $# -gt 0 ]; do
   case $1 in
     --binaries) binaries=${2:?--binaries DIR}; shift 2 ;;
@@ -58,10 +58,14 @@ make_work_dir
 mkdir -p "$out"
 
 # 1. The base. The packages and their dependencies are fetched by mmdebstrap (unpacked, not
-# installed: nothing runs); only the packages named here are unpacked into the image.
+# installed: nothing runs), with the stable and security updates; only the packages named here
+# are unpacked into the image.
 packages=(base-files netbase tzdata libc6 libssl3 libgcc-s1 gcc-12-base libgomp1 libstdc++6 ca-certificates)
 mmdebstrap --quiet --variant=extract --include="$(IFS=,; echo "${packages[*]}")" \
-  --skip=cleanup/apt/cache bookworm "$work/debian"
+  --skip=cleanup/apt/cache bookworm "$work/debian" \
+  "deb http://deb.debian.org/debian bookworm main" \
+  "deb http://deb.debian.org/debian bookworm-updates main" \
+  "deb http://deb.debian.org/debian-security bookworm-security main"
 root=$work/rootfs
 mkdir -p "$root/var/lib/dpkg/status.d"
 for package in "${packages[@]}"; do
@@ -89,9 +93,8 @@ install -m 0644 "$work/certs/ca-certificates.crt" "$root/etc/ssl/certs/ca-certif
 # Nothing but libraries, data and the bundle: no program (update-ca-certificates, the only one
 # these packages ship outside the libraries, is a shell script), no documentation but the
 # copyright files.
-rm -rf "${root:?}/usr/sbin" "$root/usr/bin" "$root/usr/share/ca-certificates" "$root/etc/ca-certificates" \
-  "$root/usr/share/man" "$root/usr/share/info" "$root/usr/share/lintian" "$root/usr/share/gdb" \
-  "$root/usr/share/bug" "$root/etc/update-motd.d" "$root/etc/profile.d" "$root/etc/skel"
+rm -rf "${root:?}"/usr/sbin "${root:?}"/usr/bin "${root:?}"/usr/share/{ca-certificates,man,info,lintian,gdb,bug} \
+  "${root:?}"/etc/{ca-certificates,update-motd.d,profile.d,skel}
 find "$root/usr/share/doc" -type f ! -name copyright -delete
 find "$root/usr/share/doc" -type l -delete
 mkdir -p "$root/usr/bin" "$root/usr/sbin" "$root/tmp" "$root/home/nonroot" "$root/root"
@@ -157,4 +160,4 @@ rm -f "$archive"
 size=$("${podman[@]}" image inspect --format '{{.Size}}' "$image")
 compressed=$(gzip -c "$archive" | wc -c)
 echo "image: $image (revision $revision), $((size / 1000000)) MB ($size bytes; $((compressed / 1000000)) MB compressed)"
-echo "archive: $archive; SBOMs: $(cd "$out" && ls ./*.cdx.json | tr '\n' ' ')"
+echo "archive: $archive; SBOMs: $(cd "$out" && echo ./*.cdx.json)"

@@ -138,6 +138,7 @@ step "no shell to run: podman run --entrypoint /bin/sh fails" no_shell
 
 size() {
   local total base
+  [ -d "$work/rootfs/opt/nvml-exporter" ] || { echo "no file system to measure (see above)"; return 1; }
   total=$("${podman[@]}" image inspect --format '{{.Size}}' "$image")
   base=$(($(tar -cf - --exclude=./opt/nvml-exporter -C "$work/rootfs" . | wc -c) / 1000000))
   echo "image with these binaries: $((total / 1000000)) MB; base (all but /opt/nvml-exporter): $base MB (at most $BASE_MB)"
