@@ -17,7 +17,8 @@ rendered here is what `helm install` would apply. BINARY is the exporter (target
   parity        the chart and the kustomize manifests agree object for object, labels,
                 annotations and selectors aside: the default render and deploy/kubernetes/core,
                 each overlay and its values file, deploy/kubernetes and the operator's objects
-                turned on (the Namespace is kustomize's alone: Helm leaves it to --namespace);
+                turned on, core with the networkpolicy component and networkPolicy.enabled (the
+                Namespace is kustomize's alone: Helm leaves it to --namespace);
   config-change changing an option in `config` or a collector changes only the ConfigMap, and an
                 option the exporter applies only at start (src/reload.rs) restarts the pods; the
                 chart's list of those options is src/reload.rs's;
