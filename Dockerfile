@@ -10,11 +10,26 @@
 # On a GPU host the driver's libnvidia-ml.so.1 and the /dev/nvidia* devices come from the NVIDIA
 # container toolkit at run time (--gpus, or NVIDIA_VISIBLE_DEVICES with the nvidia runtime); the
 # image ships no driver library. deploy/kubernetes runs it as a DaemonSet (docs/kubernetes.md).
+#
+# Without Docker or a registry, scripts/build-image.sh builds the same final stage with buildah:
+# it gives RUNTIME_IMAGE a base made from the same Debian packages as distroless/cc-debian12,
+# and FILES an image holding /out as the build stage leaves it, from binaries it built on the
+# host.
 
 # The builder's Debian release must match the runtime's (bookworm, glibc 2.36): the binaries link
 # against the builder's glibc.
-ARG RUST_VERSION=1.95
-FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
+ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
+# distroless/cc: glibc, libgcc, libstdc++, libssl and CA certificates, nothing else (no shell, no
+# package manager). distroless publishes no version tags, only rolling ones; a release build
+# pins the digest (--build-arg RUNTIME_IMAGE=gcr.io/distroless/cc-debian12@sha256:...).
+ARG RUNTIME_IMAGE=gcr.io/distroless/cc-debian12:latest
+# Where the final stage takes /out from: the build stage below, or an image holding the same.
+ARG FILES=build
+
+FROM ${RUST_IMAGE} AS build
+# The SBOM's tool (scripts/sbom.sh), in a layer of its own so that a source change keeps it.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    cargo install --locked cargo-cyclonedx --version 0.5.9
 WORKDIR /src
 COPY . .
 # build.rs records the revision in nvml_exporter_build_info; .git is not in the build context
@@ -27,13 +42,12 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
     NVML_EXPORTER_REVISION=${NVML_EXPORTER_REVISION} \
     cargo build --release --locked -p nvml-exporter -p nvml-sim \
     && install -D -m 0755 target/release/nvml-exporter /out/nvml-exporter \
-    && install -D -m 0644 target/release/libnvml_sim.so /out/libnvml_sim.so
+    && install -D -m 0644 target/release/libnvml_sim.so /out/libnvml_sim.so \
+    && scripts/sbom.sh /out/sbom
 
-# distroless/cc: glibc, libgcc and CA certificates, nothing else (no shell, no package manager).
-# distroless publishes no version tags, only rolling ones; a release build pins the digest
-# (FROM gcr.io/distroless/cc-debian12@sha256:...).
-# hadolint ignore=DL3007
-FROM gcr.io/distroless/cc-debian12:latest
+FROM ${FILES} AS files
+
+FROM ${RUNTIME_IMAGE}
 ARG VERSION=0.1.0
 ARG NVML_EXPORTER_REVISION=unknown
 LABEL org.opencontainers.image.title="nvml-exporter" \
@@ -43,8 +57,9 @@ LABEL org.opencontainers.image.title="nvml-exporter" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${NVML_EXPORTER_REVISION}"
-# Side by side: --demo loads libnvml_sim.so from the executable's directory.
-COPY --from=build /out/nvml-exporter /out/libnvml_sim.so /opt/nvml-exporter/
+# Side by side: --demo loads libnvml_sim.so from the executable's directory. The SBOMs
+# (CycloneDX) of both are in sbom/.
+COPY --from=files /out/ /opt/nvml-exporter/
 # For the NVIDIA container runtime: every GPU, and only the utility libraries (NVML). Harmless
 # without that runtime; deploy/kubernetes sets the same on the DaemonSet.
 ENV NVIDIA_VISIBLE_DEVICES=all \

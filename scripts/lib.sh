@@ -1,10 +1,11 @@
 # shellcheck shell=bash
 # What the check scripts share; sourced from the repository root (`source scripts/lib.sh`) by
 # scripts/test.sh, scripts/e2e-prometheus.sh, scripts/e2e-dashboards.sh, scripts/e2e-alerting.sh,
-# scripts/check-manifests.sh, scripts/check-helm.sh and bench/run.sh. It installs the tools a
-# check needs when they are missing (as root), finds cargo's target directory and the binaries a
-# live check runs, picks free ports, ends background processes and removes the work directory on
-# exit, and runs named steps, counting them.
+# scripts/check-manifests.sh, scripts/check-helm.sh, scripts/build-image.sh,
+# scripts/check-image.sh and bench/run.sh. It installs the tools a check needs when they are
+# missing (as root), finds cargo's target directory and the binaries a live check runs, picks
+# free ports, ends background processes and removes the work directory on exit, and runs named
+# steps, counting them.
 #
 # Sourcing it sets an EXIT trap (and makes INT and TERM exit 130): a script that sources it
 # leaves cleanup to it.
@@ -74,6 +75,21 @@ need_victoria_metrics() {
   victoria_metrics=$(command -v victoria-metrics)
   vmagent=$(command -v vmagent)
   vmalert=$(command -v vmalert)
+}
+
+# Installs Debian's podman, buildah, mmdebstrap and runc when one is missing: what
+# scripts/build-image.sh and scripts/check-image.sh build and run the image with.
+need_image_tools() {
+  local tool
+  for tool in podman buildah mmdebstrap runc; do
+    if ! command -v "$tool" >/dev/null; then
+      need_root "$tool (the image build)"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        podman buildah mmdebstrap runc >/dev/null
+      return
+    fi
+  done
 }
 
 # ---------------------------------------------------------------------------------------------

@@ -16,13 +16,16 @@
 #   9. the busy-time counters and GPU-seconds per workload: rate() over 5 minutes of 15 s scrapes
 #      against a known square wave, across an exporter restart (scripts/e2e-busy.sh);
 #  10. alert delivery: the shipped rules in Prometheus and in vmalert on VictoriaMetrics, through
-#      a real Alertmanager with the shipped routing to a webhook (scripts/e2e-alerting.sh).
-# Steps 5, 7, 8, 9 and 10 mostly wait: they run in the background (lib.sh's background_step), 9
-# from the start, the others once the tests are done, and are reported at the end.
+#      a real Alertmanager with the shipped routing to a webhook (scripts/e2e-alerting.sh);
+#  11. the container image, built by scripts/build-image.sh from the debug binaries above and
+#      run by podman as the DaemonSet runs it (scripts/check-image.sh).
+# Steps 5, 7, 8, 9, 10 and 11 mostly wait: they run in the background (lib.sh's background_step),
+# 9 from the start, the others once the tests are done, and are reported at the end.
 # Installs what is missing (Debian's prometheus for promtool, prometheus-alertmanager,
-# victoria-metrics, tmux and chromium, gpustat, nvidia-ml-py, nvitop, nvitop-exporter and
-# websocket-client from PyPI, the real driver library from Debian non-free, unpacked
-# under target/) when run as root.
+# victoria-metrics, tmux and chromium, podman, buildah, mmdebstrap and runc, gpustat,
+# nvidia-ml-py, nvitop, nvitop-exporter and websocket-client from PyPI, cargo-cyclonedx from
+# crates.io, the real driver library from Debian non-free, unpacked under target/) when run as
+# root.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/lib.sh
@@ -80,12 +83,15 @@ command -v chromium >/dev/null || apt_install chromium "chromium (for the node p
 need_python websocket websocket-client
 need_alertmanager
 need_victoria_metrics
+need_image_tools
 background_step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 background_step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
 background_step "node page in headless chromium: demo and MIG, values, marks, refresh, requests (check-page.py)" \
   python3 scripts/check-page.py "$bin" --screenshots "$target_dir/node-page"
 background_step "alert delivery: Prometheus and VictoriaMetrics through Alertmanager's shipped routing (e2e-alerting.sh)" \
   scripts/e2e-alerting.sh "$bin"
+background_step "container image: built without Docker, run by podman read-only, without capabilities, as the DaemonSet (check-image.sh)" \
+  scripts/check-image.sh "$target_dir/debug"
 
 lint_scenarios() {
   local ok=0 scenario out

@@ -26,16 +26,16 @@ The objects' name: fullnameOverride, else the release name when it holds the cha
 
 {{/* The labels that select the pods; never changed after install (a selector is immutable). */}}
 {{- define "nvml-exporter.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "nvml-exporter.name" . }}
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/name: {{ include "nvml-exporter.name" . | quote }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 {{- end }}
 
 {{/* Every object's labels. */}}
 {{- define "nvml-exporter.labels" -}}
 {{ include "nvml-exporter.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/managed-by: {{ .Release.Service | quote }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" | quote }}
 {{- end }}
 
 {{- define "nvml-exporter.serviceAccountName" -}}
