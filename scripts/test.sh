@@ -18,7 +18,8 @@
 #  10. alert delivery: the shipped rules in Prometheus and in vmalert on VictoriaMetrics, through
 #      a real Alertmanager with the shipped routing to a webhook (scripts/e2e-alerting.sh).
 # Steps 5, 7, 8, 9 and 10 mostly wait: they run in the background (lib.sh's background_step), 9
-# from the start, the others once the tests are done, and are reported at the end.
+# from the start, the others once the tests are done, and are reported at the end. Last comes the
+# time each install, build and step took, and the total (lib.sh's steps_times).
 # Installs what is missing (Debian's prometheus for promtool, prometheus-alertmanager,
 # victoria-metrics, tmux and chromium, gpustat, nvidia-ml-py, nvitop, nvitop-exporter and
 # websocket-client from PyPI, the real driver library from Debian non-free, unpacked
@@ -28,28 +29,34 @@ cd "$(dirname "$0")/.."
 source scripts/lib.sh
 root=$(pwd)
 
-need_promtool
-need_python "gpustat, pynvml, nvitop, nvitop_exporter" gpustat nvidia-ml-py nvitop nvitop-exporter
-command -v tmux >/dev/null || apt_install tmux "tmux (for nvitop's TUI)"
-
 # The real NVML library (Debian non-free libnvidia-ml1), fetched with an apt configuration of its
 # own so the machine's sources stay untouched. Without a GPU it answers "driver not loaded".
 real_dir=$root/target/real-nvml
-real_lib=$(find "$real_dir" -name 'libnvidia-ml.so.1' 2>/dev/null | head -n1 || true)
-if [ -z "$real_lib" ]; then
-  mkdir -p "$real_dir/lists/partial" "$real_dir/archives"
-  echo "deb http://deb.debian.org/debian bookworm non-free" > "$real_dir/sources.list"
-  apt_opts=(-o "Dir::Etc::SourceList=$real_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
-            -o "Dir::State::Lists=$real_dir/lists" -o APT::Sandbox::User=root)
-  apt-get "${apt_opts[@]}" update -qq
-  (cd "$real_dir/archives" && apt-get "${apt_opts[@]}" download libnvidia-ml1 >/dev/null)
-  dpkg -x "$real_dir"/archives/libnvidia-ml1_*.deb "$real_dir/root"
-  real_lib=$(find "$real_dir/root" -name 'libnvidia-ml.so.1' | head -n1)
-fi
+need_real_nvml() {
+  real_lib=$(find "$real_dir" -name 'libnvidia-ml.so.1' 2>/dev/null | head -n1 || true)
+  if [ -z "$real_lib" ]; then
+    mkdir -p "$real_dir/lists/partial" "$real_dir/archives"
+    echo "deb http://deb.debian.org/debian bookworm non-free" > "$real_dir/sources.list"
+    local apt_opts=(-o "Dir::Etc::SourceList=$real_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+                    -o "Dir::State::Lists=$real_dir/lists" -o APT::Sandbox::User=root)
+    apt-get "${apt_opts[@]}" update -qq
+    (cd "$real_dir/archives" && apt-get "${apt_opts[@]}" download libnvidia-ml1 >/dev/null)
+    dpkg -x "$real_dir"/archives/libnvidia-ml1_*.deb "$real_dir/root"
+    real_lib=$(find "$real_dir/root" -name 'libnvidia-ml.so.1' | head -n1)
+  fi
+}
+
+need_tools() {
+  need_promtool
+  need_python "gpustat, pynvml, nvitop, nvitop_exporter" gpustat nvidia-ml-py nvitop nvitop-exporter
+  command -v tmux >/dev/null || apt_install tmux "tmux (for nvitop's TUI)"
+  need_real_nvml
+}
+timed "tools: promtool, NVML's Python clients, tmux, the real driver library" need_tools
 export NVML_EXPORTER_TEST_REAL_NVML=$real_lib
 
 # The binary and the simulator, where cargo puts them (CARGO_TARGET_DIR or target/).
-cargo build --workspace --lib --bins --examples --locked
+timed "cargo build (the exporter, nvml-sim, examples)" cargo build --workspace --lib --bins --examples --locked
 target_dir=$(cargo_target_dir)
 bin=$target_dir/debug/nvml-exporter
 sim=$target_dir/debug/libnvml_sim.so
@@ -69,17 +76,20 @@ if cargo nextest --version >/dev/null 2>&1; then
 else
   tests=(cargo test --workspace --locked)
 fi
-"${tests[@]}" --no-run
+timed "${tests[*]:0:3} --no-run (the test binaries)" "${tests[@]}" --no-run
 
 step "${tests[*]:0:3}" "${tests[@]}"
 
 # The live checks mostly wait for scrapes and rule evaluations: they run next to each other and
 # to the quick steps below, once the tests no longer take the CPUs. What they need is installed
 # first, one install at a time.
-command -v chromium >/dev/null || apt_install chromium "chromium (for the node page check)"
-need_python websocket websocket-client
-need_alertmanager
-need_victoria_metrics
+need_live_tools() {
+  command -v chromium >/dev/null || apt_install chromium "chromium (for the node page check)"
+  need_python websocket websocket-client
+  need_alertmanager
+  need_victoria_metrics
+}
+timed "tools of the live checks: chromium, websocket-client, Alertmanager, VictoriaMetrics" need_live_tools
 background_step "alert rules: promtool unit tests and a live Prometheus against the demo and MIG nodes" scripts/e2e-prometheus.sh "$bin"
 background_step "Grafana dashboards: static checks and every panel query against a live Prometheus" scripts/e2e-dashboards.sh "$bin"
 background_step "node page in headless chromium: demo and MIG, values, marks, refresh, requests (check-page.py)" \
@@ -141,6 +151,7 @@ step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$re
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 step "Helm chart (render, lint --strict, validate, parity with deploy/kubernetes, bad values)" scripts/check-helm.sh "$bin"
 wait_background_steps
+steps_times
 
 echo "checks: $steps_passed passed, ${#steps_failed[@]} failed"
 [ ${#steps_failed[@]} = 0 ]
