@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine:
-#   1. Rust unit and integration tests (the real binary against the simulated driver, golden file);
-#   2. promtool's lint of the exporter's /metrics for every shipped scenario;
+#   1. Rust unit and integration tests (the real binary against the simulated driver, golden file;
+#      tests/lint.rs: promtool's lint of every collector group alone, all but one and all, on
+#      every scenario);
+#   2. promtool's lint of the exporter's --once for every shipped scenario;
 #   3. third-party NVML clients (gpustat, pynvml, nvitop --once, its TUI, nvitop-exporter) against
 #      the simulator;
 #   4. every NVML symbol the simulator exports is one the real driver library exports;
@@ -108,25 +110,6 @@ lint_scenarios() {
   return $ok
 }
 step "promtool check metrics (every scenario)" lint_scenarios
-
-# Every collector group alone, every group but one, and all of them, on every scenario.
-lint_groups() {
-  local ok=0 scenario out lint group args all
-  read -ra all <<<"$("$bin" --help | grep -o -- '--collector\.[a-z0-9-]\+' | grep -v disable-defaults | sort -u | tr '\n' ' ')"
-  for scenario in nvml-sim/scenarios/*.toml; do
-    for group in "${all[@]}" all; do
-      for args in "--collector.disable-defaults $group" "${all[*]} --no-${group#--}"; do
-        [ "$group" = all ] && args="${all[*]}"
-        out=$(NVML_SIM_SCENARIO=$scenario NVML_SIM_TIME=60 "$bin" --once --nvml-lib "$sim" --log-level error $args) || { echo "$scenario $args: --once failed"; ok=1; continue; }
-        if ! lint=$(printf '%s\n' "$out" | "$promtool" check metrics 2>&1) || [ -n "$lint" ]; then
-          echo "$scenario $args: promtool check metrics:"; echo "$lint"; ok=1
-        fi
-      done
-    done
-  done
-  return $ok
-}
-step "promtool check metrics (each collector group on and off, every scenario)" lint_groups
 
 # --dcgm-compat=both: the native part must lint clean as above; dcgm-exporter's names break the
 # naming conventions in exactly three ways we must not "fix" (dashboards and alerts query these
