@@ -19,8 +19,8 @@
 #      against a known square wave, across an exporter restart (scripts/e2e-busy.sh);
 #  10. alert delivery: the shipped rules in Prometheus and in vmalert on VictoriaMetrics, through
 #      a real Alertmanager with the shipped routing to a webhook (scripts/e2e-alerting.sh).
-# Steps 5, 7, 8, 9 and 10 mostly wait: they run in the background (lib.sh's background_step), 9
-# from the start, the others once the tests are done, and are reported at the end. Last comes the
+# Steps 3, 5, 7, 8, 9 and 10 mostly wait: they run in the background (lib.sh's background_step),
+# 9 from the start, the others once the tests are done, and are reported at the end. Last comes the
 # time each install, build and step took, and the total (lib.sh's steps_times).
 # Installs what is missing (Debian's prometheus for promtool, prometheus-alertmanager,
 # victoria-metrics, tmux and chromium, gpustat, nvidia-ml-py, nvitop, nvitop-exporter and
@@ -82,9 +82,10 @@ timed "${tests[*]:0:3} --no-run (the test binaries)" "${tests[@]}" --no-run
 
 step "${tests[*]:0:3}" "${tests[@]}"
 
-# The live checks mostly wait for scrapes and rule evaluations: they run next to each other and
-# to the quick steps below, once the tests no longer take the CPUs. What they need is installed
-# first, one install at a time.
+# The live checks mostly wait for scrapes and rule evaluations, and the third-party NVML clients
+# for nvitop's redraws and nvitop-exporter's collections: they run next to each other and to the
+# quick steps below, once the tests no longer take the CPUs. What they need is installed first,
+# one install at a time.
 need_live_tools() {
   command -v chromium >/dev/null || apt_install chromium "chromium (for the node page check)"
   need_python websocket websocket-client
@@ -98,6 +99,8 @@ background_step "node page in headless chromium: demo and MIG, values, marks, re
   python3 scripts/check-page.py "$bin" --screenshots "$target_dir/node-page"
 background_step "alert delivery: Prometheus and VictoriaMetrics through Alertmanager's shipped routing (e2e-alerting.sh)" \
   scripts/e2e-alerting.sh "$bin"
+background_step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ours" \
+  python3 nvml-sim/ci/check-gpustat.py "$sim" "$bin"
 
 lint_scenarios() {
   local ok=0 scenario out
@@ -129,7 +132,6 @@ lint_dcgm_scenarios() {
   return $ok
 }
 step "promtool check metrics --dcgm-compat=both (only the inherent DCGM naming warnings)" lint_dcgm_scenarios
-step "gpustat, pynvml, nvitop and nvitop-exporter against nvml-sim, values as ours" python3 nvml-sim/ci/check-gpustat.py "$sim" "$bin"
 step "nvml-sim exports only real NVML symbols" nvml-sim/ci/check-symbols.sh "$real_lib" "$sim"
 step "Kubernetes manifests, PrometheusRule and Dockerfile (render, validate, lint)" scripts/check-manifests.sh
 step "Helm chart (render, lint --strict, validate, parity with deploy/kubernetes, bad values)" scripts/check-helm.sh "$bin"
