@@ -2,8 +2,9 @@
 """The node page in a real browser: Debian's chromium, headless, driven through the DevTools
 protocol, against the exporter's demo (8 H100s) and the MIG scenario.
 
-For each: the DOM after load shows every GPU (and MIG instance) with the numbers /api/v1/gpus
-gives at the same tick and the marks the alert rules define; the page refreshes itself in place
+For each: the DOM after load shows every GPU (and MIG instance) with the readings /api/v1/gpus
+gives at the same tick (each field of docs/node-page.md: its number, or its flag) and the marks
+the alert rules define; the page refreshes itself in place
 (no reload) to the next tick, and on the demo, whose power readings move, a value that changed
 shows its new number; every request the page makes goes to
 127.0.0.1; nothing is logged as an error (console, exceptions, CSP, failed loads); it still shows
@@ -202,36 +203,59 @@ class Browser:
         shutil.rmtree(self.profile, ignore_errors=True)
 
 
-# What the DOM shows: the tick, and for each GPU card (and MIG instance) its state, marks and
-# the numbers beside its bars (data-field / data-value, as /api/v1/gpus names them).
+# What the DOM shows: the tick, and for each GPU card (and MIG instance) its state, marks, the
+# numbers of its readings (data-field / data-value, as /api/v1/gpus names them) and its flags.
 DOM = """(() => {
   const fields = el => Object.fromEntries([...el.querySelectorAll(':scope > table [data-field], :scope > p [data-field]')]
       .map(f => [f.dataset.field, f.dataset.value]));
+  const flags = el => el.querySelector(':scope > p.flags')?.innerText || '';
   return {
     tick: document.getElementById('node').dataset.tick,
     marker: window.checkPageMarker || null,
     gpus: [...document.querySelectorAll('article.gpu')].map(a => ({
       gpu: a.dataset.gpu, state: a.dataset.state, marks: a.dataset.marks,
-      text: a.innerText, values: fields(a),
+      text: a.innerText, values: fields(a), flags: flags(a),
       instances: [...a.querySelectorAll('article.instance')].map(i => ({
-        id: i.dataset.gpuInstance, marks: i.dataset.marks, text: i.innerText, values: fields(i)})),
+        id: i.dataset.gpuInstance, marks: i.dataset.marks, text: i.innerText, values: fields(i),
+        flags: flags(i)})),
     })),
   };
 })()"""
 
-NUMBERS = ["utilization", "sm_active", "sm_occupancy", "tensor_active", "dram_active",
-           "memory_used_bytes", "memory_total_bytes", "power_watts", "power_limit_watts",
-           "temperature_celsius"]
 
 
-def same_numbers(where, dom_values, view):
+def page_fields():
+    """The page's readings, from the table docs/node-page.md renders from src/page/fields.rs:
+    the fields shown as a number (in a data-field) and, by field, the words of each flag."""
+    numbers, flags = [], {}
+    with open(os.path.join(ROOT, "docs/node-page.md")) as doc:
+        for line in doc:
+            row = re.match(r"^\| `(\w+)` \| `\w+` \| (.+) \|$", line)
+            if row:
+                flag = re.match(r"flag \*(.+?)\*", row.group(2))
+                if flag:
+                    flags[row.group(1)] = flag.group(1)
+                else:
+                    numbers.append(row.group(1))
+    assert numbers and flags, "no fields read from docs/node-page.md"
+    return numbers, flags
+
+
+NUMBERS, FLAGS = page_fields()
+
+
+def same_numbers(where, card, view):
+    """The card (GPU or instance, from DOM) shows the JSON view's numbers and flags."""
     for field in NUMBERS:
         want = view.get(field)
-        got = dom_values.get(field)
+        got = card["values"].get(field)
         if want is None:
             assert got is None, f"{where} {field}: the page shows {got}, the JSON none"
         else:
             assert got is not None and float(got) == want, f"{where} {field}: page {got}, JSON {want}"
+    for field, words in FLAGS.items():
+        shown = words in card["flags"]
+        assert shown == (view.get(field) is True), f"{where} {field}: page {shown}, JSON {view.get(field)}"
 
 
 def dom_and_json_of_one_tick(browser, exporter):
@@ -272,14 +296,14 @@ def check_node(binary, scenario, screenshot, expect_marks, values_change):
                 assert "▲ " + mark.replace("_", ", ", 1).replace("_", " ") in card["text"], where
             if gpu["health"]:
                 assert gpu["health"]["state"] in card["text"], where
-            same_numbers(where, card["values"], gpu)
+            same_numbers(where, card, gpu)
             assert len(card["instances"]) == len(gpu["mig_instances"]), where
             for shown, instance in zip(card["instances"], gpu["mig_instances"]):
                 w = f"{where} instance {instance['gpu_instance']}"
                 assert shown["id"] == str(instance["gpu_instance"]), w
                 assert instance["profile"] in shown["text"], w
                 assert shown["marks"] == " ".join(instance["marks"]), w
-                same_numbers(w, shown["values"], instance)
+                same_numbers(w, shown, instance)
         marks = {(g["gpu"], i): m for g in view["gpus"]
                  for i, m in [(None, g["marks"])] + [(x["gpu_instance"], x["marks"])
                                                      for x in g["mig_instances"]] if m}
@@ -301,7 +325,7 @@ def check_node(binary, scenario, screenshot, expect_marks, values_change):
         assert now["marker"] == "loaded once", "the page was reloaded instead of refreshed"
         dom, view = dom_and_json_of_one_tick(browser, exporter)
         for card, gpu in zip(dom["gpus"], view["gpus"]):
-            same_numbers(f"after a refresh, GPU {gpu['gpu']}", card["values"], gpu)
+            same_numbers(f"after a refresh, GPU {gpu['gpu']}", card, gpu)
 
         browser.screenshot(screenshot)
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Live check of the busy-time counters: a real Prometheus scrapes the demo exporter every 15 s
-# for five minutes on nvml-sim/scenarios/idle-waste.toml (GPU 0 busy 3 s in every 10, GPUs 1-3
-# idle, all four held by one pod of the fake kubelet), the exporter is restarted halfway, and
-# rate() over 5 minutes must give the true mean within 2 %, and the pod its GPU-seconds
-# (scripts/e2e/check_busy.py).
+# Live check of the busy-time counters: a real Prometheus scrapes the demo exporter every 7.5 s
+# for 150 s on nvml-sim/scenarios/idle-waste.toml (GPU 0 busy 1.5 s in every 5, GPUs 1-3 idle,
+# all four held by one pod of the fake kubelet), the exporter (ticking every 0.5 s) is restarted
+# halfway, and rate() over 150 s must give the true mean within 2 %, and the pod its GPU-seconds
+# (scripts/e2e/check_busy.py). That is the 15 s scrapes, rate()[5m] and 1 s ticks of a user's
+# setup against a job busy 3 s in every 10, at half the time scale.
 #
 #   scripts/e2e-busy.sh [PATH/TO/nvml-exporter]
 #
-# Takes about 5.5 minutes, nearly all of it waiting: scripts/test.sh runs it next to its other
+# Takes about 3 minutes, nearly all of it waiting: scripts/test.sh runs it next to its other
 # steps. Without an argument the debug binary is taken from cargo's target directory (built if
 # missing); it needs libnvml_sim.so next to it (--demo). Needs /usr/bin/prometheus (Debian
 # package `prometheus`; installed when missing and run as root). Set PROMETHEUS to use another.
@@ -29,7 +30,8 @@ wait_for_socket "$socket" "$work/kubelet.log"
 exporter_port=$(free_port)
 cat >"$work/prometheus.yml" <<EOF
 global:
-  scrape_interval: 15s
+  scrape_interval: 7500ms
+  scrape_timeout: 5s
 scrape_configs:
   - job_name: $job
     static_configs:
@@ -48,12 +50,12 @@ check_busy() {
     --epoch "$epoch" -- \
     env -u NVML_SIM_TIME -u NVML_SIM_START NVML_SIM_SCENARIO=nvml-sim/scenarios/idle-waste.toml \
     NVML_SIM_EPOCH="$epoch" \
-    "$bin" --demo --interval 1s --listen "127.0.0.1:$exporter_port" --log-level warn \
+    "$bin" --demo --interval 500ms --listen "127.0.0.1:$exporter_port" --log-level warn \
     --collector.pipes --kubernetes --pod-resources-socket "$socket" && return 0
   echo "--- prometheus log"; tail -n 20 "$work/prometheus.log"
   echo "--- kubelet log"; tail -n 20 "$work/kubelet.log"
   return 1
 }
-step "busy-time counters: rate() over 5 minutes of 15 s scrapes, across a restart (check_busy.py)" check_busy
+step "busy-time counters: rate() over 150 s of 7.5 s scrapes, across a restart (check_busy.py)" check_busy
 
 steps_verdict e2e-busy

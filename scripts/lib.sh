@@ -5,7 +5,7 @@
 # scripts/check-image.sh and bench/run.sh. It installs the tools a check needs when they are
 # missing (as root), finds cargo's target directory and the binaries a live check runs, picks
 # free ports, ends background processes and removes the work directory on exit, and runs named
-# steps, counting them.
+# steps, counting and timing them.
 #
 # Sourcing it sets an EXIT trap (and makes INT and TERM exit 130): a script that sources it
 # leaves cleanup to it.
@@ -188,6 +188,16 @@ wait_for_socket() { # socket log
 
 steps_passed=0
 steps_failed=()
+# What each timed part took, for `steps_times`: "SECONDS WHERE NAME", in the order they ended.
+steps_timed=()
+
+# Runs COMMAND as the part NAME of the script's setup (installing, building), timed for
+# `steps_times`. Not a step: under `set -e` its failure ends the script.
+timed() { # name command...
+  local started=$SECONDS
+  "${@:2}"
+  steps_timed+=("$((SECONDS - started)) setup $1")
+}
 
 # Runs COMMAND as the step NAME: a header, its output, then "PASS  NAME" or "FAIL  NAME". Counts
 # it in $steps_passed or $steps_failed (the names) and returns 0 either way, so a failed step
@@ -203,6 +213,7 @@ step() { # name command...
     echo "FAIL  $name ($((SECONDS - started)) s)"
     steps_failed+=("$name")
   fi
+  steps_timed+=("$((SECONDS - started)) foreground $name")
 }
 
 # Starts COMMAND as the step NAME in the background, its output kept until
@@ -238,7 +249,22 @@ wait_background_steps() {
       echo "FAIL  ${background_names[$i]} ($((ended - started)) s)"
       steps_failed+=("${background_names[$i]}")
     fi
+    steps_timed+=("$((ended - started)) background ${background_names[$i]}")
   done
+}
+
+# Prints what each timed part (`timed`, `step`, `background_step`) took, in the order they
+# ended, and the script's wall time so far: background steps ran beside the others, so the
+# seconds add up to more than the total.
+steps_times() {
+  local row seconds where name
+  echo "=== time"
+  printf '%7s  %-10s  %s\n' seconds where step
+  for row in "${steps_timed[@]}"; do
+    read -r seconds where name <<<"$row"
+    printf '%7s  %-10s  %s\n' "$seconds" "$where" "$name"
+  done
+  printf '%7s  %-10s  %s\n' "$SECONDS" total "wall time, $(date -u -d "@$SECONDS" +%M:%S)"
 }
 
 # Prints "SCRIPT: PASS", or "SCRIPT: FAIL (N): the failed steps" on stderr and returns 1.

@@ -1,5 +1,5 @@
-//! The node page (`/`) and `/api/v1/gpus` on the real binary: at one tick, every number they
-//! show equals what `/metrics` serves, the demo's GPUs carry the marks the alert rules define
+//! The node page (`/`) and `/api/v1/gpus` on the real binary: at one tick, every field they
+//! show (`nvml_exporter::page::fields`) equals what `/metrics` serves, the demo's GPUs carry the marks the alert rules define
 //! (GPU 1 busy but not saturated, GPU 7 allocated but idle), a MIG GPU shows its instances, and
 //! the page for eight GPUs stays small.
 
@@ -8,6 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::{Exporter, Exposition, eventually, scenario};
+use nvml_exporter::page::fields::{FIELDS, Shown};
 use serde_json::Value;
 
 /// `/metrics`, the JSON and the page, all of one tick: fetched until the tick's timestamp is
@@ -72,35 +73,30 @@ fn served(m: &Exposition, name: &str, gpu: u64, instance: Option<u64>) -> Option
     found.first().copied()
 }
 
-/// Each JSON field and the family that serves it.
-const FIELDS: &[(&str, &str)] = &[
-    ("utilization", "nvidia_gpu_utilization_ratio"),
-    ("sm_active", "nvidia_gpu_sm_active_ratio"),
-    ("sm_occupancy", "nvidia_gpu_sm_occupancy_ratio"),
-    ("tensor_active", "nvidia_gpu_tensor_active_ratio"),
-    ("dram_active", "nvidia_gpu_dram_active_ratio"),
-    ("memory_used_bytes", "nvidia_gpu_memory_used_bytes"),
-    ("memory_total_bytes", "nvidia_gpu_memory_total_bytes"),
-    ("power_watts", "nvidia_gpu_power_watts"),
-    ("power_limit_watts", "nvidia_gpu_power_limit_watts"),
-    ("temperature_celsius", "nvidia_gpu_temperature_celsius"),
-];
-
-/// Every number of `view` (a GPU's or an instance's JSON object) equals the served series, and
-/// the page's `html` for it holds the same numbers.
+/// Every field of the page (`nvml_exporter::page::fields`) of `view` (a GPU's or an instance's
+/// JSON object) equals the series of its family, and the page's `html` for it shows the same:
+/// the number in its `data-field`, or the flag's words while it is on.
 fn assert_same_numbers(m: &Exposition, view: &Value, html: &str, gpu: u64, instance: Option<u64>) {
-    for (field, family) in FIELDS {
-        let json = view[field].as_f64();
-        assert_eq!(
-            json,
-            served(m, family, gpu, instance),
-            "GPU {gpu} {instance:?} {field}"
-        );
-        assert_eq!(
-            page_value(html, field),
-            json,
-            "page: GPU {gpu} {instance:?} {field}"
-        );
+    for field in FIELDS {
+        let name = field.name;
+        let served = served(m, field.family, gpu, instance);
+        if let Shown::Flag { text } = field.shown {
+            let json = view[name].as_bool();
+            assert_eq!(json.map(f64::from), served, "GPU {gpu} {instance:?} {name}");
+            assert_eq!(
+                html.contains(&format!("▲ {text}")),
+                json == Some(true),
+                "page: GPU {gpu} {instance:?} {name}"
+            );
+        } else {
+            let json = view[name].as_f64();
+            assert_eq!(json, served, "GPU {gpu} {instance:?} {name}");
+            assert_eq!(
+                page_value(html, name),
+                json,
+                "page: GPU {gpu} {instance:?} {name}"
+            );
+        }
     }
 }
 
@@ -163,17 +159,6 @@ fn the_page_and_its_json_show_what_metrics_serves_at_the_same_tick_with_the_aler
         assert!(
             html.contains(&format!(">{power:.0}</span>")),
             "GPU {i} power"
-        );
-        let slowdown = served(&m, "nvidia_gpu_thermal_slowdown_active", index, None);
-        assert_eq!(
-            gpu["thermal_slowdown"].as_bool().map(f64::from),
-            slowdown,
-            "GPU {i}"
-        );
-        assert_eq!(
-            html.contains("▲ thermal slowdown"),
-            slowdown == Some(1.0),
-            "GPU {i}"
         );
         let state = served(&m, "nvidia_gpu_health_state", index, None).unwrap();
         let health = ["healthy", "degraded", "failed"][state as usize];

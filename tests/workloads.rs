@@ -24,7 +24,7 @@ const UUIDS: [&str; 4] = [
     "GPU-7d1e0a03-5b3c-4e2a-9f10-3c5a7e9b1d03",
 ];
 
-/// The exporter at simulated t = 1 s, frozen (GPU 0 inside its busy 3 s), asking the kubelet
+/// The exporter at simulated t = 1 s, frozen (GPU 0 inside its busy 1.5 s), asking the kubelet
 /// at `socket`, with `extra` flags.
 fn exporter(socket: &Path, extra: &[&str]) -> Exporter {
     let path = scenario("idle-waste");

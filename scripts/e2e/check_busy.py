@@ -1,16 +1,23 @@
 #!/usr/bin/env python3
-"""Checks the busy-time counters against a live Prometheus that scrapes every 15 s.
+"""Checks the busy-time counters against a live Prometheus that scrapes every 7.5 s.
 
     check_busy.py --prometheus URL --job JOB --epoch UNIX_SECONDS -- EXPORTER COMMAND...
 
-The exporter runs nvml-sim/scenarios/idle-waste.toml with NVML_SIM_EPOCH=UNIX_SECONDS, so the
-script knows the simulated load at every instant: GPU 0 busy for the first 3 s of every 10,
-GPUs 1-3 idle, all four held by one pod of the fake kubelet. After 5 minutes of scrapes, with a
-kill and restart of the exporter halfway:
+What a user runs, 15 s scrapes, `rate()[5m]` and a 1 s interval against a job busy 3 s in every
+10, checked at half its time scale: 7.5 s scrapes, `rate()[150s]`, a 0.5 s interval (the
+exporter's command) and a job busy 1.5 s in every 5. Every ratio the result depends on stays: 19
+scrape intervals in a window, 28.5 periods, 10 ticks a period, a scrape every 1.5 periods. What
+does not scale is the restart's second or so, here twice the share of the window it is at 5
+minutes.
 
-- `rate()` over 5 minutes of GPU 0's utilization and SM-active counters is within 2 % of the true
-  mean over the time it averages. At 15 s scrapes a 5-minute window spans 19 scrape intervals,
-  285 s: 28.5 periods, whose true mean is 0.2947 to 0.3053 depending on where the scrapes fall
+The exporter runs nvml-sim/scenarios/idle-waste.toml with NVML_SIM_EPOCH=UNIX_SECONDS, so the
+script knows the simulated load at every instant: GPU 0 busy for the first 1.5 s of every 5,
+GPUs 1-3 idle, all four held by one pod of the fake kubelet. After 150 s of scrapes, with a kill
+and restart of the exporter halfway:
+
+- `rate()` over 150 s of GPU 0's utilization and SM-active counters is within 2 % of the true
+  mean over the time it averages. At 7.5 s scrapes a 150 s window spans 19 scrape intervals,
+  142.5 s: 28.5 periods, whose true mean is 0.2947 to 0.3053 depending on where the scrapes fall
   (0.30 only over whole periods). The script computes it from the scenario's schedule and the
   ticks of the first and last samples in the window (nvml_exporter_last_sample_timestamp_seconds
   scraped with them), and prints the distance to 0.30 as well. Each scrape sees one tick in
@@ -20,12 +27,12 @@ kill and restart of the exporter halfway:
   it gained since the last scrape before a reset, and the exporter measures nothing while it is
   down. Killed rather than stopped, so that a graceful shutdown's wait for open connections is
   not part of what is measured.
-- The pod is charged 4 GPU-seconds a second (less the restart's second or two), 3.6 to 3.7 of
-  them idle (GPU 0 is idle 7 s of every 10, less at most one tick per transition: a tick whose
-  second holds a busy edge is not idle) and 0.30 SM-active; one increase() query gives idle
+- The pod is charged 4 GPU-seconds a second (less the restart's second or so), 3.6 to 3.7 of
+  them idle (GPU 0 is idle 3.5 s of every 5, less at most one tick per transition: a tick whose
+  interval holds a busy edge is not idle) and 0.30 SM-active; one increase() query gives idle
   GPU-hours per namespace.
 
-Run by scripts/e2e-busy.sh, which starts Prometheus (scraping JOB every 15 s) and the kubelet.
+Run by scripts/e2e-busy.sh, which starts Prometheus (scraping JOB every 7.5 s) and the kubelet.
 """
 
 import argparse
@@ -36,12 +43,16 @@ import time
 import urllib.parse
 import urllib.request
 
-PERIOD, BUSY = 10.0, 3.0  # idle-waste.toml's GPU 0
+PERIOD, BUSY = 5.0, 1.5  # idle-waste.toml's GPU 0
 TRUE_MEAN = BUSY / PERIOD
 TOLERANCE = 0.02  # relative
-WINDOW = "5m"
-WINDOW_S = 300
-SCRAPE_S = 15
+WINDOW = "150s"
+WINDOW_S = 150
+SCRAPE_S = 7.5
+# The restart is made at a scrape with GPU 0 idle for at least this long after it: the scrapes
+# fall at two phases of the period, 2.5 s apart, and one of them is always between the end of
+# the busy part and this long before the next.
+RESTART_S = PERIOD - BUSY - 2.5
 
 
 class Prometheus:
@@ -126,15 +137,13 @@ def main():
         start = time.monotonic()
         print(f"first scrape at {first}; restarting the exporter about {WINDOW_S // 2} s in")
 
-        # Halfway, right after a scrape, with GPU 0 idle for the next 1.5 s at least (a restart
-        # and the restarted exporter's first tick take a fraction of that). The window is 5.5 s
-        # of every 10 s period, so that one of the two phases 15 s scrapes fall at, 5 s apart,
-        # is always in it.
+        # Halfway, right after a scrape, with GPU 0 idle for the next RESTART_S (1 s) at least: a
+        # restart and the restarted exporter's first tick take a fraction of that.
         time.sleep(WINDOW_S / 2)
         for _ in range(4):
             seen = last_scrape(prom, args.job)
             wait_for("the next scrape", lambda: last_scrape(prom, args.job) not in (None, seen), 30)
-            if BUSY <= phase() <= PERIOD - 1.5:
+            if BUSY <= phase() <= PERIOD - RESTART_S:
                 break
         else:
             sys.exit("FAIL: no scrape fell where GPU 0 stays idle long enough for a restart")
@@ -163,7 +172,7 @@ def main():
             rates = prom.query(f"rate({family}{{{sel}}}[{WINDOW}])")
             got = rates.get("0")
             check(
-                f"rate({family}[{WINDOW}]) of the 3-in-10 s GPU",
+                f"rate({family}[{WINDOW}]) of the 1.5-in-5 s GPU",
                 got is not None and abs(got - span_mean) <= TOLERANCE * span_mean,
                 f"{got} (true mean over the window {span_mean:.4f}, within {TOLERANCE:.0%}; "
                 f"{(got or 0) / TRUE_MEAN - 1:+.2%} from {TRUE_MEAN})",
@@ -192,7 +201,7 @@ def main():
             )
         idle0 = prom.query(f'rate(nvidia_gpu_pod_idle_gpu_seconds_total{{{pod},gpu="0"}}[{WINDOW}])').get("0")
         check(
-            "GPU 0's idle share: 7 s in 10, less one tick per transition at most",
+            "GPU 0's idle share: 3.5 s in 5, less one tick per transition at most",
             idle0 is not None and 0.6 * (1 - TOLERANCE) <= idle0 <= 0.7 * (1 + TOLERANCE),
             str(idle0),
         )

@@ -306,4 +306,4 @@ where
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

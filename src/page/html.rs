@@ -4,11 +4,12 @@
 //! Colour is never the only signal: every mark and state is a word with a symbol, and every bar
 //! (`<meter>`) has its number beside it. Each number also sits in a `data-value` attribute, raw
 //! as `/api/v1/gpus` gives it, under a `data-field` named as there, for scripts and the browser
-//! test.
+//! test. The readings are laid out as [`super::fields`] says of each.
 
 use std::fmt::Write;
 
-use super::view::{DeviceState, GpuView, Holder, Mark, MigInstanceView, NodeView, Readings};
+use super::fields::{Readings, Shown};
+use super::view::{DeviceState, GpuView, Holder, Mark, MigInstanceView, NodeView};
 
 /// The page's style: small, no web font, light and dark by `prefers-color-scheme`.
 const STYLE: &str = include_str!("page.css");
@@ -107,20 +108,12 @@ fn gpu_card(out: &mut String, gpu: &GpuView) {
         ),
     }
     marks(out, &gpu.marks);
-    if gpu.readings.thermal_slowdown == Some(true) {
-        out.push_str("<span class=\"flag warn\">▲ thermal slowdown</span> ");
-    }
+    flags(out, &gpu.readings);
     if gpu.mig_mode == Some(true) {
         out.push_str("<span class=\"flag\">MIG mode</span> ");
     }
     out.push_str("</p>\n");
-    bars(out, &gpu.readings);
-    if let Some(t) = gpu.readings.temperature_celsius {
-        let _ = writeln!(
-            out,
-            "<p>temperature <span data-field=\"temperature_celsius\" data-value=\"{t}\">{t:.0} °C</span></p>"
-        );
-    }
+    readings(out, &gpu.readings);
     owners(out, &gpu.holders, &gpu.jobs, gpu.allocated);
     if let Some(h) = &gpu.health {
         let symbol = match h.state {
@@ -170,12 +163,13 @@ fn mig_card(out: &mut String, i: &MigInstanceView) {
     );
     escape(out, &i.profile);
     out.push_str("</span></h4>\n");
-    if !i.marks.is_empty() {
+    if !i.marks.is_empty() || flagged(&i.readings) {
         out.push_str("<p class=\"flags\">");
         marks(out, &i.marks);
+        flags(out, &i.readings);
         out.push_str("</p>\n");
     }
-    bars(out, &i.readings);
+    readings(out, &i.readings);
     owners(out, &i.holders, &i.jobs, i.allocated);
     out.push_str("</article>\n");
 }
@@ -191,56 +185,74 @@ fn marks(out: &mut String, marks: &[Mark]) {
     }
 }
 
-/// The activity ratios, memory and power, each a bar with its number.
-fn bars(out: &mut String, r: &Readings) {
-    let ratios = [
-        ("utilization", "utilization", r.utilization),
-        ("SM active", "sm_active", r.sm_active),
-        ("SM occupancy", "sm_occupancy", r.sm_occupancy),
-        ("tensor active", "tensor_active", r.tensor_active),
-        ("DRAM active", "dram_active", r.dram_active),
-    ];
-    out.push_str("<table class=\"bars\">\n");
-    for (label, field, value) in ratios {
-        if let Some(v) = value {
-            let _ = writeln!(
-                out,
-                "<tr><th scope=\"row\">{label}</th><td><meter min=\"0\" max=\"1\" value=\"{v}\"></meter></td>\
-                 <td data-field=\"{field}\" data-value=\"{v}\">{:.0}%</td></tr>",
-                v * 100.0
-            );
-        }
-    }
-    if let (Some(used), Some(total)) = (r.memory_used_bytes, r.memory_total_bytes) {
-        let _ = writeln!(
-            out,
-            "<tr><th scope=\"row\">memory</th><td><meter min=\"0\" max=\"{total}\" value=\"{used}\"></meter></td>\
-             <td><span data-field=\"memory_used_bytes\" data-value=\"{used}\">{:.1}</span> / \
-             <span data-field=\"memory_total_bytes\" data-value=\"{total}\">{:.1}</span> GiB</td></tr>",
-            used / GIB,
-            total / GIB
-        );
-    }
-    if let Some(power) = r.power_watts {
-        let _ = write!(
-            out,
-            "<tr><th scope=\"row\">power</th><td>{}</td><td><span data-field=\"power_watts\" \
-             data-value=\"{power}\">{power:.0}</span>",
-            match r.power_limit_watts {
-                Some(limit) =>
-                    format!("<meter min=\"0\" max=\"{limit}\" value=\"{power}\"></meter>"),
-                None => String::new(),
+/// The flags of the fields that are on.
+fn flags(out: &mut String, r: &Readings) {
+    for (field, value) in r.iter() {
+        if let Shown::Flag { text } = field.shown {
+            if value == Some(1.0) {
+                let _ = write!(out, "<span class=\"flag warn\">▲ {text}</span> ");
             }
-        );
-        if let Some(limit) = r.power_limit_watts {
-            let _ = write!(
-                out,
-                " / <span data-field=\"power_limit_watts\" data-value=\"{limit}\">{limit:.0}</span>"
-            );
         }
-        out.push_str(" W</td></tr>\n");
+    }
+}
+
+/// Whether a field's flag is on.
+fn flagged(r: &Readings) -> bool {
+    r.iter()
+        .any(|(field, value)| matches!(field.shown, Shown::Flag { .. }) && value == Some(1.0))
+}
+
+/// The fields with a value: the bars (ratios, then each value against its end), each with its
+/// number, then the lines under them.
+fn readings(out: &mut String, r: &Readings) {
+    out.push_str("<table class=\"bars\">\n");
+    for (field, value) in r.iter() {
+        let Some(v) = value else { continue };
+        let name = field.name;
+        match field.shown {
+            Shown::Ratio { label } => {
+                let _ = writeln!(
+                    out,
+                    "<tr><th scope=\"row\">{label}</th><td><meter min=\"0\" max=\"1\" value=\"{v}\"></meter></td>\
+                     <td data-field=\"{name}\" data-value=\"{v}\">{:.0}%</td></tr>",
+                    v * 100.0
+                );
+            }
+            Shown::Bar { label, max, unit } => {
+                let max = r.get(max).map(|m| (max, m));
+                let _ = write!(out, "<tr><th scope=\"row\">{label}</th><td>");
+                if let Some((_, m)) = max {
+                    let _ = write!(out, "<meter min=\"0\" max=\"{m}\" value=\"{v}\"></meter>");
+                }
+                let _ = write!(
+                    out,
+                    "</td><td><span data-field=\"{name}\" data-value=\"{v}\">{}</span>",
+                    unit.number(v)
+                );
+                if let Some((max, m)) = max {
+                    let _ = write!(
+                        out,
+                        " / <span data-field=\"{max}\" data-value=\"{m}\">{}</span>",
+                        unit.number(m)
+                    );
+                }
+                let _ = writeln!(out, " {}</td></tr>", unit.symbol());
+            }
+            Shown::Max | Shown::Line { .. } | Shown::Flag { .. } => {}
+        }
     }
     out.push_str("</table>\n");
+    for (field, value) in r.iter() {
+        if let (Shown::Line { label, unit }, Some(v)) = (field.shown, value) {
+            let _ = writeln!(
+                out,
+                "<p>{label} <span data-field=\"{}\" data-value=\"{v}\">{} {}</span></p>",
+                field.name,
+                unit.number(v),
+                unit.symbol()
+            );
+        }
+    }
 }
 
 fn owners(out: &mut String, holders: &[Holder], jobs: &[String], allocated: bool) {

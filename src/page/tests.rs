@@ -1,13 +1,16 @@
-//! The node view's marks, states and holders on made-up snapshots, its HTML and JSON, and the
-//! thresholds it shares with the alert rules.
+//! The node view's marks, states and holders on made-up snapshots, its HTML and JSON, the
+//! thresholds it shares with the alert rules, and the field table the page, the JSON and
+//! `docs/node-page.md` follow.
 
 use std::sync::Arc;
 
+use super::fields::{FIELDS, Readings, Shown};
 use super::html::render;
 use super::view::{
     ALLOCATED_MEMORY_BYTES, BUSY_UTILIZATION, DeviceState, Mark, NodeView, SATURATED_SM_ACTIVE,
 };
 use crate::metrics::MetricsOptions;
+use crate::metrics::catalog::{self, Source};
 use crate::sample::{
     ContainerRef, DeviceInfo, DeviceRef, DeviceSample, GpmMetrics, Health, HealthAction,
     HealthReason, HealthState, KubernetesState, MemoryInfo, PodAssignment, Snapshot,
@@ -160,11 +163,10 @@ fn a_down_gpu_shows_no_readings_and_a_stale_one_says_so() {
     stale.stale = true;
     let v = view(&snapshot(vec![down, stale]));
     assert_eq!(v.gpus[0].state, DeviceState::Down);
-    assert_eq!(v.gpus[0].readings.utilization, None);
-    assert_eq!(v.gpus[0].readings.memory_used_bytes, None);
+    assert_eq!(v.gpus[0].readings, Readings::default());
     assert!(v.gpus[0].marks.is_empty() && !v.gpus[0].allocated);
     assert_eq!(v.gpus[1].state, DeviceState::Stale);
-    assert_eq!(v.gpus[1].readings.utilization, Some(1.0));
+    assert_eq!(v.gpus[1].readings.get("utilization"), Some(1.0));
     assert_eq!(v.gpus[1].marks, [Mark::BusyNotSaturated]);
     let page = render(&v);
     assert!(page.contains("✖ down"), "{page}");
@@ -236,4 +238,80 @@ fn the_thresholds_are_the_alert_rules() {
     ] {
         assert!(rules.contains(&condition), "alerts.yaml lacks {condition}");
     }
+}
+
+#[test]
+fn every_field_is_a_served_family_of_one_series_per_gpu() {
+    for f in FIELDS {
+        let def = catalog::find(f.family)
+            .unwrap_or_else(|| panic!("{}: no family {} in the catalog", f.name, f.family));
+        assert!(
+            matches!(def.source, Source::Device(_)) && def.labels.is_empty(),
+            "{}: {} is not one series per GPU",
+            f.name,
+            f.family
+        );
+        assert_eq!(
+            FIELDS.iter().filter(|g| g.name == f.name).count(),
+            1,
+            "{} twice",
+            f.name
+        );
+        // A bar's end is a field shown as one, and each such field ends one bar.
+        let ends = |name: &str| {
+            FIELDS
+                .iter()
+                .filter(|b| matches!(b.shown, Shown::Bar { max, .. } if max == name))
+                .count()
+        };
+        if let Shown::Bar { max, .. } = f.shown {
+            assert!(
+                FIELDS
+                    .iter()
+                    .any(|m| m.name == max && m.shown == Shown::Max),
+                "{}: its end {max} is not a field shown as one",
+                f.name
+            );
+        }
+        assert_eq!(
+            ends(f.name),
+            usize::from(f.shown == Shown::Max),
+            "{}",
+            f.name
+        );
+    }
+}
+
+#[test]
+fn the_json_and_the_page_hold_every_field_read_through_its_family() {
+    // The catalog tests' device with every reading, in a thermal slowdown.
+    let mut full = crate::metrics::tests::full_device(0);
+    full.clock_events
+        .push((crate::sample::ClockEventReason::SwThermalSlowdown, true));
+    let v = view(&snapshot(vec![full]));
+    let json = serde_json::to_value(&v).unwrap();
+    let page = render(&v);
+    for (field, value) in v.gpus[0].readings.iter() {
+        let name = field.name;
+        let value =
+            value.unwrap_or_else(|| panic!("{name}: none from a device with every reading"));
+        if let Shown::Flag { text } = field.shown {
+            assert_eq!(json["gpus"][0][name], value == 1.0, "{name}");
+            assert_eq!(page.contains(&format!("▲ {text}")), value == 1.0, "{name}");
+        } else {
+            assert_eq!(json["gpus"][0][name], value, "{name}");
+            let shown = format!("data-field=\"{name}\" data-value=\"{value}\"");
+            assert!(page.contains(&shown), "{name}: {page}");
+        }
+    }
+    assert_eq!(v.gpus[0].readings.get("thermal_slowdown"), Some(1.0));
+}
+
+#[test]
+fn docs_node_page_md_is_generated_from_the_fields() {
+    crate::files::assert_generated(
+        "docs/node-page.md",
+        &super::docs::render_markdown(),
+        "UPDATE_DOCS=1 cargo test --lib page::",
+    );
 }

@@ -1,8 +1,9 @@
 //! The node view: what the node page (`/`) and `/api/v1/gpus` show, one struct for both.
 //!
 //! [`NodeView::new`] builds it from the snapshot the current exposition was encoded from, through
-//! the same resolve step as `/metrics` (owners, MIG instances, jobs), so its numbers are the
-//! served ones in the same base units: a script pairs `last_tick_timestamp_seconds` with
+//! the same resolve step as `/metrics` (owners, MIG instances, jobs), with each reading of
+//! [`super::fields`] read by its family's catalog row, so its numbers are the served ones in the
+//! same base units: a script pairs `last_tick_timestamp_seconds` with
 //! `nvml_exporter_last_sample_timestamp_seconds` and reads equal values. A device that is down
 //! shows no readings, as `/metrics` serves none.
 //!
@@ -13,11 +14,12 @@
 
 use serde::Serialize;
 
+pub use super::fields::Readings;
 use crate::groups::Groups;
 use crate::metrics::MetricsOptions;
-use crate::metrics::catalog::{VERSION, thermal_slowdown};
+use crate::metrics::catalog::VERSION;
 use crate::metrics::resolve::{self, DeviceView, InstanceView};
-use crate::sample::{ContainerRef, DeviceSample, HealthState, Snapshot};
+use crate::sample::{ContainerRef, HealthState, Snapshot, SystemInfo};
 
 /// `NvidiaGpuLowSaturation`: kernels run at least this share of the time…
 pub const BUSY_UTILIZATION: f64 = 0.9;
@@ -130,33 +132,6 @@ impl Serialize for Mark {
     }
 }
 
-/// A GPU or MIG instance's readings, in base units; `None` where `/metrics` serves none.
-#[derive(Debug, Default, Serialize)]
-pub struct Readings {
-    /// Share of time a kernel ran (`nvidia_gpu_utilization_ratio`).
-    pub utilization: Option<f64>,
-    /// `nvidia_gpu_sm_active_ratio` (GPM).
-    pub sm_active: Option<f64>,
-    /// `nvidia_gpu_sm_occupancy_ratio` (GPM).
-    pub sm_occupancy: Option<f64>,
-    /// `nvidia_gpu_tensor_active_ratio` (GPM).
-    pub tensor_active: Option<f64>,
-    /// `nvidia_gpu_dram_active_ratio` (GPM).
-    pub dram_active: Option<f64>,
-    /// `nvidia_gpu_memory_used_bytes`.
-    pub memory_used_bytes: Option<f64>,
-    /// `nvidia_gpu_memory_total_bytes`.
-    pub memory_total_bytes: Option<f64>,
-    /// `nvidia_gpu_power_watts`.
-    pub power_watts: Option<f64>,
-    /// `nvidia_gpu_power_limit_watts`.
-    pub power_limit_watts: Option<f64>,
-    /// `nvidia_gpu_temperature_celsius`.
-    pub temperature_celsius: Option<f64>,
-    /// `nvidia_gpu_thermal_slowdown_active`.
-    pub thermal_slowdown: Option<bool>,
-}
-
 /// A container holding a GPU or MIG instance.
 #[derive(Debug, Serialize)]
 pub struct Holder {
@@ -197,7 +172,7 @@ pub struct GpuView {
     pub name: String,
     /// Whether its readings are current.
     pub state: DeviceState,
-    /// Its readings (none while down).
+    /// Its readings, one key per field of the page (none while down).
     #[serde(flatten)]
     pub readings: Readings,
     /// MIG mode; `None` on GPUs without MIG.
@@ -253,6 +228,7 @@ impl NodeView {
             !d.containers.is_empty() || d.instances.iter().any(|i| !i.containers.is_empty())
         });
         let judge = Judge {
+            system: &snap.system,
             idle_below: opts.idle_threshold,
             by_pods,
         };
@@ -287,13 +263,15 @@ fn groups(groups: Groups) -> Vec<&'static str> {
 }
 
 /// The alert rules' conditions, with the node's allocation rule.
-struct Judge {
+struct Judge<'a> {
+    /// What the catalog's readers are given besides a device.
+    system: &'a SystemInfo,
     idle_below: f64,
     /// Allocations are the kubelet's assignments (else memory held).
     by_pods: bool,
 }
 
-impl Judge {
+impl Judge<'_> {
     fn gpu(&self, d: &DeviceView<'_>) -> GpuView {
         let s = d.sample;
         let state = match (s.up, s.stale) {
@@ -302,7 +280,7 @@ impl Judge {
             (true, false) => DeviceState::Up,
         };
         let readings = if s.up {
-            readings(s)
+            Readings::read(self.system, s)
         } else {
             Readings::default()
         };
@@ -315,7 +293,7 @@ impl Judge {
         let allocated = s.up && !mig && self.allocated(&d.containers, &readings);
         let mut marks = Vec::new();
         if s.up && !failed {
-            if let (Some(u), Some(sm)) = (readings.utilization, readings.sm_active) {
+            if let (Some(u), Some(sm)) = (readings.get("utilization"), readings.get("sm_active")) {
                 if u >= BUSY_UTILIZATION && sm < SATURATED_SM_ACTIVE {
                     marks.push(Mark::BusyNotSaturated);
                 }
@@ -358,7 +336,7 @@ impl Judge {
     }
 
     fn instance(&self, i: &InstanceView<'_>, gpu_failed: bool) -> MigInstanceView {
-        let readings = readings(&i.sample);
+        let readings = Readings::read(self.system, &i.sample);
         let allocated = self.allocated(&i.containers, &readings);
         let marks = if !gpu_failed && allocated && self.idle(&readings) {
             vec![Mark::AllocatedIdle]
@@ -380,7 +358,7 @@ impl Judge {
         if self.by_pods {
             !containers.is_empty()
         } else {
-            r.memory_used_bytes
+            r.get("memory_used_bytes")
                 .is_some_and(|m| m > ALLOCATED_MEMORY_BYTES)
         }
     }
@@ -388,29 +366,9 @@ impl Judge {
     /// SM activity where GPM gives it, else utilization, below the idle threshold; a device
     /// with neither is not judged idle.
     fn idle(&self, r: &Readings) -> bool {
-        r.sm_active
-            .or(r.utilization)
+        r.get("sm_active")
+            .or(r.get("utilization"))
             .is_some_and(|a| a < self.idle_below)
-    }
-}
-
-/// The readings `/metrics` serves for a device, or for a MIG instance from the stand-in reading
-/// that holds only its own (`resolve::instance_sample`).
-fn readings(s: &DeviceSample) -> Readings {
-    let gpm = s.gpm.as_ref();
-    let memory = s.memory;
-    Readings {
-        utilization: s.utilization,
-        sm_active: gpm.and_then(|g| g.sm_active),
-        sm_occupancy: gpm.and_then(|g| g.sm_occupancy),
-        tensor_active: gpm.and_then(|g| g.tensor_active),
-        dram_active: gpm.and_then(|g| g.dram_active),
-        memory_used_bytes: memory.map(|m| m.used_bytes),
-        memory_total_bytes: memory.map(|m| m.total_bytes),
-        power_watts: s.power_watts,
-        power_limit_watts: s.power_limit_watts,
-        temperature_celsius: s.temperature_celsius,
-        thermal_slowdown: thermal_slowdown(s),
     }
 }
 

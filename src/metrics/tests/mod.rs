@@ -19,8 +19,9 @@ use super::catalog::{CATALOG, MetricKind, Source};
 use super::*;
 use crate::sample::*;
 
-/// A device with every reading present, values chosen to be recognisable.
-fn full_device(index: u32) -> DeviceSample {
+/// A device with every reading present, values chosen to be recognisable (also the node page's
+/// tests' device with every field).
+pub(crate) fn full_device(index: u32) -> DeviceSample {
     DeviceSample {
         index,
         uuid: format!("GPU-{index}"),
