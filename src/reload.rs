@@ -14,7 +14,7 @@
 //! (options, bcrypt hashes, certificate and key), then applied. Applied at run time: the encoder's
 //! options ([`Config::metrics_options`]: the last tick is encoded again at once), the sampler's
 //! options ([`Config::sampler_options`], from the next tick), the Kubernetes options (their tasks
-//! are started anew by [`StartKubernetes`], which `lib.rs` gives; the kubelet state and its
+//! are started anew by the `StartKubernetes` that `lib.rs` gives; the kubelet state and its
 //! counters carry on), the basic-auth users (turning
 //! basic auth on, or changing the users) and the TLS settings and files. What was set up once at
 //! the start needs a restart: the listening socket (`listen`), the NVML library (`nvml_lib`,

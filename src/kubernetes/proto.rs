@@ -106,7 +106,7 @@ pub struct CdiDevice {
 
 /// The `List` answer as it comes off the wire, its strings as bytes: prost refuses a whole
 /// message for one `string` that is not UTF-8, where a bad entry should cost that entry only.
-/// [`Wire::checked`] turns it into [`ListPodResourcesResponse`] without those entries. (A real
+/// [`wire::Wire::checked`] turns it into [`ListPodResourcesResponse`] without those entries. (A real
 /// kubelet sends UTF-8: Go's protobuf refuses to encode anything else.)
 pub(crate) mod wire {
     /// `ListPodResourcesResponse` with bytes for strings.
