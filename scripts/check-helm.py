@@ -21,7 +21,7 @@ rendered here is what `helm install` would apply. BINARY is the exporter (target
                 Namespace is kustomize's alone: Helm leaves it to --namespace);
   config-change changing an option in `config` or a collector changes only the ConfigMap, and an
                 option the exporter applies only at start (its --help lists them) restarts the pods; the
-                chart's list of those options is src/reload.rs's;
+                chart's list of those options is restartKeys, which gen-helm.py writes from --help;
   bad-values    each file of ci/bad/ is refused by the chart's schema, with the message its
                 `# expect:` line names (the key);
   package       Chart.yaml's appVersion, deploy/kubernetes's image tag and the Dockerfile's

@@ -11,7 +11,8 @@
 #      file, the operator's objects and deploy/kubernetes, object for object, labels aside; the
 #      dashboards are dashboards/'s files;
 #   5. changing an option in `config` changes only the ConfigMap (the exporter reloads it), and
-#      the options that need a restart restart the pods (the list is src/reload.rs's);
+#      the options that need a restart restart the pods (the list is the one --help gives, from
+#      restart_options! in src/config/mod.rs);
 #   6. each bad values file of ci/bad/ is refused with a message naming its key;
 #   7. every free-text value, given a line break, a `#`, `{{` and quotes, is refused by the schema
 #      or rendered whole: it adds no key and cuts nothing short;
