@@ -223,8 +223,10 @@ fn an_api_server_that_refuses_fails_or_hangs_is_retried_and_never_delays_a_scrap
                 .then_some(())
         });
     }
-    api.set_failure(None);
+    // The delay first: a request between the two changes must not be answered at once (one
+    // accepted call would end the outage, and the next failure would be logged again).
     api.set_delay(Duration::from_secs(5));
+    api.set_failure(None);
     let m = eventually(WAIT, "a timeout", || {
         let m = scrape();
         errors(&m, "node_condition_timeout")
