@@ -51,11 +51,18 @@ impl Config {
             ("kubelet_ca_file", Some(&self.kubelet_ca_file)),
             ("kubernetes_api_ca_file", Some(&self.kubernetes_api_ca_file)),
             ("host_proc", Some(&self.host_proc)),
+            ("health_state_file", self.health_state_file.as_deref()),
         ];
         for (id, path) in paths {
             if path.is_some_and(|p| p.as_os_str().is_empty()) {
                 return Err(invalid(id, "the path is empty".into()));
             }
+        }
+        if let Some(path) = self.health_state_file.as_deref().filter(|p| p.is_dir()) {
+            return Err(invalid(
+                "health_state_file",
+                format!("{} is a directory, not a file", path.display()),
+            ));
         }
         Ok(())
     }
