@@ -131,7 +131,11 @@ impl EventSets {
         let mut best: Option<(Key, usize)> = None;
         for (r, reg) in regs.iter().enumerate() {
             let wanted = |e: &EventSpec| {
-                let kind = if e.recovery { RECOVERY_EVENT } else { XID_EVENT };
+                let kind = if e.recovery {
+                    RECOVERY_EVENT
+                } else {
+                    XID_EVENT
+                };
                 e.gpu == reg.gpu && reg.mask & kind != 0
             };
             for (i, e) in events.iter().enumerate().filter(|(_, e)| wanted(e)) {

@@ -176,7 +176,13 @@ impl Tracker {
                     .collect();
                 (!xids.is_empty()).then(|| {
                     let energy_joules = m.energy.or(m.energy_mark);
-                    (uuid.clone(), GpuHolds { xids, energy_joules })
+                    (
+                        uuid.clone(),
+                        GpuHolds {
+                            xids,
+                            energy_joules,
+                        },
+                    )
                 })
             })
             .collect();

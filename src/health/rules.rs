@@ -763,7 +763,9 @@ mod tests {
     #[test]
     fn xids_follow_the_catalogue_buckets() {
         // RESET_GPU and RESTART_BM fail the GPU; RESTART_APP and IGNORE leave it healthy.
-        for code in [46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158] {
+        for code in [
+            46, 48, 62, 64, 74, 79, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158,
+        ] {
             assert_eq!(xid_rule(code).map(|r| r.state), Some(Failed), "{code}");
         }
         for code in [8, 13, 31, 43, 45, 63, 92, 121, 154, 160] {

@@ -102,7 +102,10 @@ impl Store {
                 BTreeMap::new()
             }
         };
-        store.saved = held.iter().map(|(u, h)| (u.clone(), h.xids.clone())).collect();
+        store.saved = held
+            .iter()
+            .map(|(u, h)| (u.clone(), h.xids.clone()))
+            .collect();
         if !held.is_empty() {
             tracing::info!(
                 gpus = held.len(),
@@ -223,7 +226,10 @@ mod tests {
         assert_eq!(store.errors(), HealthStateErrors::default());
         store.save(&holds(48));
         assert_eq!(open(&path, "boot-1").1, holds(48));
-        assert!(open(&path, "boot-2").1.is_empty(), "a reboot resets every GPU");
+        assert!(
+            open(&path, "boot-2").1.is_empty(),
+            "a reboot resets every GPU"
+        );
         // Nothing held any more (a reset): the file says so.
         store.save(&BTreeMap::new());
         assert!(open(&path, "boot-1").1.is_empty());
@@ -243,7 +249,11 @@ mod tests {
     fn a_corrupt_file_is_counted_and_replaced() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("health.json");
-        for text in ["{not json", "{\"format\":9,\"boot_id\":\"\",\"gpus\":{}}", ""] {
+        for text in [
+            "{not json",
+            "{\"format\":9,\"boot_id\":\"\",\"gpus\":{}}",
+            "",
+        ] {
             std::fs::write(&path, text).unwrap();
             let (mut store, held) = open(&path, "boot-1");
             assert!(held.is_empty(), "{text:?}");
@@ -262,7 +272,11 @@ mod tests {
         assert!(held.is_empty());
         store.save(&holds(48));
         store.save(&holds(48));
-        assert_eq!(store.errors().write, 2, "tried again while the holds differ");
+        assert_eq!(
+            store.errors().write,
+            2,
+            "tried again while the holds differ"
+        );
         std::fs::create_dir(dir.path().join("missing")).unwrap();
         store.save(&holds(48));
         assert_eq!(store.errors().write, 2);

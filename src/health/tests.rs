@@ -141,11 +141,31 @@ fn the_recovery_action_drives_the_verdict_where_present() {
     };
     let cases: [(u64, HealthState, &[(&str, &str)]); 6] = [
         (0, HealthState::Healthy, &[]),
-        (1, HealthState::Failed, &[("recovery_action_gpu_reset", "reset_gpu")]),
-        (2, HealthState::Failed, &[("recovery_action_node_reboot", "reboot_node")]),
-        (3, HealthState::Degraded, &[("recovery_action_drain_p2p", "drain_p2p")]),
-        (4, HealthState::Failed, &[("recovery_action_drain_and_reset", "reset_gpu")]),
-        (9, HealthState::Failed, &[("recovery_action_other", "investigate")]),
+        (
+            1,
+            HealthState::Failed,
+            &[("recovery_action_gpu_reset", "reset_gpu")],
+        ),
+        (
+            2,
+            HealthState::Failed,
+            &[("recovery_action_node_reboot", "reboot_node")],
+        ),
+        (
+            3,
+            HealthState::Degraded,
+            &[("recovery_action_drain_p2p", "drain_p2p")],
+        ),
+        (
+            4,
+            HealthState::Failed,
+            &[("recovery_action_drain_and_reset", "reset_gpu")],
+        ),
+        (
+            9,
+            HealthState::Failed,
+            &[("recovery_action_other", "investigate")],
+        ),
     ];
     for (action, state, want) in cases {
         let h = Tracker::default().evaluate(&with(action, &[]), NODE, now);
@@ -154,11 +174,17 @@ fn the_recovery_action_drives_the_verdict_where_present() {
     // A linked XID (95) changes nothing by itself where the driver gives its action; an XID the
     // catalogue does not link (140) still counts.
     let mut t = Tracker::default();
-    assert_eq!(t.evaluate(&with(0, &[(95, 1)]), NODE, now), Health::default());
+    assert_eq!(
+        t.evaluate(&with(0, &[(95, 1)]), NODE, now),
+        Health::default()
+    );
     let h = t.evaluate(&with(1, &[(95, 1), (140, 1)]), NODE, now);
     assert_eq!(
         reasons(&h),
-        vec![("recovery_action_gpu_reset", "reset_gpu"), ("xid_140", "reset_gpu")]
+        vec![
+            ("recovery_action_gpu_reset", "reset_gpu"),
+            ("xid_140", "reset_gpu")
+        ]
     );
     // Without the field (a driver before R565) the XID judges alone.
     let h = Tracker::default().evaluate(&gpu(&[(95, 1)]), NODE, now);
@@ -180,13 +206,19 @@ fn the_driver_s_reset_clears_what_the_xids_held() {
         recovery_action: Some(action),
         ..gpu(&[(140, 1)])
     };
-    assert_eq!(t.evaluate(&reading(1), NODE, now).state, HealthState::Failed);
+    assert_eq!(
+        t.evaluate(&reading(1), NODE, now).state,
+        HealthState::Failed
+    );
     // The action goes back to none: the reset was done, and XID 140 goes with it.
     assert_eq!(t.evaluate(&reading(0), NODE, now), Health::default());
     // A drain of peer-to-peer traffic that ends is no reset.
     let mut t = Tracker::default();
     t.evaluate(&reading(3), NODE, now);
-    assert_eq!(t.evaluate(&reading(0), NODE, now).state, HealthState::Failed);
+    assert_eq!(
+        t.evaluate(&reading(0), NODE, now).state,
+        HealthState::Failed
+    );
 }
 
 #[test]
@@ -297,7 +329,10 @@ fn a_page_waiting_to_be_retired_degrades_until_it_is_and_the_limit_fails() {
     }
     d.retired_pages = Some(pages(RETIRED_PAGES_LIMIT - 1, None));
     let h = t.evaluate(&d, NODE, now);
-    assert_eq!(reasons(&h), vec![("retired_pages_limit", "drain_and_service")]);
+    assert_eq!(
+        reasons(&h),
+        vec![("retired_pages_limit", "drain_and_service")]
+    );
 }
 
 #[test]
@@ -442,7 +477,12 @@ mod persisted {
             HealthState::Failed
         );
         t.persist();
-        assert_eq!(tracker(&path, "boot-1").evaluate(&gpu(&[]), NODE, now).state, HealthState::Failed);
+        assert_eq!(
+            tracker(&path, "boot-1")
+                .evaluate(&gpu(&[]), NODE, now)
+                .state,
+            HealthState::Failed
+        );
 
         let unwritable = dir.path().join("no-such-dir").join("health.json");
         let mut t = tracker(&unwritable, "boot-1");

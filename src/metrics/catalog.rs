@@ -1316,7 +1316,10 @@ pub static CATALOG: &[MetricDef] = &[
         [],
         |_, d, out| out.opt(
             (!d.nvlinks.is_empty() && d.nvlinks.iter().all(|l| l.up.is_some())).then(|| {
-                sorted_links(d).iter().filter(|l| l.up == Some(true)).count() as f64
+                sorted_links(d)
+                    .iter()
+                    .filter(|l| l.up == Some(true))
+                    .count() as f64
             })
         )
     ),
@@ -1401,7 +1404,10 @@ pub static CATALOG: &[MetricDef] = &[
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
                 let mut link = itoa::Buffer::new();
-                out.labelled_opt(&[link.format(l.link)], l.up.map(|up| f64::from(u8::from(up))));
+                out.labelled_opt(
+                    &[link.format(l.link)],
+                    l.up.map(|up| f64::from(u8::from(up))),
+                );
             }
         }),
     },

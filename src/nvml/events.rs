@@ -33,7 +33,8 @@ const WAIT_MS: u32 = 1000;
 const UNKNOWN_XID: u64 = 999;
 
 /// `nvmlEventTypeGpuRecoveryAction` of nvml.h (R565), which nvml-wrapper's `EventTypes` lacks.
-const GPU_RECOVERY_ACTION_EVENT: u64 = nvml_wrapper_sys::bindings::nvmlEventTypeGpuRecoveryAction as u64;
+const GPU_RECOVERY_ACTION_EVENT: u64 =
+    nvml_wrapper_sys::bindings::nvmlEventTypeGpuRecoveryAction as u64;
 
 #[derive(Debug, Default, Clone, PartialEq)]
 struct DeviceXids {
@@ -213,9 +214,11 @@ fn register<'n>(
             continue;
         };
         let mask = match raw::supported_event_types(&device) {
-            Ok(t) if t & EventTypes::CRITICAL_XID_ERROR.bits() != 0 => EventTypes::from_bits_retain(
-                (t & GPU_RECOVERY_ACTION_EVENT) | EventTypes::CRITICAL_XID_ERROR.bits(),
-            ),
+            Ok(t) if t & EventTypes::CRITICAL_XID_ERROR.bits() != 0 => {
+                EventTypes::from_bits_retain(
+                    (t & GPU_RECOVERY_ACTION_EVENT) | EventTypes::CRITICAL_XID_ERROR.bits(),
+                )
+            }
             Ok(_) | Err(NvmlError::NotSupported) => continue,
             Err(e) => {
                 errors.record(Some(index), "nvmlDeviceGetSupportedEventTypes", &e);

@@ -395,13 +395,7 @@ fn struct_version<T>(version: u32) -> u32 {
 /// (`nvmlDeviceGetSramEccErrorStatus`, v1 struct, `bThresholdExceeded`). nvml.h: Ampere and
 /// newer, root only (NO_PERMISSION otherwise).
 pub fn sram_threshold_exceeded(device: &Device) -> Result<bool, NvmlError> {
-    let sym = nvml_sym(
-        device
-            .nvml()
-            .lib()
-            .nvmlDeviceGetSramEccErrorStatus
-            .as_ref(),
-    )?;
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetSramEccErrorStatus.as_ref())?;
     // SAFETY: plain old data; all-zero is a valid value.
     let mut status: nvmlEccSramErrorStatus_v1_t = unsafe { mem::zeroed() };
     status.version = struct_version::<nvmlEccSramErrorStatus_v1_t>(1);

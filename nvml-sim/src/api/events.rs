@@ -43,7 +43,11 @@ fn wait(sim: &Sim, set: nvmlEventSet_t, timeout_ms: c_uint) -> Result<nvmlEventD
             Some(Ok(ev)) => {
                 return Ok(nvmlEventData_t {
                     device: ffi::handle_of(ev.gpu),
-                    eventType: if ev.recovery { RECOVERY_EVENT } else { XID_EVENT },
+                    eventType: if ev.recovery {
+                        RECOVERY_EVENT
+                    } else {
+                        XID_EVENT
+                    },
                     eventData: ev.xid,
                     gpuInstanceId: u32::MAX,
                     computeInstanceId: u32::MAX,

@@ -70,7 +70,7 @@ fn field(c: &DeviceCall, id: u32, scope: u32) -> Result<Value, u32> {
         f::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION => {
             c.require(c.sim.scenario.driver.branch() >= 565)?;
             Ok(Value::Uint(
-                c.gpu.recovery_action.map_or(0, |r| r.at(c.t)) as u32,
+                c.gpu.recovery_action.map_or(0, |r| r.at(c.t)) as u32
             ))
         }
         f::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX => nvlink_kib(c, scope, true),

@@ -287,10 +287,7 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
         kubernetes: Some(kubelet(&[("nvidia0", "ml", "train-0", "main")])),
         // On MIG GPU instance 1, which only a full device has.
         jobs: Some(jobs(&[(0, Some(1), "4242")])),
-        health_state: Some(HealthStateErrors {
-            read: 0,
-            write: 2,
-        }),
+        health_state: Some(HealthStateErrors { read: 0, write: 2 }),
         // The assigned GPU's container, and one that no longer holds a GPU (not served).
         workloads: Some(Arc::from([
             WorkloadSeconds {
