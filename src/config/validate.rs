@@ -360,6 +360,29 @@ mod tests {
     }
 
     #[test]
+    fn the_health_state_file_is_off_by_default_reaches_the_sampler_and_is_no_directory() {
+        let c = load_args(&[]).unwrap();
+        assert_eq!(c.health_state_file, None);
+        assert_eq!(c.sampler_options().health_state_file, None);
+        let c = load_args(&["--health-state-file", "/var/lib/x/health.json"]).unwrap();
+        assert_eq!(
+            c.sampler_options().health_state_file,
+            Some(PathBuf::from("/var/lib/x/health.json"))
+        );
+        let f = file("health_state_file = \"/state/h.json\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.health_state_file, Some(PathBuf::from("/state/h.json")));
+        let dir = tempfile::tempdir().unwrap();
+        let e = err(&["--health-state-file", dir.path().to_str().unwrap()]);
+        assert!(
+            e.contains("--health-state-file") && e.contains("is a directory"),
+            "{e}"
+        );
+        assert!(err(&["--health-state-file", ""]).contains("--health-state-file"));
+        assert!(crate::config::RESTART_OPTIONS.contains(&"health_state_file"));
+    }
+
+    #[test]
     fn kubernetes_defaults_and_overrides() {
         let c = load_args(&["--interval", "2s", "--stale-grace", "5s"]).unwrap();
         assert!(!c.kubernetes && c.kubernetes_labels);

@@ -306,6 +306,35 @@ mod tests {
     }
 
     #[test]
+    fn a_call_reserved_to_root_is_counted_once_when_refused() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        for _ in 0..3 {
+            let r: Option<bool> = t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 0, || {
+                Err(NvmlError::NoPermission)
+            });
+            assert_eq!(r, None);
+        }
+        let s = errors.snapshot();
+        assert_eq!(
+            s[&(
+                "nvmlDeviceGetSramEccErrorStatus".to_string(),
+                "no_permission".to_string()
+            )],
+            1
+        );
+        // Another error is counted every time, and not remembered.
+        let _: Option<bool> = t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 1, || {
+            Err(NvmlError::Unknown)
+        });
+        assert_eq!(
+            t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 1, || Ok(true)),
+            Some(true)
+        );
+    }
+
+    #[test]
     fn other_errors_are_counted_by_function_and_name() {
         let errors = ErrorCounter::default();
         let mut unsupported = Unsupported::default();
