@@ -139,7 +139,8 @@ fn the_recovery_action_drives_the_verdict_where_present() {
         recovery_action: Some(action),
         ..gpu(xids)
     };
-    let cases: [(u64, HealthState, &[(&str, &str)]); 6] = [
+    type Case = (u64, HealthState, &'static [(&'static str, &'static str)]);
+    let cases: [Case; 6] = [
         (0, HealthState::Healthy, &[]),
         (
             1,
