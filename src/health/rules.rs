@@ -528,7 +528,7 @@ pub const RULES: &[Rule] = &[
         "xid_restart_app",
         RestartWorkload,
         "The catalogue's application faults (XID 8, 11, 13, 25, 32, 39-41, 60, 68-72, 75-77, 80, 82-86, 88, 89, 96-105, 126-135, 139): restart the application; the GPU stays healthy.",
-        "catalogue: RESTART_APP",
+        "catalogue: RESTART_APP; device plugin: 13 and 68 ignored; DCGM warns on 32, 39 and 60 under names that contradict the catalogue's mnemonics (PCIe, thermal): the catalogue's are the driver's",
     ),
     rule(
         Signal::Xids(IGNORE),
@@ -536,7 +536,7 @@ pub const RULES: &[Rule] = &[
         "xid_ignore",
         None,
         "The catalogue's informational codes (XID 14, 37, 38, 44, 66, 67, 93, 106-108, 121, 137, 141, 152, 153, 157, 161): no action.",
-        "catalogue: IGNORE",
+        "catalogue: IGNORE; DCGM warns on 38, 67, 121 and 137 (and 93 on Volta), several under names that contradict the catalogue's mnemonics",
     ),
     rule(
         Signal::XidUnlisted,

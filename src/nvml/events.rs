@@ -74,14 +74,6 @@ impl XidLog {
         }
     }
 
-    /// The counts of every device, by uuid: what a new session's health verdicts take as known.
-    pub fn counts(&self) -> HashMap<String, BTreeMap<u64, u64>> {
-        let log = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-        log.iter()
-            .map(|(u, x)| (u.clone(), x.counts.clone()))
-            .collect()
-    }
-
     /// Marks the devices `uuids` as watched (their XID events registered) or no longer.
     fn set_watched<'u>(&self, uuids: impl Iterator<Item = &'u String>, watched: bool) {
         let mut devices = self.devices.lock().unwrap_or_else(|p| p.into_inner());
