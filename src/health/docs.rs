@@ -42,10 +42,10 @@ verdict by themselves, since the driver holds its action until the GPU is reset.
 An XID no row lists degrades the GPU (`xid_unlisted`); every XID is counted in\n\
 `nvidia_gpu_xid_errors_total`, and the `NvidiaGpuXidError` alert is critical for the XIDs whose\n\
 row fails the GPU: {}.\n\n\
-Notes on the readings: the SRAM threshold needs root (NVML answers NO_PERMISSION otherwise, counted\n\
-once in `nvml_exporter_nvml_errors_total` and not asked again); the unrepairable-memory flag needs\n\
-a driver of R590 or newer and the recovery action R565 or newer (older drivers lack them, and the\n\
-XID rows judge alone). PCIe replays are counted over the last {} s against DCGM's bound: 1e-12 of\n\
+Notes on the readings: the SRAM threshold needs root (NVML answers NO_PERMISSION otherwise: the\n\
+exporter logs it once per GPU and does not ask again; the DaemonSet runs as root); the\n\
+unrepairable-memory flag needs a driver of R590 or newer and the recovery action R565 or newer\n\
+(older drivers lack them, and the XID rows judge alone). PCIe replays are counted over the last {} s against DCGM's bound: 1e-12 of\n\
 the link's bit rate per lane (0.15, 0.3, 0.48, 0.96, 1.92, 3.84 a minute for generations 1 to 6)\n\
 times the lanes, rounded up. DCGM also fails a GPU with more than 15 pages retired for double-bit\n\
 errors that retires more than one a week; that needs a week of history and is not judged here, its\n\

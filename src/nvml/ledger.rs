@@ -134,23 +134,39 @@ impl<'a> CallLedger<'a> {
         Some(v)
     }
 
-    /// [`CallLedger::call`] for a call NVML reserves to root: NO_PERMISSION is counted once and
-    /// then remembered like NOT_SUPPORTED, since a process that is not root stays so (counting
-    /// it every tick would bury the errors that change).
+    /// [`CallLedger::call`] for a call NVML reserves to root: NO_PERMISSION is the driver's
+    /// answer to a caller that is not, like NOT_SUPPORTED is to a board without the feature, so it
+    /// is remembered the same way (a process that is not root stays so), logged once, and never
+    /// counted as an error.
     pub(super) fn call_as_root<T>(
         &mut self,
         function: &'static str,
         arg: u32,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        let mut denied = false;
-        let r = self.call(function, arg, || {
-            f().inspect_err(|e| denied = matches!(e, NvmlError::NoPermission))
-        });
-        if denied {
-            self.unsupported.insert(function, arg);
+        if self.lost.is_some() || self.unsupported.contains(function, arg) {
+            return None;
         }
-        r
+        self.calls += 1;
+        match f() {
+            Ok(v) => {
+                self.answered += 1;
+                Some(v)
+            }
+            Err(NvmlError::NoPermission) => {
+                tracing::info!(
+                    gpu = self.index,
+                    function,
+                    "NVML answers this call to root only: not read"
+                );
+                self.unsupported.insert(function, arg);
+                None
+            }
+            Err(e) => {
+                self.fail(function, arg, &e);
+                None
+            }
+        }
     }
 
     /// [`CallLedger::call`] for a call whose items carry answers of their own (field values, GPM
@@ -306,28 +322,26 @@ mod tests {
     }
 
     #[test]
-    fn a_call_reserved_to_root_is_counted_once_when_refused() {
+    fn a_call_reserved_to_root_refused_is_remembered_and_never_counted() {
         let errors = ErrorCounter::default();
         let mut unsupported = Unsupported::default();
         let mut t = ledger(&errors, &mut unsupported);
+        let mut calls = 0;
         for _ in 0..3 {
             let r: Option<bool> = t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 0, || {
+                calls += 1;
                 Err(NvmlError::NoPermission)
             });
             assert_eq!(r, None);
         }
-        let s = errors.snapshot();
-        assert_eq!(
-            s[&(
-                "nvmlDeviceGetSramEccErrorStatus".to_string(),
-                "no_permission".to_string()
-            )],
-            1
-        );
+        assert_eq!(calls, 1, "asked once");
+        assert!(errors.snapshot().is_empty());
+        assert_eq!(t.verdict(), Verdict::Up, "no failure");
         // Another error is counted every time, and not remembered.
         let _: Option<bool> = t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 1, || {
             Err(NvmlError::Unknown)
         });
+        assert_eq!(errors.snapshot().len(), 1);
         assert_eq!(
             t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 1, || Ok(true)),
             Some(true)
