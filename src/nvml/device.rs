@@ -214,15 +214,17 @@ impl DeviceReader {
                 (sample.gpm_supported, sample.gpm) = read_gpm(&mut ledger, nvml, &device, gpm);
             }
             read_metrics(&mut ledger, &device, nvlink_count, &mut sample, groups);
-            // Processes in MIG instances are attributed to them, so they need the instances too.
-            if reads(groups, &[Group::Mig], Reading::MigMode) || processes.is_some() {
+            // Processes in MIG instances are attributed to them, so they need the instances too;
+            // the health verdict needs only the mode.
+            let instances = groups.contains(Group::Mig) || processes.is_some();
+            if instances || reads(groups, &[], Reading::MigMode) {
                 sample.mig_mode = ledger
                     .call("nvmlDeviceGetMigMode", 0, || device.mig_mode())
                     .map(|m| m.current == 1);
             }
             // Enumerated every tick (a reconfiguration shows at once); MIG off drops the
             // instances' GPM windows so a later layout starts clean.
-            let mig_mode = sample.mig_mode == Some(true);
+            let mig_mode = instances && sample.mig_mode == Some(true);
             let mut mig_handles = Vec::new();
             if mig_mode {
                 (sample.mig_instances, mig_handles) = mig.read(&mut ledger, nvml, &device, gpm);
