@@ -194,11 +194,17 @@ def check_daemonset(ds: dict, service_accounts: set, services: list[dict], confi
     seccomp = (sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}).get("type")
     check(seccomp == "RuntimeDefault", f"{cw}: seccompProfile must be RuntimeDefault")
 
-    # Every host path read-only, and the pod-resources socket inside one of them.
+    # Every host path read-only but the directory of the health state file (the exporter's own,
+    # at the same path on the node), and the pod-resources socket inside one of them.
     host_volumes = {v["name"]: v["hostPath"]["path"] for v in pod.get("volumes", []) if "hostPath" in v}
     mounts = {m["name"]: m for m in c.get("volumeMounts", [])}
+    state_dirs = {str(pathlib.PurePosixPath(a.split("=", 1)[1]).parent)
+                  for a in args if a.startswith("--health-state-file=")}
     for name in host_volumes:
-        check(mounts.get(name, {}).get("readOnly") is True, f"{cw}: hostPath volume {name} must be mounted readOnly")
+        mount = mounts.get(name, {})
+        state = host_volumes[name] in state_dirs and mount.get("mountPath") == host_volumes[name]
+        check(state or mount.get("readOnly") is True,
+              f"{cw}: hostPath volume {name} must be mounted readOnly (only the directory of --health-state-file may be written)")
     socket = POD_RESOURCES_SOCKET
     for i, a in enumerate(args):
         if a.startswith("--pod-resources-socket="):

@@ -38,6 +38,19 @@ pub struct Snapshot {
     /// GPU-seconds per container and GPU (or MIG instance) the kubelet assigned it, split from
     /// the devices' busy time when a tick is published (`--kubernetes`); `None` when off.
     pub workloads: Option<Arc<[WorkloadSeconds]>>,
+    /// Failures of the file the held health verdicts are kept in (`--health-state-file`);
+    /// `None` without one.
+    pub health_state: Option<HealthStateErrors>,
+}
+
+/// Failed reads and writes of the held-verdict file since start
+/// (`nvml_exporter_health_state_errors_total`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HealthStateErrors {
+    /// The file could not be read or parsed at start: the verdicts it held are lost.
+    pub read: u64,
+    /// Writes that failed: the verdicts held now would not survive a restart.
+    pub write: u64,
 }
 
 /// What one container used of one GPU or MIG GPU instance it holds, in GPU-seconds (a MIG
@@ -229,6 +242,9 @@ pub struct DeviceSample {
     pub up: bool,
     /// The values below are from an earlier tick: the device missed this tick's deadline.
     pub stale: bool,
+    /// What NVML answered when it called the device lost (then `up` is false and the readings
+    /// are empty); `None` otherwise.
+    pub lost: Option<Lost>,
 
     /// `nvmlDeviceGetUtilizationRates.gpu`: share of time any kernel ran.
     pub utilization: Option<f64>,
@@ -285,6 +301,16 @@ pub struct DeviceSample {
     pub remapped_rows: Option<RemappedRows>,
     /// Before Ampere.
     pub retired_pages: Option<RetiredPages>,
+    /// The driver's unrepairable-memory flag (`nvmlDeviceGetUnrepairableMemoryFlag_v1`, R590 and
+    /// newer): memory errors the GPU can no longer repair by remapping.
+    pub unrepairable_memory: Option<bool>,
+    /// The SRAM uncorrectable error threshold of NVIDIA's field diagnostic is exceeded
+    /// (`nvmlDeviceGetSramEccErrorStatus`, `bThresholdExceeded`; root only).
+    pub sram_threshold_exceeded: Option<bool>,
+    /// The recovery action the driver asks for (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`, R565 and
+    /// newer): the raw `nvmlDeviceGpuRecoveryAction_t` value, 0 for none. `None` where the
+    /// driver does not give it.
+    pub recovery_action: Option<u64>,
 
     /// Cumulative XID events seen by this exporter, by XID code.
     pub xid_counts: BTreeMap<u64, u64>,
@@ -506,8 +532,8 @@ pub struct PcieSample {
 pub struct NvLinkSample {
     /// Link number.
     pub link: u32,
-    /// The link is active.
-    pub up: bool,
+    /// The link is active; `None` when NVML did not say this tick (the call failed).
+    pub up: Option<bool>,
     /// Data bytes sent since the counters were last reset.
     pub transmit_bytes: Option<u64>,
     /// Data bytes received since the counters were last reset.
@@ -646,11 +672,23 @@ label_enum!(
     HealthAction {
         None => "none",
         RestartWorkload => "restart_workload",
+        DrainP2p => "drain_p2p",
+        Investigate => "investigate",
         ResetGpu => "reset_gpu",
         RebootNode => "reboot_node",
         DrainAndService => "drain_and_service",
     }
 );
+
+/// What NVML answered when it called a device lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lost {
+    /// NVML_ERROR_GPU_IS_LOST (or the device left the driver's list): fallen off the bus or
+    /// otherwise inaccessible.
+    OffTheBus,
+    /// NVML_ERROR_RESET_REQUIRED: the GPU needs a reset before it can be used again.
+    ResetRequired,
+}
 
 label_enum!(
     /// `threshold` label of `nvidia_gpu_temperature_threshold_celsius`.

@@ -26,9 +26,12 @@ impl GpuSpec {
         self.nvlink.links > 0
     }
 
-    /// Whether NVLink link `link` is down at `t`.
+    /// Whether NVLink link `link` is down at `t`. In MIG mode drivers report every link down
+    /// (DCGM works around it as its bug 200682374).
     pub fn link_down(&self, link: u32, t: f64) -> bool {
-        self.nvlink.down.contains(&link) && self.nvlink.down_window.is_none_or(|w| w.active(t))
+        self.mig.enabled
+            || (self.nvlink.down.contains(&link)
+                && self.nvlink.down_window.is_none_or(|w| w.active(t)))
     }
 
     /// Number of NVLink links that are up at `t`.

@@ -1,4 +1,5 @@
-//! Event sets: XID events from the scenario delivered to the sets registered before they happen.
+//! Event sets: XID events from the scenario, and the changes of a GPU's recovery action, delivered
+//! to the sets registered for them before they happen.
 //!
 //! An event occurrence is ordered by (time, index in the scenario). A registration remembers the
 //! last occurrence it delivered (initially: its registration time), so each occurrence in
@@ -9,8 +10,12 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-/// `nvmlEventTypeXidCriticalError`: the only event type the simulator generates.
+/// `nvmlEventTypeXidCriticalError`.
 pub const XID_EVENT: u64 = nvml_wrapper_sys::bindings::nvmlEventTypeXidCriticalError as u64;
+
+/// `nvmlEventTypeGpuRecoveryAction` (nvml.h, R565): the recovery action changed; its event data
+/// is 0.
+pub const RECOVERY_EVENT: u64 = nvml_wrapper_sys::bindings::nvmlEventTypeGpuRecoveryAction as u64;
 
 /// An occurrence key: (time, scenario event index).
 type Key = (f64, usize);
@@ -37,10 +42,12 @@ static NEXT_ID: AtomicUsize = AtomicUsize::new(1);
 pub struct Delivered {
     /// GPU index.
     pub gpu: usize,
-    /// XID number.
+    /// XID number (0 for a recovery action change).
     pub xid: u64,
     /// When it happened.
     pub t: f64,
+    /// A recovery action change rather than an XID.
+    pub recovery: bool,
 }
 
 /// The first occurrence of event `i` strictly after `after`. A storm (`rate`) is a burst of
@@ -123,10 +130,15 @@ impl EventSets {
         let regs = sets.get_mut(&id)?;
         let mut best: Option<(Key, usize)> = None;
         for (r, reg) in regs.iter().enumerate() {
-            if reg.mask & XID_EVENT == 0 {
-                continue;
-            }
-            for (i, e) in events.iter().enumerate().filter(|(_, e)| e.gpu == reg.gpu) {
+            let wanted = |e: &EventSpec| {
+                let kind = if e.recovery {
+                    RECOVERY_EVENT
+                } else {
+                    XID_EVENT
+                };
+                e.gpu == reg.gpu && reg.mask & kind != 0
+            };
+            for (i, e) in events.iter().enumerate().filter(|(_, e)| wanted(e)) {
                 let Some(k) = next_occurrence(e, i, reg.delivered) else {
                     continue;
                 };
@@ -142,6 +154,7 @@ impl EventSets {
                     gpu: regs[r].gpu,
                     xid: events[key.1].xid,
                     t: key.0,
+                    recovery: events[key.1].recovery,
                 }))
             }
             other => Some(Err(other.map(|(k, _)| k.0))),
@@ -161,6 +174,7 @@ mod tests {
             repeat,
             rate: None,
             seconds: None,
+            recovery: false,
         }
     }
 
@@ -212,6 +226,27 @@ mod tests {
         assert_eq!(sets.poll(id, &events, 50.0).unwrap(), Err(Some(70.0)));
         assert!(sets.free(id));
         assert!(sets.poll(id, &events, 50.0).is_none());
+    }
+
+    #[test]
+    fn recovery_action_changes_go_to_the_sets_registered_for_them() {
+        let change = EventSpec {
+            recovery: true,
+            ..ev(5.0, 0, 0, None)
+        };
+        let events = [ev(1.0, 0, 79, None), change];
+        let sets = EventSets::default();
+        let xids_only = sets.create();
+        sets.register(xids_only, 0, XID_EVENT, 0.0);
+        let both = sets.create();
+        sets.register(both, 0, XID_EVENT | RECOVERY_EVENT, 0.0);
+        let kinds = |id| {
+            std::iter::from_fn(|| sets.poll(id, &events, 10.0)?.ok())
+                .map(|d| (d.xid, d.recovery))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(kinds(xids_only), vec![(79, false)]);
+        assert_eq!(kinds(both), vec![(79, false), (0, true)]);
     }
 
     #[test]

@@ -50,6 +50,17 @@ pub struct Driver {
     pub cuda_version: i32,
 }
 
+impl Driver {
+    /// The driver branch: the major number of `version` (550 for "550.127.05"); 0 if unreadable.
+    pub fn branch(&self) -> u32 {
+        self.version
+            .split('.')
+            .next()
+            .and_then(|major| major.parse().ok())
+            .unwrap_or(0)
+    }
+}
+
 impl Default for Driver {
     fn default() -> Self {
         Driver {
@@ -132,6 +143,17 @@ pub struct GpuSpec {
     /// Retired pages (before Ampere only).
     #[serde(default)]
     pub retired_pages: RetiredSpec,
+    /// The recovery action the driver asks for (field `NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`,
+    /// drivers of R565 and newer); absent: none.
+    pub recovery_action: Option<RecoverySpec>,
+    /// The unrepairable-memory flag (`nvmlDeviceGetUnrepairableMemoryFlag_v1`, R590 and newer,
+    /// Hopper and newer).
+    #[serde(default)]
+    pub unrepairable_memory: bool,
+    /// The SRAM error threshold of the field diagnostic is exceeded
+    /// (`nvmlDeviceGetSramEccErrorStatus`, Ampere and newer, privileged callers only).
+    #[serde(default)]
+    pub sram_threshold_exceeded: bool,
     /// Media engine instances, as GPM reports them per engine.
     #[serde(default)]
     pub media: MediaSpec,
@@ -351,6 +373,29 @@ pub struct RemapSpec {
     pub failure: bool,
 }
 
+/// The driver's recovery action: `action` (an `nvmlDeviceGpuRecoveryAction_t` value) while
+/// `window` is active (always without one), none (0) outside it. Each change delivers a
+/// recovery action event to the sets registered for it.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RecoverySpec {
+    /// The value (1 GPU reset, 2 node reboot, 3 drain P2P, 4 drain and reset, ...).
+    pub action: u64,
+    /// When it is asked for; absent: always.
+    pub window: Option<Window>,
+}
+
+impl RecoverySpec {
+    /// The value at `t`.
+    pub fn at(&self, t: f64) -> u64 {
+        if self.window.is_none_or(|w| w.active(t)) {
+            self.action
+        } else {
+            0
+        }
+    }
+}
+
 /// Retired pages (physical addresses).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -437,6 +482,9 @@ pub struct EventSpec {
     pub rate: Option<f64>,
     /// How long a storm lasts (seconds); required with `rate`.
     pub seconds: Option<f64>,
+    /// A recovery action change (from a GPU's `recovery_action` window), not an XID.
+    #[serde(skip)]
+    pub recovery: bool,
 }
 
 /// Most occurrences one storm may have: keeps a typo in `rate` from building a scenario that
@@ -568,10 +616,28 @@ impl Scenario {
             }
             gpus.push(spec);
         }
+        let mut events = raw.event;
+        // The recovery action changes at both ends of its window: an event at each.
+        for (gpu, spec) in gpus.iter().enumerate() {
+            let Some(w) = spec.recovery_action.and_then(|r| r.window) else {
+                continue;
+            };
+            for t in [w.from, w.to] {
+                events.push(EventSpec {
+                    t,
+                    gpu,
+                    xid: 0,
+                    repeat: w.repeat,
+                    rate: None,
+                    seconds: None,
+                    recovery: true,
+                });
+            }
+        }
         let mut scenario = Scenario {
             driver: raw.driver,
             gpus,
-            events: raw.event,
+            events,
             faults: raw.fault,
         };
         scenario.validate()?;

@@ -140,6 +140,12 @@ pub struct Config {
     )]
     pub idle_threshold: f64,
 
+    /// A file on the node that keeps the health verdicts held until a GPU reset (an XID that
+    /// needs a reset) across restarts of the exporter, per boot; its directory must exist and be
+    /// writable. Without it, a restart forgets them
+    #[arg(long, env = "NVML_EXPORTER_HEALTH_STATE_FILE", value_name = "PATH")]
+    pub health_state_file: Option<PathBuf>,
+
     /// NVML library to load: a path or a soname
     #[arg(long, env = "NVML_EXPORTER_NVML_LIB", value_name = "PATH",
           default_value = DEFAULT_NVML_LIB)]
@@ -532,7 +538,8 @@ macro_rules! restart_options {
 }
 
 // The listening socket, the NVML library, the sampling schedule (which the readiness rule and
-// several defaults follow) and logging are set up once.
+// several defaults follow), the held health verdicts read from their file and logging are set
+// up once.
 restart_options!(
     listen,
     nvml_lib,
@@ -540,6 +547,7 @@ restart_options!(
     interval,
     device_timeout,
     stale_grace,
+    health_state_file,
     log_format,
     log_level,
 );

@@ -77,6 +77,7 @@ impl Config {
                 _ => dcgm::groups(),
             }),
             idle_threshold: self.idle_threshold,
+            health_state_file: self.health_state_file.clone(),
         }
     }
 }

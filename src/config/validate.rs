@@ -51,11 +51,18 @@ impl Config {
             ("kubelet_ca_file", Some(&self.kubelet_ca_file)),
             ("kubernetes_api_ca_file", Some(&self.kubernetes_api_ca_file)),
             ("host_proc", Some(&self.host_proc)),
+            ("health_state_file", self.health_state_file.as_deref()),
         ];
         for (id, path) in paths {
             if path.is_some_and(|p| p.as_os_str().is_empty()) {
                 return Err(invalid(id, "the path is empty".into()));
             }
+        }
+        if let Some(path) = self.health_state_file.as_deref().filter(|p| p.is_dir()) {
+            return Err(invalid(
+                "health_state_file",
+                format!("{} is a directory, not a file", path.display()),
+            ));
         }
         Ok(())
     }
@@ -350,6 +357,29 @@ mod tests {
             );
         }
         assert!(err(&["--idle-threshold", "lots"]).contains("--idle-threshold"));
+    }
+
+    #[test]
+    fn the_health_state_file_is_off_by_default_reaches_the_sampler_and_is_no_directory() {
+        let c = load_args(&[]).unwrap();
+        assert_eq!(c.health_state_file, None);
+        assert_eq!(c.sampler_options().health_state_file, None);
+        let c = load_args(&["--health-state-file", "/var/lib/x/health.json"]).unwrap();
+        assert_eq!(
+            c.sampler_options().health_state_file,
+            Some(PathBuf::from("/var/lib/x/health.json"))
+        );
+        let f = file("health_state_file = \"/state/h.json\"\n");
+        let c = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(c.health_state_file, Some(PathBuf::from("/state/h.json")));
+        let dir = tempfile::tempdir().unwrap();
+        let e = err(&["--health-state-file", dir.path().to_str().unwrap()]);
+        assert!(
+            e.contains("--health-state-file") && e.contains("is a directory"),
+            "{e}"
+        );
+        assert!(err(&["--health-state-file", ""]).contains("--health-state-file"));
+        assert!(crate::config::RESTART_OPTIONS.contains(&"health_state_file"));
     }
 
     #[test]

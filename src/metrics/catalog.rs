@@ -1312,11 +1312,15 @@ pub static CATALOG: &[MetricDef] = &[
         "nvidia_gpu_nvlink_links_up",
         Gauge,
         "",
-        "Number of the GPU's NVLink links that are active (absent on a GPU without NVLink).",
+        "Number of the GPU's NVLink links that are active (absent on a GPU without NVLink, and when NVML did not say for a link).",
         [],
         |_, d, out| out.opt(
-            (!d.nvlinks.is_empty())
-                .then(|| { sorted_links(d).iter().filter(|l| l.up).count() as f64 })
+            (!d.nvlinks.is_empty() && d.nvlinks.iter().all(|l| l.up.is_some())).then(|| {
+                sorted_links(d)
+                    .iter()
+                    .filter(|l| l.up == Some(true))
+                    .count() as f64
+            })
         )
     ),
     MetricDef {
@@ -1391,7 +1395,7 @@ pub static CATALOG: &[MetricDef] = &[
     MetricDef {
         name: "nvidia_gpu_nvlink_up",
         group: Group::NvlinkLinks,
-        help: "1 when the NVLink link is active.",
+        help: "1 when the NVLink link is active (absent when NVML did not say).",
         kind: MetricKind::Gauge,
         unit: "",
         labels: &["link"],
@@ -1400,7 +1404,10 @@ pub static CATALOG: &[MetricDef] = &[
         source: Source::Device(|_, d, out| {
             for l in sorted_links(d) {
                 let mut link = itoa::Buffer::new();
-                out.labelled(&[link.format(l.link)], f64::from(u8::from(l.up)));
+                out.labelled_opt(
+                    &[link.format(l.link)],
+                    l.up.map(|up| f64::from(u8::from(up))),
+                );
             }
         }),
     },
@@ -1693,6 +1700,22 @@ pub static CATALOG: &[MetricDef] = &[
         source: Source::Exporter(|s, out| {
             for (reason, n) in s.kubernetes.iter().flat_map(|k| &k.errors) {
                 out.labelled(&[reason.label()], *n as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvml_exporter_health_state_errors_total",
+        group: Group::Core,
+        help: "Failed reads and writes of the file that keeps the health verdicts held until a GPU reset across restarts (with --health-state-file): a failed read at start lost the verdicts held before it, so a GPU may read healthy that needs a reset; a failed write means those held now would not survive a restart.",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["operation"],
+        closed_labels: &[("operation", || vec!["read", "write"])],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| {
+            if let Some(e) = &s.health_state {
+                out.labelled(&["read"], e.read as f64);
+                out.labelled(&["write"], e.write as f64);
             }
         }),
     },

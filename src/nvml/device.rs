@@ -15,8 +15,8 @@ use nvml_wrapper::enum_wrappers::device::{
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter as NvLinkCounter;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper_sys::bindings::field_id::{
-    NVML_FI_DEV_MEMORY_TEMP, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX,
-    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
+    NVML_FI_DEV_GET_GPU_RECOVERY_ACTION, NVML_FI_DEV_MEMORY_TEMP,
+    NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX,
 };
 
 use super::discovery::device_identity;
@@ -30,8 +30,8 @@ use super::units::{kib_to_bytes, mhz_to_hz, mj_to_j, mw_to_w, ns_to_s, percent_t
 use crate::groups::{Group, Groups};
 use crate::health::rules::{self, Reading};
 use crate::sample::{
-    Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts, MemoryInfo,
-    NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,
+    Bar1MemoryInfo, ClockDomain, ClockEventReason, DeviceInfo, DeviceSample, EccCounts, Lost,
+    MemoryInfo, NvLinkErrorType, NvLinkSample, RemappedRows, RetiredPages, TemperatureThreshold,
     ThrottleReason,
 };
 
@@ -214,15 +214,17 @@ impl DeviceReader {
                 (sample.gpm_supported, sample.gpm) = read_gpm(&mut ledger, nvml, &device, gpm);
             }
             read_metrics(&mut ledger, &device, nvlink_count, &mut sample, groups);
-            // Processes in MIG instances are attributed to them, so they need the instances too.
-            if groups.contains(Group::Mig) || processes.is_some() {
+            // Processes in MIG instances are attributed to them, so they need the instances too;
+            // the health verdict needs only the mode.
+            let instances = groups.contains(Group::Mig) || processes.is_some();
+            if instances || reads(groups, &[], Reading::MigMode) {
                 sample.mig_mode = ledger
                     .call("nvmlDeviceGetMigMode", 0, || device.mig_mode())
                     .map(|m| m.current == 1);
             }
             // Enumerated every tick (a reconfiguration shows at once); MIG off drops the
             // instances' GPM windows so a later layout starts clean.
-            let mig_mode = sample.mig_mode == Some(true);
+            let mig_mode = instances && sample.mig_mode == Some(true);
             let mut mig_handles = Vec::new();
             if mig_mode {
                 (sample.mig_instances, mig_handles) = mig.read(&mut ledger, nvml, &device, gpm);
@@ -245,6 +247,11 @@ impl DeviceReader {
         } else {
             ledger.verdict()
         };
+        let lost = match ledger.lost_kind() {
+            Some(kind) => Some(kind),
+            None if vanished => Some(Lost::OffTheBus),
+            None => None,
+        };
         if verdict == Verdict::Lost {
             *recheck_identity = true;
             // The next sample after a loss must not close a window that spans it.
@@ -254,6 +261,7 @@ impl DeviceReader {
                 index: sample.index,
                 uuid: sample.uuid,
                 info: sample.info,
+                lost,
                 ..DeviceSample::default()
             };
         }
@@ -319,10 +327,38 @@ fn read_metrics(
     read_clocks(t, d, s, groups);
     read_pcie(t, d, s, groups);
     read_memory_errors(t, d, s, groups);
+    read_driver_flags(t, d, s, groups);
     if groups.any(&[Group::Nvlink, Group::NvlinkLinks]) {
         s.nvlinks = read_nvlinks(t, d, nvlink_count);
     } else if reads(groups, &[], Reading::LinkStates) {
         s.nvlinks = link_states(t, d, nvlink_count);
+    }
+}
+
+/// What the driver itself says the GPU needs: its recovery action (R565 and newer), the
+/// unrepairable-memory flag (R590 and newer) and the SRAM error threshold (root only). Only the
+/// health verdict reads them.
+fn read_driver_flags(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
+    if reads(groups, &[], Reading::RecoveryAction) {
+        let field = NVML_FI_DEV_GET_GPU_RECOVERY_ACTION;
+        let fields = t.batch("nvmlDeviceGetFieldValues", field, || {
+            raw::field_values(d, &[(field, 0)])
+        });
+        if let Some(r) = fields.and_then(|mut v| v.pop()) {
+            s.recovery_action = t
+                .field("nvmlDeviceGetFieldValues", field, r)
+                .and_then(raw::FieldValue::as_u64);
+        }
+    }
+    if reads(groups, &[], Reading::UnrepairableMemory) {
+        s.unrepairable_memory = t.call("nvmlDeviceGetUnrepairableMemoryFlag_v1", 0, || {
+            raw::unrepairable_memory(d)
+        });
+    }
+    if reads(groups, &[], Reading::SramErrors) {
+        s.sram_threshold_exceeded = t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 0, || {
+            raw::sram_threshold_exceeded(d)
+        });
     }
 }
 
@@ -513,29 +549,26 @@ fn perf_policy(reason: ThrottleReason) -> PerformancePolicy {
 
 fn read_pcie(t: &mut CallLedger, d: &Device, s: &mut DeviceSample, groups: Groups) {
     let p = &mut s.pcie;
-    let link = reads(groups, &[Group::PcieLink], Reading::PcieLink);
-    if !groups.contains(Group::Pcie) {
-        if link {
-            read_pcie_link(t, d, s);
-        }
-        return;
+    if groups.contains(Group::Pcie) {
+        p.transmit_bytes_per_second = t
+            .call("nvmlDeviceGetPcieThroughput", 0, || {
+                d.pcie_throughput(PcieUtilCounter::Send)
+            })
+            .map(|kb| kib_to_bytes(u64::from(kb)) as f64);
+        p.receive_bytes_per_second = t
+            .call("nvmlDeviceGetPcieThroughput", 1, || {
+                d.pcie_throughput(PcieUtilCounter::Receive)
+            })
+            .map(|kb| kib_to_bytes(u64::from(kb)) as f64);
     }
-    p.transmit_bytes_per_second = t
-        .call("nvmlDeviceGetPcieThroughput", 0, || {
-            d.pcie_throughput(PcieUtilCounter::Send)
-        })
-        .map(|kb| kib_to_bytes(u64::from(kb)) as f64);
-    p.receive_bytes_per_second = t
-        .call("nvmlDeviceGetPcieThroughput", 1, || {
-            d.pcie_throughput(PcieUtilCounter::Receive)
-        })
-        .map(|kb| kib_to_bytes(u64::from(kb)) as f64);
-    p.replay_errors = t
-        .call("nvmlDeviceGetPcieReplayCounter", 0, || {
-            d.pcie_replay_counter()
-        })
-        .map(u64::from);
-    if link {
+    if reads(groups, &[Group::Pcie], Reading::PcieReplays) {
+        p.replay_errors = t
+            .call("nvmlDeviceGetPcieReplayCounter", 0, || {
+                d.pcie_replay_counter()
+            })
+            .map(u64::from);
+    }
+    if reads(groups, &[Group::PcieLink], Reading::PcieLink) {
         read_pcie_link(t, d, s);
     }
 }
@@ -630,12 +663,13 @@ fn link_states(
     match *nvlink_count {
         Some(count) => {
             for link in 0..count {
+                // A call that failed says nothing of the link: neither up nor down.
                 let up = t.call("nvmlDeviceGetNvLinkState", link, || {
                     d.link_wrapper_for(link).is_active()
                 });
                 links.push(NvLinkSample {
                     link,
-                    up: up.unwrap_or(false),
+                    up,
                     ..NvLinkSample::default()
                 });
             }
@@ -653,7 +687,7 @@ fn link_states(
                         t.count_answer();
                         links.push(NvLinkSample {
                             link,
-                            up,
+                            up: Some(up),
                             ..NvLinkSample::default()
                         });
                     }

@@ -2,6 +2,10 @@
 //! them, waited on in a loop with a short timeout so that shutdown is prompt. Counts are kept
 //! per device uuid (so they survive a re-initialisation that renumbers devices) and merged into
 //! every snapshot.
+//!
+//! Where the driver reports it (R565 and newer), the GPU recovery action event is registered
+//! beside XIDs: its data is empty (nvml.h), so a change is logged as it happens and the verdict
+//! reads the action itself every tick (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
@@ -27,6 +31,10 @@ const WAIT_MS: u32 = 1000;
 
 /// The code NVML reports for an XID it could not identify (nvml-wrapper's `XidError::Unknown`).
 const UNKNOWN_XID: u64 = 999;
+
+/// `nvmlEventTypeGpuRecoveryAction` of nvml.h (R565), which nvml-wrapper's `EventTypes` lacks.
+const GPU_RECOVERY_ACTION_EVENT: u64 =
+    nvml_wrapper_sys::bindings::nvmlEventTypeGpuRecoveryAction as u64;
 
 #[derive(Debug, Default, Clone, PartialEq)]
 struct DeviceXids {
@@ -64,14 +72,6 @@ impl XidLog {
                 Some(1)
             }
         }
-    }
-
-    /// The counts of every device, by uuid: what a new session's health verdicts take as known.
-    pub fn counts(&self) -> HashMap<String, BTreeMap<u64, u64>> {
-        let log = self.devices.lock().unwrap_or_else(|p| p.into_inner());
-        log.iter()
-            .map(|(u, x)| (u.clone(), x.counts.clone()))
-            .collect()
     }
 
     /// Marks the devices `uuids` as watched (their XID events registered) or no longer.
@@ -133,32 +133,41 @@ fn wait_for_xids(
         }
         match set.wait(WAIT_MS) {
             Ok(event) => {
+                let handle = raw::device_key(&event.device);
+                let Some((_, uuid)) = devices.iter().find(|(h, _)| *h == handle) else {
+                    continue;
+                };
+                // Only XIDs and recovery actions are registered, and nvml-wrapper drops the bit
+                // of the latter: an event that is no XID is a recovery action change.
                 let Some(xid) = event.event_data else {
+                    if limiter.allow(&format!("{uuid}/recovery"), Instant::now()) {
+                        tracing::warn!(
+                            uuid,
+                            "GPU recovery action changed (the verdict reads it at the next tick)"
+                        );
+                    }
                     continue;
                 };
                 let code = match xid {
                     XidError::Value(v) => v,
                     XidError::Unknown => UNKNOWN_XID,
                 };
-                let handle = raw::device_key(&event.device);
-                if let Some((_, uuid)) = devices.iter().find(|(h, _)| *h == handle) {
-                    let total = log.record(uuid, code, unix_now());
-                    // An XID storm delivers thousands a second: log each (GPU, code) at most
-                    // once a minute, with its running total; the counter has every one. The
-                    // keys are bounded: at most MAX_XID_CODES_PER_DEVICE + 1 per device.
-                    let key = match total {
-                        Some(_) => format!("{uuid}/{code}"),
-                        None => format!("{uuid}/dropped"),
-                    };
-                    if limiter.allow(&key, Instant::now()) {
-                        match total {
-                            Some(total) => tracing::warn!(uuid, xid = code, total, "XID event"),
-                            None => tracing::warn!(
-                                uuid,
-                                xid = code,
-                                "XID code dropped: too many distinct codes"
-                            ),
-                        }
+                let total = log.record(uuid, code, unix_now());
+                // An XID storm delivers thousands a second: log each (GPU, code) at most
+                // once a minute, with its running total; the counter has every one. The
+                // keys are bounded: at most MAX_XID_CODES_PER_DEVICE + 1 per device.
+                let key = match total {
+                    Some(_) => format!("{uuid}/{code}"),
+                    None => format!("{uuid}/dropped"),
+                };
+                if limiter.allow(&key, Instant::now()) {
+                    match total {
+                        Some(total) => tracing::warn!(uuid, xid = code, total, "XID event"),
+                        None => tracing::warn!(
+                            uuid,
+                            xid = code,
+                            "XID code dropped: too many distinct codes"
+                        ),
                     }
                 }
             }
@@ -190,23 +199,30 @@ fn register<'n>(
     };
     let mut set = create_set(nvml, errors)?;
     let mut registered: Vec<(usize, String)> = Vec::new();
+    // The types registered on each device, for registering them again in a new set.
+    let mut masks: Vec<EventTypes> = Vec::new();
     for index in 0..count {
         let Ok(device) = nvml.device_by_index(index) else {
             continue;
         };
-        match device.supported_event_types() {
-            Ok(t) if t.contains(EventTypes::CRITICAL_XID_ERROR) => {}
+        let mask = match raw::supported_event_types(&device) {
+            Ok(t) if t & EventTypes::CRITICAL_XID_ERROR.bits() != 0 => {
+                EventTypes::from_bits_retain(
+                    (t & GPU_RECOVERY_ACTION_EVENT) | EventTypes::CRITICAL_XID_ERROR.bits(),
+                )
+            }
             Ok(_) | Err(NvmlError::NotSupported) => continue,
             Err(e) => {
                 errors.record(Some(index), "nvmlDeviceGetSupportedEventTypes", &e);
                 continue;
             }
-        }
+        };
         let Ok(uuid) = device.uuid() else { continue };
-        match device.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+        match device.register_events(mask, set) {
             Ok(s) => {
                 set = s;
                 registered.push((raw::device_key(&device), uuid));
+                masks.push(mask);
             }
             Err(e) => {
                 errors.record(Some(index), "nvmlDeviceRegisterEvents", &e.error);
@@ -214,14 +230,16 @@ fn register<'n>(
                 // devices that were already in it.
                 set = create_set(nvml, errors)?;
                 let mut kept = Vec::new();
-                for (handle, uuid) in registered {
+                let mut kept_masks = Vec::new();
+                for ((handle, uuid), mask) in registered.into_iter().zip(masks) {
                     let Ok(d) = nvml.device_by_uuid(uuid.as_str()) else {
                         continue;
                     };
-                    match d.register_events(EventTypes::CRITICAL_XID_ERROR, set) {
+                    match d.register_events(mask, set) {
                         Ok(s) => {
                             set = s;
                             kept.push((handle, uuid));
+                            kept_masks.push(mask);
                         }
                         Err(e) => {
                             errors.record(None, "nvmlDeviceRegisterEvents", &e.error);
@@ -230,6 +248,7 @@ fn register<'n>(
                     }
                 }
                 registered = kept;
+                masks = kept_masks;
             }
         }
     }

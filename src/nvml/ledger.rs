@@ -12,6 +12,7 @@
 use nvml_wrapper::error::NvmlError;
 
 use super::error::{ErrorClass, ErrorCounter, classify};
+use crate::sample::Lost;
 
 /// The calls a device answered NOT_SUPPORTED, as (C function, argument), for one NVML session.
 ///
@@ -61,7 +62,7 @@ impl Unsupported {
 /// What one read of a device says of it, first match wins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
-    /// A call answered GPU_IS_LOST or GPU_REQUIRES_RESET (or the index no longer resolves to a
+    /// A call answered GPU_IS_LOST or RESET_REQUIRED (or the index no longer resolves to a
     /// device): its readings are empty.
     Lost,
     /// Every call answered UNINITIALIZED or DRIVER_NOT_LOADED: the driver went away.
@@ -84,7 +85,8 @@ pub(super) struct CallLedger<'a> {
     answered: u32,
     /// Calls (or items of a batch) that failed with anything but NOT_SUPPORTED.
     failed: u32,
-    lost: bool,
+    /// What the first call that called the device lost answered.
+    lost: Option<Lost>,
 }
 
 impl<'a> CallLedger<'a> {
@@ -103,7 +105,7 @@ impl<'a> CallLedger<'a> {
             driver_gone_calls: 0,
             answered: 0,
             failed: 0,
-            lost: false,
+            lost: None,
         }
     }
 
@@ -132,6 +134,41 @@ impl<'a> CallLedger<'a> {
         Some(v)
     }
 
+    /// [`CallLedger::call`] for a call NVML reserves to root: NO_PERMISSION is the driver's
+    /// answer to a caller that is not, like NOT_SUPPORTED is to a board without the feature, so it
+    /// is remembered the same way (a process that is not root stays so), logged once, and never
+    /// counted as an error.
+    pub(super) fn call_as_root<T>(
+        &mut self,
+        function: &'static str,
+        arg: u32,
+        f: impl FnOnce() -> Result<T, NvmlError>,
+    ) -> Option<T> {
+        if self.lost.is_some() || self.unsupported.contains(function, arg) {
+            return None;
+        }
+        self.calls += 1;
+        match f() {
+            Ok(v) => {
+                self.answered += 1;
+                Some(v)
+            }
+            Err(NvmlError::NoPermission) => {
+                tracing::info!(
+                    gpu = self.index,
+                    function,
+                    "NVML answers this call to root only: not read"
+                );
+                self.unsupported.insert(function, arg);
+                None
+            }
+            Err(e) => {
+                self.fail(function, arg, &e);
+                None
+            }
+        }
+    }
+
     /// [`CallLedger::call`] for a call whose items carry answers of their own (field values, GPM
     /// metrics): its success says nothing of the device, which answered only where an item did
     /// (each goes through [`CallLedger::field`]). A driver answers such a call SUCCESS with every
@@ -142,7 +179,7 @@ impl<'a> CallLedger<'a> {
         arg: u32,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if self.lost || self.unsupported.contains(function, arg) {
+        if self.lost.is_some() || self.unsupported.contains(function, arg) {
             return None;
         }
         self.calls += 1;
@@ -183,7 +220,10 @@ impl<'a> CallLedger<'a> {
                 self.unsupported.insert(function, arg);
             }
             ErrorClass::GpuLost => {
-                self.lost = true;
+                self.lost.get_or_insert(match error {
+                    NvmlError::ResetRequired => Lost::ResetRequired,
+                    _ => Lost::OffTheBus,
+                });
                 self.errors.record(Some(self.index), function, error);
             }
             ErrorClass::DriverGone => {
@@ -213,14 +253,19 @@ impl<'a> CallLedger<'a> {
         }
     }
 
-    /// The device answered GPU_IS_LOST or GPU_REQUIRES_RESET in this read.
+    /// The device answered GPU_IS_LOST or RESET_REQUIRED in this read.
     pub(super) fn lost(&self) -> bool {
+        self.lost.is_some()
+    }
+
+    /// Which of the two the device answered first in this read, if either.
+    pub(super) fn lost_kind(&self) -> Option<Lost> {
         self.lost
     }
 
     /// What this read says of the device (see [`Verdict`]).
     pub(super) fn verdict(&self) -> Verdict {
-        if self.lost {
+        if self.lost.is_some() {
             Verdict::Lost
         } else if self.calls > 0 && self.driver_gone_calls == self.calls {
             Verdict::DriverGone
@@ -274,6 +319,33 @@ mod tests {
         // Another argument of the same function is still tried.
         assert_eq!(t.call("nvmlDeviceGetFanSpeed_v2", 1, || Ok(5u32)), Some(5));
         assert!(errors.snapshot().is_empty());
+    }
+
+    #[test]
+    fn a_call_reserved_to_root_refused_is_remembered_and_never_counted() {
+        let errors = ErrorCounter::default();
+        let mut unsupported = Unsupported::default();
+        let mut t = ledger(&errors, &mut unsupported);
+        let mut calls = 0;
+        for _ in 0..3 {
+            let r: Option<bool> = t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 0, || {
+                calls += 1;
+                Err(NvmlError::NoPermission)
+            });
+            assert_eq!(r, None);
+        }
+        assert_eq!(calls, 1, "asked once");
+        assert!(errors.snapshot().is_empty());
+        assert_eq!(t.verdict(), Verdict::Up, "no failure");
+        // Another error is counted every time, and not remembered.
+        let _: Option<bool> = t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 1, || {
+            Err(NvmlError::Unknown)
+        });
+        assert_eq!(errors.snapshot().len(), 1);
+        assert_eq!(
+            t.call_as_root("nvmlDeviceGetSramEccErrorStatus", 1, || Ok(true)),
+            Some(true)
+        );
     }
 
     #[test]

@@ -13,9 +13,10 @@ use std::sync::Arc;
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
-    self as sys, NVML_GPM_METRICS_GET_VERSION, nvmlFieldValue_t, nvmlGpmMetricsGet_t,
-    nvmlGpmSample_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t, nvmlGpuInstanceProfileInfo_v2_t,
-    nvmlValue_t, nvmlValueType_t,
+    self as sys, NVML_GPM_METRICS_GET_VERSION, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t,
+    nvmlFieldValue_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpuInstance_t,
+    nvmlGpuInstanceInfo_t, nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t, nvmlValue_t,
+    nvmlValueType_t,
 };
 
 /// Current clock-event (throttle) reasons as the raw `nvmlClocksEventReason*` bitmask, from
@@ -108,7 +109,7 @@ impl FieldValue {
 /// result is that field's own `nvmlReturn`.
 ///
 /// Field ids are passed as `nvml.h` numbers them: nvml-wrapper renumbers only ids 251–273 for
-/// drivers ≥ 580.82, and the ids used here (82, 138, 139) are outside that range.
+/// drivers ≥ 580.82, and the ids used here (82, 138, 139, 230) are outside that range.
 pub fn field_values(
     device: &Device,
     requests: &[(u32, u32)],
@@ -383,6 +384,74 @@ pub fn gpu_instance_profile(
         .map(|&c| c as u8)
         .collect();
     Ok(Some((info.id, String::from_utf8_lossy(&name).into_owned())))
+}
+
+/// `NVML_STRUCT_VERSION(name, version)` of nvml.h: the struct's size, the version in the top byte.
+fn struct_version<T>(version: u32) -> u32 {
+    mem::size_of::<T>() as u32 | (version << 24)
+}
+
+/// Whether the SRAM uncorrectable error threshold of NVIDIA's field diagnostic is exceeded
+/// (`nvmlDeviceGetSramEccErrorStatus`, v1 struct, `bThresholdExceeded`). nvml.h: Ampere and
+/// newer, root only (NO_PERMISSION otherwise).
+pub fn sram_threshold_exceeded(device: &Device) -> Result<bool, NvmlError> {
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetSramEccErrorStatus.as_ref())?;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut status: nvmlEccSramErrorStatus_v1_t = unsafe { mem::zeroed() };
+    status.version = struct_version::<nvmlEccSramErrorStatus_v1_t>(1);
+    // SAFETY: valid handle, out-pointer to a struct of the size the version word says.
+    unsafe { nvml_try(sym(device.handle(), &mut status))? };
+    Ok(status.bThresholdExceeded != 0)
+}
+
+/// `nvmlUnrepairableMemoryStatus_v1_t` of nvml.h (R590), which nvml-wrapper-sys 0.10 predates.
+#[repr(C)]
+struct UnrepairableMemoryStatusV1 {
+    version: u32,
+    unrepairable_memory: u32,
+}
+
+/// `nvmlDeviceGetUnrepairableMemoryFlag_v1` of nvml.h (R590, Hopper and newer), which
+/// nvml-wrapper-sys 0.10 predates.
+type UnrepairableMemoryFlagFn =
+    unsafe extern "C" fn(nvmlDevice_t, *mut UnrepairableMemoryStatusV1) -> nvmlReturn_t;
+
+/// Whether the GPU has memory it can no longer repair (`nvmlDeviceGetUnrepairableMemoryFlag_v1`,
+/// R590 and newer). A library without the entry point answers NOT_SUPPORTED: the flag is newer
+/// than the driver, not an error.
+pub fn unrepairable_memory(device: &Device) -> Result<bool, NvmlError> {
+    // SAFETY: the symbol, when the library has it, has the signature nvml.h declares.
+    let sym = unsafe {
+        device
+            .nvml()
+            .lib()
+            .__library
+            .get::<UnrepairableMemoryFlagFn>(b"nvmlDeviceGetUnrepairableMemoryFlag_v1\0")
+    }
+    .map_err(|_| NvmlError::NotSupported)?;
+    let mut status = UnrepairableMemoryStatusV1 {
+        version: struct_version::<UnrepairableMemoryStatusV1>(1),
+        unrepairable_memory: 0,
+    };
+    // SAFETY: valid handle, out-pointer to a struct of the size the version word says.
+    unsafe { nvml_try(sym(device.handle(), &mut status))? };
+    Ok(status.unrepairable_memory != 0)
+}
+
+/// The event types the device reports, as nvml.h's raw mask: nvml-wrapper's `EventTypes` drops
+/// the bits it predates, such as `nvmlEventTypeGpuRecoveryAction` (R565).
+pub fn supported_event_types(device: &Device) -> Result<u64, NvmlError> {
+    let sym = nvml_sym(
+        device
+            .nvml()
+            .lib()
+            .nvmlDeviceGetSupportedEventTypes
+            .as_ref(),
+    )?;
+    let mut mask: u64 = 0;
+    // SAFETY: valid handle and out-pointer.
+    unsafe { nvml_try(sym(device.handle(), &mut mask))? };
+    Ok(mask)
 }
 
 /// A key that tells devices apart: the handle's address, only ever compared.

@@ -19,6 +19,7 @@ use nvml_wrapper::Nvml;
 
 use super::session::Session;
 use super::{LiveOptions, down_snapshot};
+use crate::health::Tracker;
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorCounter, LogLimiter, NvmlUnavailable};
 use crate::nvml::events::XidLog;
@@ -73,6 +74,9 @@ pub(super) struct Coordinator<P> {
     /// Cumulative over the whole life of the sampler, across re-initialisations.
     errors: Arc<ErrorCounter>,
     xids: Arc<XidLog>,
+    /// What the health verdicts remember, across re-initialisations (a driver reload resets
+    /// what it held) and, with a state file, across restarts.
+    health: Tracker,
     /// Rate-limits the coordinator's repeating warnings (init failures, rediscoveries).
     log: LogLimiter,
 }
@@ -80,12 +84,14 @@ pub(super) struct Coordinator<P> {
 impl<P: Fn(Snapshot)> Coordinator<P> {
     /// A coordinator that publishes with `publish` until `stop` disconnects.
     pub(super) fn new(opts: LiveOptions, publish: P, stop: Receiver<()>) -> Self {
+        let health = Tracker::new(opts.get().health_state_file.clone());
         Coordinator {
             opts,
             publish,
             stop,
             errors: Arc::new(ErrorCounter::default()),
             xids: Arc::new(XidLog::default()),
+            health,
             log: LogLimiter::default(),
         }
     }
@@ -101,7 +107,13 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                     tracing::info!(lib = %lib.display(), "NVML initialised");
                     match self.run_session(Arc::new(nvml)) {
                         SessionEnd::Shutdown => return,
-                        SessionEnd::Reinit(reason) => reason,
+                        SessionEnd::Reinit(reason) => {
+                            if matches!(reason, NvmlUnavailable::DriverGone) {
+                                // Reloading the driver resets the GPUs.
+                                self.health.driver_reloaded();
+                            }
+                            reason
+                        }
                         // The session already waited out its tick, so this cannot spin.
                         SessionEnd::Rediscover => continue,
                     }
@@ -150,7 +162,13 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
                 return SessionEnd::Shutdown;
             }
             let grace = opts.stale_grace;
-            let mut snapshot = session.snapshot(start, grace, &self.errors, Some(&self.xids));
+            let mut snapshot = session.snapshot(
+                start,
+                grace,
+                &self.errors,
+                Some(&self.xids),
+                &mut self.health,
+            );
             // Once every device is identified, drop XID counts of devices that went away.
             if !xids_pruned && snapshot.devices.iter().all(|d| !d.uuid.is_empty()) {
                 let uuids: HashSet<String> =

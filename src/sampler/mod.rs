@@ -67,6 +67,9 @@ pub struct SamplerOptions {
     /// Below this activity (SM activity, or utilization without GPM) a reading is idle
     /// (`--idle-threshold`): the busy-time totals count its time as idle.
     pub idle_threshold: f64,
+    /// Where the health verdicts held until a reset are kept across restarts
+    /// (`--health-state-file`); read at start only. `None`: in memory only.
+    pub health_state_file: Option<PathBuf>,
 }
 
 impl Default for SamplerOptions {
@@ -81,6 +84,7 @@ impl Default for SamplerOptions {
             processes: None,
             groups: Groups::all(),
             idle_threshold: 0.05,
+            health_state_file: None,
         }
     }
 }
@@ -176,7 +180,8 @@ impl Drop for Sampler {
 /// failure returns a Snapshot with nvml_up=false and nvml_error set.
 ///
 /// XID events are not watched here: an event set only reports events that arrive after it was
-/// created, so a single tick would always see none.
+/// created, so a single tick would always see none. Nor is the health state file read: the
+/// verdicts are those of this one reading.
 pub fn sample_once(opts: &SamplerOptions) -> Snapshot {
     let errors = Arc::new(ErrorCounter::default());
     let nvml = match discovery::init(&opts.nvml_lib) {
@@ -190,7 +195,13 @@ pub fn sample_once(opts: &SamplerOptions) -> Snapshot {
     let started = Instant::now();
     let deadline = started + opts.device_timeout;
     let snapshot = match session.tick(started, deadline, &crossbeam_channel::never()) {
-        Ok(()) => session.snapshot(started, opts.stale_grace, &errors, None),
+        Ok(()) => session.snapshot(
+            started,
+            opts.stale_grace,
+            &errors,
+            None,
+            &mut crate::health::Tracker::default(),
+        ),
         Err(Stopped) => unreachable!("a tick that `never()` stops ran to its end"),
     };
     session.stop();

@@ -28,8 +28,8 @@ use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
 use crate::groups::{Group, Groups};
-use crate::health::Tracker;
 use crate::health::rules::{self, Reading};
+use crate::health::{Node, Tracker};
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
@@ -69,9 +69,6 @@ pub(super) struct Session {
     nvml: Arc<Nvml>,
     errors: Arc<ErrorCounter>,
     xid_log: Option<Arc<XidLog>>,
-    /// What the health verdicts remember between ticks; a new session (the driver was
-    /// re-initialised, which resets the GPUs) starts it again.
-    health: Tracker,
 }
 
 impl Session {
@@ -114,7 +111,6 @@ impl Session {
             nvml,
             errors: Arc::clone(errors),
             xid_log: xids.cloned(),
-            health: Tracker::new(xids.map(|x| x.counts()).unwrap_or_default()),
         };
         session.configure(opts);
         Ok(session)
@@ -259,13 +255,15 @@ impl Session {
     }
 
     /// The snapshot of the tick that started at `started`; marks the tick complete when a device
-    /// answered in it (see the module doc). With `xids`, each device carries its XID counts.
+    /// answered in it (see the module doc). With `xids`, each device carries its XID counts;
+    /// `health` gives each its verdict when the health group is on.
     pub(super) fn snapshot(
         &mut self,
         started: Instant,
         grace: Duration,
         errors: &ErrorCounter,
         xids: Option<&XidLog>,
+        health: &mut Tracker,
     ) -> Snapshot {
         let now = Instant::now();
         if self.slots.is_empty() || self.slots.iter().any(|s| s.fresh) {
@@ -277,9 +275,11 @@ impl Session {
             xids.fill(&mut devices);
         }
         if self.groups.contains(Group::Health) {
+            let node = Node::of(&devices);
             for d in &mut devices {
-                d.health = Some(self.health.evaluate(d, now));
+                d.health = Some(health.evaluate(d, node, now));
             }
+            health.persist();
         }
         Snapshot {
             nvml_up: true,
@@ -298,6 +298,7 @@ impl Session {
             kubernetes: None,
             jobs: None,
             workloads: None,
+            health_state: health.store_errors(),
         }
     }
 

@@ -1,17 +1,21 @@
 //! Event sets: create, register a device, wait (blocking up to the timeout), free.
 
-use crate::events::XID_EVENT;
+use crate::events::{RECOVERY_EVENT, XID_EVENT};
 use crate::ffi::{self, INVALID_ARGUMENT, NOT_SUPPORTED, device_fns, plain_fns, write};
 use crate::state::{self, Sim};
 use nvml_wrapper_sys::bindings::{self as b, nvmlDevice_t, nvmlEventData_t, nvmlEventSet_t};
 use std::os::raw::{c_uint, c_ulonglong};
 use std::time::{Duration, Instant};
 
-/// The event types a device accepts: XID, P-state and clock changes, plus ECC with ECC on.
-fn supported_types(ecc: bool) -> u64 {
+/// The event types a device accepts: XID, P-state and clock changes, plus ECC with ECC on, plus
+/// the recovery action from R565 on (nvml.h).
+fn supported_types(c: &crate::ffi::DeviceCall) -> u64 {
     let mut types = XID_EVENT | b::nvmlEventTypePState as u64 | b::nvmlEventTypeClock as u64;
-    if ecc {
+    if c.gpu.ecc.enabled {
         types |= (b::nvmlEventTypeSingleBitEccError | b::nvmlEventTypeDoubleBitEccError) as u64;
+    }
+    if c.sim.scenario.driver.branch() >= 565 {
+        types |= RECOVERY_EVENT;
     }
     types
 }
@@ -39,7 +43,11 @@ fn wait(sim: &Sim, set: nvmlEventSet_t, timeout_ms: c_uint) -> Result<nvmlEventD
             Some(Ok(ev)) => {
                 return Ok(nvmlEventData_t {
                     device: ffi::handle_of(ev.gpu),
-                    eventType: XID_EVENT,
+                    eventType: if ev.recovery {
+                        RECOVERY_EVENT
+                    } else {
+                        XID_EVENT
+                    },
                     eventData: ev.xid,
                     gpuInstanceId: u32::MAX,
                     computeInstanceId: u32::MAX,
@@ -97,11 +105,11 @@ plain_fns! {
 device_fns! {
     /// Event types the device can report.
     fn nvmlDeviceGetSupportedEventTypes(event_types: *mut c_ulonglong) |c| {
-        write(event_types, supported_types(c.gpu.ecc.enabled))
+        write(event_types, supported_types(c))
     }
     /// Registers the device in an event set for `event_types`.
     fn nvmlDeviceRegisterEvents(event_types: c_ulonglong, set: nvmlEventSet_t) |c| {
-        if event_types & !supported_types(c.gpu.ecc.enabled) != 0 {
+        if event_types & !supported_types(c) != 0 {
             return Err(NOT_SUPPORTED);
         }
         if c.sim.events.register(set as usize, c.index, event_types, c.t) {

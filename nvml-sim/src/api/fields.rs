@@ -1,7 +1,8 @@
 //! `nvmlDeviceGetFieldValues`: each requested field gets its own return code, so an unknown or
 //! unsupported field never fails the whole call.
 //!
-//! Field ids are those of drivers before 580.82 (the sim reports 550.x by default).
+//! Field ids are those of drivers before 580.82 (the sim reports 550.x by default); the recovery
+//! action (230) is numbered alike in every branch that has it (R565 and newer).
 
 use crate::api::metrics::{energy_mj, pcie_replays};
 use crate::api::reliability::ecc_count;
@@ -65,6 +66,12 @@ fn field(c: &DeviceCall, id: u32, scope: u32) -> Result<Value, u32> {
         f::NVML_FI_DEV_NVLINK_LINK_COUNT => {
             c.require(c.gpu.has_nvlink())?;
             Ok(Value::Uint(c.gpu.nvlink.links))
+        }
+        f::NVML_FI_DEV_GET_GPU_RECOVERY_ACTION => {
+            c.require(c.sim.scenario.driver.branch() >= 565)?;
+            Ok(Value::Uint(
+                c.gpu.recovery_action.map_or(0, |r| r.at(c.t)) as u32
+            ))
         }
         f::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX => nvlink_kib(c, scope, true),
         f::NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX => nvlink_kib(c, scope, false),

@@ -2,15 +2,27 @@
 //! NVLink state and error counters.
 
 use crate::ffi::{
-    DeviceCall, INVALID_ARGUMENT, NOT_SUPPORTED, device_fns, read, write, write_array,
+    DeviceCall, INVALID_ARGUMENT, NO_PERMISSION, NOT_SUPPORTED, check_version, device_fns, read,
+    write, write_array,
 };
 use crate::scenario::Counter;
-use nvml_wrapper_sys::bindings::nvmlIntNvLinkDeviceType_t;
+use nvml_wrapper_sys::bindings::{
+    self as b, nvmlEccSramErrorStatus_v1_t, nvmlIntNvLinkDeviceType_t,
+};
 use std::os::raw::{c_uint, c_ulonglong};
+
+/// `nvmlUnrepairableMemoryStatus_v1_t` of nvml.h (R590), which nvml-wrapper-sys 0.10 predates.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct UnrepairableMemoryStatusV1 {
+    /// `NVML_STRUCT_VERSION(UnrepairableMemoryStatus, 1)`.
+    pub version: c_uint,
+    /// 1 when the GPU has memory it cannot repair.
+    pub unrepairable_memory: c_uint,
+}
 
 /// NVLink generation by architecture (NVLink 2 on Volta, 3 on Ampere, 4 on Hopper).
 fn nvlink_version(arch: u32) -> c_uint {
-    use nvml_wrapper_sys::bindings as b;
     match arch {
         b::NVML_DEVICE_ARCH_VOLTA => 2,
         b::NVML_DEVICE_ARCH_AMPERE => 3,
@@ -130,6 +142,36 @@ device_fns! {
     fn nvmlDeviceGetRetiredPagesPendingStatus(is_pending: *mut c_uint) |c| {
         c.require(c.gpu.has_page_retirement())?;
         write(is_pending, c_uint::from(c.gpu.retired_pages.pending))
+    }
+    /// SRAM ECC error status (Ampere and newer; nvml.h: root only, so NO_PERMISSION for an
+    /// unprivileged caller): no error counts, and the field diagnostic's threshold flag from the
+    /// scenario.
+    fn nvmlDeviceGetSramEccErrorStatus(status: *mut nvmlEccSramErrorStatus_v1_t) |c| {
+        c.require(c.gpu.has_row_remapping())?;
+        if !c.sim.privileged {
+            return Err(NO_PERMISSION);
+        }
+        let version = read(status.cast::<c_uint>().cast_const())?;
+        check_version::<nvmlEccSramErrorStatus_v1_t>(version, 1)?;
+        // SAFETY: plain old data; all-zero is a valid value.
+        let mut answer: nvmlEccSramErrorStatus_v1_t = unsafe { std::mem::zeroed() };
+        answer.version = version;
+        answer.bThresholdExceeded = c_uint::from(c.gpu.sram_threshold_exceeded);
+        write(status, answer)
+    }
+    /// The unrepairable-memory flag (nvml.h: R590 and newer, Hopper and newer).
+    fn nvmlDeviceGetUnrepairableMemoryFlag_v1(status: *mut UnrepairableMemoryStatusV1) |c| {
+        c.require(
+            c.sim.scenario.driver.branch() >= 590
+                && c.gpu.arch() >= b::NVML_DEVICE_ARCH_HOPPER
+                && c.gpu.arch() != b::NVML_DEVICE_ARCH_UNKNOWN,
+        )?;
+        let version = read(status.cast::<c_uint>().cast_const())?;
+        check_version::<UnrepairableMemoryStatusV1>(version, 1)?;
+        write(status, UnrepairableMemoryStatusV1 {
+            version,
+            unrepairable_memory: c_uint::from(c.gpu.unrepairable_memory),
+        })
     }
     /// NVLink link state (1 = up).
     fn nvmlDeviceGetNvLinkState(link_index: c_uint, is_active: *mut c_uint) |c| {

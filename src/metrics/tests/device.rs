@@ -234,7 +234,7 @@ fn duplicate_label_values_from_the_sampler_give_one_series() {
 fn nvlinks_in_any_order_give_one_series_per_link_in_link_order() {
     let link = |link: u32, up: bool, errors: Vec<(NvLinkErrorType, u64)>| NvLinkSample {
         link,
-        up,
+        up: Some(up),
         transmit_bytes: Some(u64::from(link)),
         receive_bytes: None,
         errors: errors.into_iter().collect(),
@@ -282,7 +282,7 @@ fn nvlink_per_gpu_families_sum_over_the_links() {
     let link =
         |link: u32, up: bool, tx: Option<u64>, errors: Vec<(NvLinkErrorType, u64)>| NvLinkSample {
             link,
-            up,
+            up: Some(up),
             transmit_bytes: tx,
             receive_bytes: None,
             errors: errors.into_iter().collect(),

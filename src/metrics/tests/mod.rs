@@ -37,6 +37,7 @@ pub(crate) fn full_device(index: u32) -> DeviceSample {
         }),
         up: true,
         stale: false,
+        lost: None,
         utilization: Some(0.75),
         memory_utilization: Some(0.5),
         encoder_utilization: Some(0.0),
@@ -101,6 +102,9 @@ pub(crate) fn full_device(index: u32) -> DeviceSample {
             double_bit_ecc: 0,
             pending: Some(false),
         }),
+        unrepairable_memory: Some(false),
+        sram_threshold_exceeded: Some(false),
+        recovery_action: Some(0),
         xid_counts: BTreeMap::from([(79, 1), (13, 2)]),
         last_xid_timestamp_seconds: Some(1_700_000_030.0),
         last_xid: Some(13),
@@ -108,14 +112,14 @@ pub(crate) fn full_device(index: u32) -> DeviceSample {
         nvlinks: vec![
             NvLinkSample {
                 link: 1,
-                up: false,
+                up: Some(false),
                 transmit_bytes: None,
                 receive_bytes: None,
                 errors: NvLinkErrors::default(),
             },
             NvLinkSample {
                 link: 0,
-                up: true,
+                up: Some(true),
                 transmit_bytes: Some(1 << 40),
                 receive_bytes: Some(1 << 30),
                 errors: [(NvLinkErrorType::Replay, 5), (NvLinkErrorType::CrcFlit, 1)]
@@ -284,6 +288,7 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
         kubernetes: Some(kubelet(&[("nvidia0", "ml", "train-0", "main")])),
         // On MIG GPU instance 1, which only a full device has.
         jobs: Some(jobs(&[(0, Some(1), "4242")])),
+        health_state: Some(HealthStateErrors { read: 0, write: 2 }),
         // The assigned GPU's container, and one that no longer holds a GPU (not served).
         workloads: Some(Arc::from([
             WorkloadSeconds {

@@ -93,5 +93,5 @@ option takes it too). */}}
 {{- end }}
 
 {{- define "nvml-exporter.restartKeys" -}}
-listen nvml_lib demo interval device_timeout stale_grace log_format log_level
+listen nvml_lib demo interval device_timeout stale_grace health_state_file log_format log_level
 {{- end }}
