@@ -38,10 +38,10 @@ impl Protocol {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Compression {
-    /// gzip (the receiver's cost is small, a request an eighth of the bytes).
+    /// gzip, at its fastest level.
     #[default]
     Gzip,
-    /// None.
+    /// Uncompressed.
     None,
 }
 
