@@ -15,10 +15,10 @@
 //! (options, bcrypt hashes, certificate and key), then applied. Applied at run time: the encoder's
 //! options ([`Config::metrics_options`]: the last tick is encoded again at once), the sampler's
 //! options ([`Config::sampler_options`], from the next tick), the Kubernetes options (their tasks
-//! are started anew by [`StartKubernetes`], which `lib.rs` gives; the kubelet state and its
+//! are started anew by `StartKubernetes`, which `lib.rs` gives; the kubelet state and its
 //! counters carry on), the OTLP push (its options, with the headers and TLS files read again,
 //! apply from its next request, keeping its queue and counters; an endpoint given or taken
-//! away starts it, through [`StartOtlp`], or stops it), the basic-auth users (turning
+//! away starts it, through `StartOtlp`, or stops it), the basic-auth users (turning
 //! basic auth on, or changing the users) and the TLS settings and files. What was set up once at
 //! the start needs a restart: the listening socket (`listen`), the NVML library (`nvml_lib`,
 //! `demo`), the sampling schedule (`interval`, `device_timeout`, `stale_grace`, which the readiness

@@ -762,6 +762,11 @@ fn a_reload_turns_the_push_on_and_changes_it() {
     eventually(WAIT, "pushes after the reload", || {
         (first.count() >= 2).then_some(())
     });
+    // Each decodes, its sums starting no later than their points (the tick pushed first may be
+    // older than the push).
+    for r in first.received() {
+        assert!(!points(&r.request).is_empty());
+    }
     write_atomic(
         dir.path(),
         "config.toml",

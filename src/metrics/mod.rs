@@ -188,7 +188,7 @@ impl Encoder {
     }
 
     /// The text exposition of `snap`, with the options it was encoded with and the groups whose
-    /// native families it serves: what [`write_series`] needs to write the same series again
+    /// native families it serves: what `write_series` needs to write the same series again
     /// into another encoding.
     pub fn encoding(&self, snap: &Snapshot) -> Encoding {
         let opts = self.options();

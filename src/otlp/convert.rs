@@ -1,6 +1,6 @@
 //! One publication as one OTLP request: the series `/metrics` serves from the same snapshot,
 //! written by the encoder's own writers ([`crate::metrics::write_series`]) into a [`Sink`] that
-//! turns each into a data point as the [mapping](super::mapping) says.
+//! turns each into a data point as the mapping ([`super::mapping`]) says.
 //!
 //! - Points carry the time of the tick they were read at (`nvml_exporter_last_sample_timestamp_seconds`;
 //!   the time of the push while no tick has completed).
@@ -263,7 +263,8 @@ impl Points<'_> {
                     .starts
                     .start(&key, value, m.instrument == Instrument::Counter);
                 self.key = key;
-                start
+                // A push started by a reload may be later than the tick it pushes.
+                start.min(self.time)
             }
         };
         let point = NumberDataPoint {
@@ -379,4 +380,32 @@ fn hardware(attributes: &mut Vec<KeyValue>, d: &DeviceView<'_>, gpu_instance: Op
     }
     attributes.push(attribute("hw.vendor", VENDOR));
     attributes.push(attribute("hw.model", &gpu.info.name));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StartTimes;
+
+    #[test]
+    fn a_counter_starts_with_the_push_and_again_after_a_reset() {
+        let mut starts = StartTimes::new(100);
+        // Present at the first push: started when the push did.
+        assert_eq!(starts.start("energy", 5.0, true), 100);
+        assert_eq!(starts.start("memory", 9.0, false), 100);
+        starts.finish(1_000);
+        assert_eq!(starts.start("energy", 7.0, true), 100);
+        // A series first seen now started after the previous push.
+        assert_eq!(starts.start("xid 79", 1.0, true), 1_000);
+        // An amount that goes down is no reset.
+        assert_eq!(starts.start("memory", 3.0, false), 100);
+        starts.finish(2_000);
+        // A counter that went down was reset since the previous push.
+        assert_eq!(starts.start("energy", 0.5, true), 2_000);
+        assert_eq!(starts.start("xid 79", 1.0, true), 1_000);
+        starts.finish(3_000);
+        // Series a push did not hold are forgotten: back, they start anew.
+        assert_eq!(starts.start("energy", 0.7, true), 2_000);
+        starts.finish(4_000);
+        assert_eq!(starts.start("memory", 3.0, false), 4_000);
+    }
 }

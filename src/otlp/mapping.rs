@@ -7,7 +7,7 @@
 //! instrument and attributes; every other family gets a name of the exporter's own in OTel's
 //! style (`nvidia.gpu.*` for the GPUs, `nvml_exporter.*` for the exporter itself: dotted
 //! namespaces, the unit in the unit field and not in the name). Every point of a GPU carries
-//! the attributes of the hardware it measures ([`super::convert`]): `hw.id` (the GPU's UUID, or
+//! the attributes of the hardware it measures (`convert`): `hw.id` (the GPU's UUID, or
 //! the MIG device's), `hw.type` `gpu`, `hw.name`, `hw.vendor`, `hw.model`, and for a MIG GPU
 //! instance `hw.parent` (the GPU's UUID) with [`MIG_ATTRIBUTES`]; a series with pod labels
 //! carries [`POD_ATTRIBUTES`] instead.

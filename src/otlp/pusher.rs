@@ -38,7 +38,7 @@ use crate::metrics::catalog::{
 use crate::publish::Published;
 
 /// Requests kept while the receiver does not take them: ten intervals (ten minutes at the
-/// default interval; a few MiB at 64 GPUs).
+/// default interval; 5 MB at 64 GPUs, BENCHMARKS.md).
 pub const QUEUE_BATCHES: usize = 10;
 
 /// The first wait after a failed request (the interval, when shorter).
