@@ -269,9 +269,15 @@ fn assert_same_series(request: &ExportMetricsServiceRequest, m: &Exposition) {
     );
 }
 
-/// The GPU-level checks a user makes: for every GPU (by its UUID) utilization, memory used and
-/// total, SM activity and the other saturation signals, and energy as a cumulative sum.
-fn assert_every_gpu_pushed(request: &ExportMetricsServiceRequest, m: &Exposition) {
+/// The GPU-level checks a user makes: for every GPU (by its UUID) memory used and total, and
+/// utilization, SM activity and the other saturation signals and energy as a cumulative sum
+/// wherever `/metrics` has them (`utilization`: whether the GPU must have utilization and SM
+/// activity, as a GPU out of MIG mode on the demo does).
+fn assert_every_gpu_pushed(
+    request: &ExportMetricsServiceRequest,
+    m: &Exposition,
+    utilization: bool,
+) {
     let pts = points(request);
     let uuids: Vec<&str> = m
         .find("nvidia_gpu_info", &[])
@@ -290,42 +296,51 @@ fn assert_every_gpu_pushed(request: &ExportMetricsServiceRequest, m: &Exposition
             let mut attrs = vec![("hw.id", uuid)];
             attrs.extend_from_slice(extra);
             value_of(&pts, name, &attrs)
-                .unwrap_or_else(|| panic!("{name}{extra:?} of {uuid} not pushed"))
         };
-        assert_eq!(
-            pushed("hw.gpu.utilization", &[("hw.gpu.task", "general")]),
-            gpu("nvidia_gpu_utilization_ratio").unwrap()
-        );
-        assert_eq!(
-            pushed("hw.gpu.memory.usage", &[]),
-            gpu("nvidia_gpu_memory_used_bytes").unwrap()
-        );
-        assert_eq!(
-            pushed("hw.gpu.memory.limit", &[]),
-            gpu("nvidia_gpu_memory_total_bytes").unwrap()
-        );
-        assert_eq!(
-            pushed("hw.energy", &[]),
-            gpu("nvidia_gpu_energy_joules_total").unwrap()
-        );
-        for (otel, prometheus) in [
-            ("nvidia.gpu.sm.activity", "nvidia_gpu_sm_active_ratio"),
-            ("nvidia.gpu.sm.occupancy", "nvidia_gpu_sm_occupancy_ratio"),
+        for (otel, extra, prometheus) in [
+            (
+                "hw.gpu.memory.usage",
+                &[][..],
+                "nvidia_gpu_memory_used_bytes",
+            ),
+            ("hw.gpu.memory.limit", &[], "nvidia_gpu_memory_total_bytes"),
+        ] {
+            let value = gpu(prometheus);
+            assert!(value.is_some(), "{prometheus} of {uuid}");
+            assert_eq!(pushed(otel, extra), value, "{otel} of {uuid}");
+        }
+        for (otel, extra, prometheus) in [
+            (
+                "hw.gpu.utilization",
+                &[("hw.gpu.task", "general")][..],
+                "nvidia_gpu_utilization_ratio",
+            ),
+            ("nvidia.gpu.sm.activity", &[], "nvidia_gpu_sm_active_ratio"),
+            (
+                "nvidia.gpu.sm.occupancy",
+                &[],
+                "nvidia_gpu_sm_occupancy_ratio",
+            ),
             (
                 "nvidia.gpu.tensor.activity",
+                &[],
                 "nvidia_gpu_tensor_active_ratio",
             ),
-            ("nvidia.gpu.dram.activity", "nvidia_gpu_dram_active_ratio"),
+            (
+                "nvidia.gpu.dram.activity",
+                &[],
+                "nvidia_gpu_dram_active_ratio",
+            ),
             (
                 "nvidia.gpu.sm.active_time",
+                &[],
                 "nvidia_gpu_sm_active_seconds_total",
             ),
+            ("hw.energy", &[], "nvidia_gpu_energy_joules_total"),
         ] {
-            assert_eq!(
-                pushed(otel, &[]),
-                gpu(prometheus).unwrap(),
-                "{otel} of {uuid}"
-            );
+            let value = gpu(prometheus);
+            assert!(!utilization || value.is_some(), "{prometheus} of {uuid}");
+            assert_eq!(pushed(otel, extra), value, "{otel} of {uuid}");
         }
     }
 }
@@ -351,7 +366,7 @@ fn grpc_pushes_the_series_of_metrics_at_the_same_tick() {
     });
     let (m, request) = same_tick(&e, &receiver);
     assert_same_series(&request, &m);
-    assert_every_gpu_pushed(&request, &m);
+    assert_every_gpu_pushed(&request, &m, true);
     let r = resource(&request);
     assert_eq!(r["service.name"], "nvml-exporter");
     assert_eq!(r["service.version"], env!("CARGO_PKG_VERSION"));
@@ -411,6 +426,7 @@ fn http_protobuf_from_otel_variables_pushes_every_group_and_mig_instances() {
     });
     let (m, request) = same_tick(&e, &receiver);
     assert_same_series(&request, &m);
+    assert_every_gpu_pushed(&request, &m, false);
     let pts = points(&request);
     assert!(
         pts.iter().any(
@@ -582,6 +598,13 @@ fn faults(protocol: Protocol) {
     eventually(WAIT, "the recovery logged", || {
         (logged(&e, RESUMED) == 2).then_some(())
     });
+    if protocol == Protocol::Http {
+        assert!(
+            e.logs().contains("trying again in 1s"),
+            "the 503's Retry-After is honoured: {}",
+            e.logs()
+        );
+    }
     assert_eq!(logged(&e, FAILED), 2, "{}", e.logs());
 
     // Slower than --otlp-timeout.
