@@ -61,7 +61,7 @@ def help_options(binary: str) -> dict[str, dict]:
     for opt in options.values():
         body = "\n".join(opt["text"])
         listed = re.search(r"\[possible values: ([^\]]+)\]", body)
-        choices = [v.strip() for v in listed.group(1).split(",")] if listed else re.findall(r"^- ([\w.]+):", body, re.M)
+        choices = [v.strip() for v in listed.group(1).split(",")] if listed else re.findall(r"^- ([\w./]+):", body, re.M)
         opt["choices"] = choices
         opt["list"] = "comma-separated" in body
     return options

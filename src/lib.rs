@@ -2,8 +2,9 @@
 //!
 //! Data flows one way: [`config`] → [`sampler`] (the only user of NVML, through [`nvml`]) →
 //! [`sample::Snapshot`] → [`publish`] (encoded once per tick by [`metrics`], with the kubelet's
-//! answer from [`kubernetes`]) → [`http`] (serves the bytes). A scrape never calls NVML and never
-//! encodes. [`reload`] applies a changed configuration to the running parts.
+//! answer from [`kubernetes`]) → [`http`] (serves the bytes), and with `--otlp-endpoint` →
+//! [`otlp`] (pushes the same series). A scrape never calls NVML and never encodes. [`reload`]
+//! applies a changed configuration to the running parts.
 
 mod certificates;
 pub mod config;
@@ -15,6 +16,7 @@ pub mod jobs;
 pub mod kubernetes;
 pub mod metrics;
 pub mod nvml;
+pub mod otlp;
 pub mod page;
 pub mod processes;
 pub mod publish;
@@ -74,11 +76,17 @@ pub async fn run(
         .kubernetes
         .then(|| kubernetes::StateHandle::new(&kubernetes_options));
     let own = SelfMetrics::new();
+    let registry = own.registry.clone();
     let encoder = metrics::Encoder::new(config.metrics_options(), own.registry);
     let publisher = publish::Publisher::new(encoder, kubelet_state.clone());
     publisher.set_job_mapping_dir(config.job_mapping_dir());
     let start_kubernetes = kubernetes_starter(&publisher);
     let kubernetes = kubelet_state.map(|state| start_kubernetes(&kubernetes_options, state));
+    let start_otlp = otlp_starter(&publisher, registry);
+    let otlp = config
+        .otlp_options()
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .map(&start_otlp);
     let sampler = {
         let publisher = Arc::clone(&publisher);
         sampler::Sampler::start(config.sampler_options(), move |snapshot| {
@@ -108,6 +116,8 @@ pub async fn run(
         sampler: sampler.live_options(),
         kubernetes,
         start_kubernetes,
+        otlp,
+        start_otlp,
         auth: Arc::clone(&auth),
         tls: web.tls.clone(),
         metrics: own.reloads,
@@ -130,8 +140,8 @@ pub async fn run(
     ));
     http::server::serve(listener, app, web.tls, own.connections, stop_rx).await;
     sampler_stopped.await??;
-    // Stops the kubelet refresh task with the reloader that owns it; a reload still running on
-    // its blocking thread is abandoned with the others.
+    // Stops the kubelet refresh task and the OTLP push with the reloader that owns them; a reload
+    // still running on its blocking thread is abandoned with the others.
     reloading.abort();
     Ok(())
 }
@@ -155,6 +165,28 @@ fn kubernetes_starter(publisher: &Arc<publish::Publisher>) -> reload::StartKuber
                 current.sampled.then(|| Arc::clone(&current.snapshot))
             },
         )
+    })
+}
+
+/// How the OTLP push starts, here and again on a reload that turns it on: it reads the current
+/// publication (none before the first tick) and counts in the exporter's registry, where its
+/// metrics are registered when it first starts.
+fn otlp_starter(
+    publisher: &Arc<publish::Publisher>,
+    registry: prometheus::Registry,
+) -> reload::StartOtlp {
+    let publisher = Arc::clone(publisher);
+    let metrics = std::sync::OnceLock::new();
+    Box::new(move |options| {
+        let metrics = metrics
+            .get_or_init(|| otlp::PushMetrics::new(&registry))
+            .clone();
+        let publisher = Arc::clone(&publisher);
+        let source: otlp::Source = Box::new(move || {
+            let current = publisher.current();
+            current.sampled.then_some(current)
+        });
+        otlp::start(options, source, metrics)
     })
 }
 

@@ -21,11 +21,11 @@ use flate2::write::GzEncoder;
 use tokio::sync::OnceCell;
 use tokio::task::JoinError;
 
-use crate::groups::Group;
+use crate::groups::{Group, Groups};
 use crate::jobs::JobReader;
 use crate::kubernetes::StateHandle;
 use crate::metrics::workloads::WorkloadLedger;
-use crate::metrics::{Encoder, MetricsOptions};
+use crate::metrics::{Encoder, Encoding, MetricsOptions};
 use crate::sample::Snapshot;
 
 /// gzip level of [`Published::gzip`]: the fastest, since the first gzip scrape of a tick waits
@@ -43,13 +43,31 @@ pub struct Published {
     /// The node page of this snapshot, and its JSON, each made by the first request for it
     /// ([`page`](Self::page)).
     page: [OnceCell<Bytes>; 2],
-    /// What was encoded (for `/readyz` and the node page).
+    /// What was encoded (for `/readyz`, the node page and the OTLP push).
     pub snapshot: Arc<Snapshot>,
+    /// The options it was encoded with.
+    pub options: Arc<MetricsOptions>,
+    /// The collector groups whose native families `text` serves (`--max-series` may have left
+    /// some out): the OTLP push writes the same series from `snapshot`.
+    pub groups: Groups,
     /// False only for the placeholder served before the sampler's first tick.
     pub sampled: bool,
 }
 
 impl Published {
+    /// The publication of `snapshot`, encoded as `encoding`.
+    fn new(encoding: Encoding, snapshot: Arc<Snapshot>, sampled: bool) -> Published {
+        Published {
+            text: Bytes::from(encoding.text),
+            gzip: OnceCell::new(),
+            page: Default::default(),
+            snapshot,
+            options: encoding.options,
+            groups: encoding.groups,
+            sampled,
+        }
+    }
+
     /// `text`, gzip-compressed. Compresses on the first call only, on one blocking thread (it
     /// takes milliseconds on large bodies, which must not stall the async workers): Prometheus
     /// scrapes every 15–60 s while ticks come every second, so most ticks are never asked for
@@ -128,13 +146,7 @@ impl Publisher {
     /// [`tick`](Self::tick); with `kubelet`, each snapshot carries its latest answer.
     pub fn new(encoder: Encoder, kubelet: Option<StateHandle>) -> Arc<Publisher> {
         let empty = Arc::new(Snapshot::default());
-        let placeholder = Published {
-            text: Bytes::from(encoder.encode(&empty)),
-            gzip: OnceCell::new(),
-            page: Default::default(),
-            snapshot: empty,
-            sampled: false,
-        };
+        let placeholder = Published::new(encoder.encoding(&empty), empty, false);
         Arc::new(Publisher {
             encoder,
             kubelet: Mutex::new(kubelet),
@@ -226,13 +238,8 @@ impl Publisher {
     }
 
     fn publish(&self, snapshot: &Arc<Snapshot>) {
-        let published = Arc::new(Published {
-            text: Bytes::from(self.encoder.encode(snapshot)),
-            gzip: OnceCell::new(),
-            page: Default::default(),
-            snapshot: Arc::clone(snapshot),
-            sampled: true,
-        });
+        let encoding = self.encoder.encoding(snapshot);
+        let published = Arc::new(Published::new(encoding, Arc::clone(snapshot), true));
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = published;
     }
 

@@ -1,7 +1,8 @@
 //! Reloading the configuration without a restart: on SIGHUP, and when the `--config` or
 //! `--web-config` file changes on disk.
 //!
-//! Every [`FILE_CHECK`] the device, inode, size, modification and change times of both files are
+//! Every [`FILE_CHECK`] the device, inode, size, modification and change times of both files
+//! (and of the OTLP push's headers and TLS files) are
 //! compared with the last seen (as the TLS reloader does for certificates), through the path
 //! each time: a Kubernetes ConfigMap or Secret volume swaps a symlink to a new directory, so the
 //! file the path names is a new inode. A reload runs the same loading as the start, with the
@@ -15,7 +16,9 @@
 //! options ([`Config::metrics_options`]: the last tick is encoded again at once), the sampler's
 //! options ([`Config::sampler_options`], from the next tick), the Kubernetes options (their tasks
 //! are started anew by the `StartKubernetes` that `lib.rs` gives; the kubelet state and its
-//! counters carry on), the basic-auth users (turning
+//! counters carry on), the OTLP push (its options, with the headers and TLS files read again,
+//! apply from its next request, keeping its queue and counters; an endpoint given or taken
+//! away starts it, through the `StartOtlp` it gives, or stops it), the basic-auth users (turning
 //! basic auth on, or changing the users) and the TLS settings and files. What was set up once at
 //! the start needs a restart: the listening socket (`listen`), the NVML library (`nvml_lib`,
 //! `demo`), the sampling schedule (`interval`, `device_timeout`, `stale_grace`, which the readiness
@@ -55,6 +58,7 @@ use crate::kubernetes::{KubernetesOptions, StateHandle, Tasks};
 use crate::metrics::catalog::{
     self, CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS, CONFIG_LAST_RELOAD_SUCCESSFUL,
 };
+use crate::otlp::{self, OtlpOptions};
 use crate::publish::Publisher;
 use crate::sample::unix_now;
 use crate::sampler::LiveOptions;
@@ -84,6 +88,9 @@ pub struct Triggers {
 /// that changes their options: given by `lib.rs`, which builds and starts every part.
 pub(crate) type StartKubernetes = Box<dyn Fn(&KubernetesOptions, StateHandle) -> Tasks + Send>;
 
+/// Starts the OTLP push for a reload that turns it on: given by `lib.rs`.
+pub(crate) type StartOtlp = Box<dyn Fn(OtlpOptions) -> otlp::Handle + Send>;
+
 /// The configuration in force and the parts of the running exporter that a reload changes.
 pub(crate) struct Reloader {
     pub args: Vec<OsString>,
@@ -94,6 +101,9 @@ pub(crate) struct Reloader {
     /// With `--kubernetes`, its tasks.
     pub kubernetes: Option<Tasks>,
     pub start_kubernetes: StartKubernetes,
+    /// With an OTLP endpoint, the push.
+    pub otlp: Option<otlp::Handle>,
+    pub start_otlp: StartOtlp,
     pub auth: Arc<AuthSwitch>,
     /// The TLS served, when it is on (turning it on or off needs a restart).
     pub tls: Option<Arc<TlsReloader>>,
@@ -148,13 +158,21 @@ enum Cause {
 }
 
 impl Reloader {
-    /// The files `config` reads, with their stamps now.
+    /// The files `config` reads, with their stamps now: the configuration and web-config files,
+    /// and the OTLP push's headers and TLS files (a rotated Secret is read again).
     pub(crate) fn stamps(config: &Config) -> Vec<(PathBuf, Option<Stamp>)> {
-        [config.config_file.as_ref(), config.web_config.as_ref()]
-            .into_iter()
-            .flatten()
-            .map(|path| (path.clone(), Stamp::of_path(path)))
-            .collect()
+        [
+            config.config_file.as_ref(),
+            config.web_config.as_ref(),
+            config.otlp_headers_file.as_ref(),
+            config.otlp_ca_file.as_ref(),
+            config.otlp_client_cert_file.as_ref(),
+            config.otlp_client_key_file.as_ref(),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|path| (path.clone(), Stamp::of_path(path)))
+        .collect()
     }
 
     /// Reloads on SIGHUP and when a watched file changes, until `stop` turns true, at most once
@@ -289,6 +307,7 @@ impl Reloader {
             );
         }
         // Everything that can fail, before anything is applied.
+        let otlp = new.otlp_options().map_err(|e| e.to_string())?;
         let tls = match (&self.tls, &web.tls) {
             (Some(_), Some(settings)) if self.web.tls.as_ref() != Some(settings) => {
                 Some(build_tls(&web_path, settings.clone()).map_err(|e| e.to_string())?)
@@ -303,7 +322,8 @@ impl Reloader {
             _ => None,
         };
 
-        let changed = new != self.config || web != self.web;
+        let otlp_changed = self.otlp.as_ref().map(|h| h.options()).as_deref() != otlp.as_ref();
+        let changed = new != self.config || web != self.web || otlp_changed;
         let sampler = new.sampler_options();
         if *self.sampler.get() != sampler {
             self.sampler.set(sampler);
@@ -329,6 +349,16 @@ impl Reloader {
             self.kubernetes.as_ref().map(|k| k.state.clone()),
         );
         self.publisher.set_job_mapping_dir(new.job_mapping_dir());
+        if otlp_changed {
+            match (&self.otlp, otlp) {
+                (Some(push), Some(options)) => push.reconfigure(options),
+                (None, Some(options)) => self.otlp = Some((self.start_otlp)(options)),
+                (_, None) => {
+                    self.otlp = None;
+                    tracing::info!("OTLP push off");
+                }
+            }
+        }
         if let (Some(served), Some(tls)) = (&self.tls, tls) {
             served.replace(tls);
             tracing::info!("TLS settings reloaded");

@@ -48,8 +48,8 @@ fn command() -> clap::Command {
         .map(|key| format!("--{}", key.replace('_', "-")))
         .collect();
     Cli::command().after_help(format!(
-        "SIGHUP, and a change of the --config or --web-config file, reload the configuration, \
-         except these options, which need a restart: {}.",
+        "SIGHUP, and a change of the --config or --web-config file or of a file the OTLP push \
+         reads, reload the configuration, except these options, which need a restart: {}.",
         restart.join(", ")
     ))
 }

@@ -12,14 +12,16 @@
 //!
 //! The configuration sits above the parts it configures: each part takes its own options struct,
 //! built in `parts` from the `Config` ([`Config::kubernetes_options`],
-//! [`Config::sampler_options`], [`Config::metrics_options`]), and none of them imports this
+//! [`Config::sampler_options`], [`Config::metrics_options`], [`Config::otlp_options`]), and none
+//! of them imports this
 //! module. The options a running exporter applies only at start are declared once here
 //! ([`RESTART_OPTIONS`]): a reload keeps them, `--help` lists them, the Helm chart restarts its
 //! pods for them.
 //!
 //! Here: the options, their defaults and the values derived from them; in `loading`, the command
 //! line, the file and where each value came from; in `validate`, the refused values; in
-//! `collectors`, the `--collector.NAME` switches; in `parts`, each part's options; in `values`,
+//! `collectors`, the `--collector.NAME` switches; in `parts`, each part's options; in `otlp`,
+//! the OTLP push's (with OpenTelemetry's `OTEL_*` variables and the files they name); in `values`,
 //! the parsers of durations, addresses and URLs that the flags and the file share.
 //!
 //! Adding an option: a field of [`Config`] (its doc comment is the help text; `#[arg]` gives the
@@ -29,12 +31,14 @@
 
 mod collectors;
 mod loading;
+mod otlp;
 mod parts;
 mod validate;
 mod values;
 
 pub use collectors::Collectors;
 pub use loading::{ConfigError, load, unknown_variables};
+pub use otlp::OtlpError;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -45,6 +49,7 @@ use serde::Deserialize;
 
 use crate::groups::{Group, Groups};
 use crate::metrics::dcgm::{DcgmCompat, DcgmRelease};
+use crate::otlp::{Compression as OtlpCompression, Protocol};
 
 use values::{
     duration_text, listen_text, parse_duration, parse_listen, parse_url, some_duration_text,
@@ -378,6 +383,89 @@ pub struct Config {
         help_heading = "HPC jobs"
     )]
     pub hpc_job_mapping_dir: Option<PathBuf>,
+
+    /// Push the metrics to this OTLP receiver too (an OpenTelemetry Collector, Grafana Alloy…),
+    /// every --otlp-interval, from the readings /metrics serves: http://HOST:4317 for grpc,
+    /// http://HOST:4318 for http/protobuf (which posts to its /v1/metrics), https:// for TLS
+    /// (docs/otlp.md) [default: OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, OTEL_EXPORTER_OTLP_ENDPOINT,
+    /// else no push]
+    #[arg(long, env = "NVML_EXPORTER_OTLP_ENDPOINT", value_name = "URL",
+          value_parser = parse_url, help_heading = "OTLP")]
+    #[serde(deserialize_with = "some_url_text")]
+    pub otlp_endpoint: Option<http::Uri>,
+
+    /// The OTLP transport [default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_OTLP_PROTOCOL",
+        value_name = "PROTOCOL",
+        value_enum,
+        help_heading = "OTLP"
+    )]
+    pub otlp_protocol: Option<Protocol>,
+
+    /// How often to push (100ms to 1h) [default: OTEL_METRIC_EXPORT_INTERVAL, else 60s]
+    #[arg(long, env = "NVML_EXPORTER_OTLP_INTERVAL", value_name = "DURATION",
+          value_parser = parse_duration, help_heading = "OTLP")]
+    #[serde(deserialize_with = "some_duration_text")]
+    pub otlp_interval: Option<Duration>,
+
+    /// Deadline of one push request, connecting included; a slower one is sent again later
+    /// [default: OTEL_EXPORTER_OTLP_TIMEOUT, else 10s]
+    #[arg(long, env = "NVML_EXPORTER_OTLP_TIMEOUT", value_name = "DURATION",
+          value_parser = parse_duration, help_heading = "OTLP")]
+    #[serde(deserialize_with = "some_duration_text")]
+    pub otlp_timeout: Option<Duration>,
+
+    /// Compression of the push requests [default: OTEL_EXPORTER_OTLP_COMPRESSION, else gzip]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_OTLP_COMPRESSION",
+        value_name = "COMPRESSION",
+        value_enum,
+        help_heading = "OTLP"
+    )]
+    pub otlp_compression: Option<OtlpCompression>,
+
+    /// A file of headers every push request carries, one "Name: value" a line (e.g.
+    /// "Authorization: Bearer …"; a Secret), read again on every reload [default:
+    /// OTEL_EXPORTER_OTLP_HEADERS]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_OTLP_HEADERS_FILE",
+        value_name = "FILE",
+        help_heading = "OTLP"
+    )]
+    pub otlp_headers_file: Option<PathBuf>,
+
+    /// CA certificates (PEM) the receiver's certificate must chain to, read again on every
+    /// reload [default: OTEL_EXPORTER_OTLP_CERTIFICATE, else the system's]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_OTLP_CA_FILE",
+        value_name = "FILE",
+        help_heading = "OTLP"
+    )]
+    pub otlp_ca_file: Option<PathBuf>,
+
+    /// Client certificate (PEM) shown to the receiver (mTLS), with --otlp-client-key-file
+    /// [default: OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_OTLP_CLIENT_CERT_FILE",
+        value_name = "FILE",
+        help_heading = "OTLP"
+    )]
+    pub otlp_client_cert_file: Option<PathBuf>,
+
+    /// The client certificate's private key (PEM) [default: OTEL_EXPORTER_OTLP_CLIENT_KEY]
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_OTLP_CLIENT_KEY_FILE",
+        value_name = "FILE",
+        help_heading = "OTLP"
+    )]
+    pub otlp_client_key_file: Option<PathBuf>,
 
     /// The collector groups: `--collector.NAME`, `--no-collector.NAME`,
     /// `--collector.disable-defaults`; in the file a table `collector` (`collector.nvlink-links =

@@ -6,9 +6,11 @@ use crate::groups::Groups;
 use crate::kubernetes::{ApiServer, DraOptions, KubernetesOptions, PodsOptions};
 use crate::metrics::MetricsOptions;
 use crate::metrics::dcgm::{self, DcgmCompat};
+use crate::otlp::OtlpOptions;
 use crate::sampler::SamplerOptions;
 
 use super::Config;
+use super::otlp::OtlpError;
 
 impl Config {
     /// What the kubelet refresh reads (`--kubernetes-*`, `--kubelet-*`), defaults resolved: the
@@ -40,6 +42,13 @@ impl Config {
             url: self.kubernetes_api_url(),
             ca_file: self.kubernetes_api_ca_file.clone(),
         }
+    }
+
+    /// What the OTLP push is configured with (`--otlp-*`, else OpenTelemetry's `OTEL_*`
+    /// variables, else the defaults), its headers and TLS files read now; `None` when there is
+    /// no endpoint, and the push is off.
+    pub fn otlp_options(&self) -> Result<Option<OtlpOptions>, OtlpError> {
+        self.otlp_from(&|name| std::env::var(name).ok())
     }
 
     /// The encoder's settings from the configuration.

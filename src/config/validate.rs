@@ -2,6 +2,7 @@
 //! that are not HTTPS), each named with the origin of its value, as [`super::load`] reports it.
 
 use super::loading::{Origin, Origins};
+use super::otlp::OtlpError;
 use super::values::{fmt_duration, quote};
 use super::{Config, ConfigError, MAX_INTERVAL, MIN_INTERVAL};
 use crate::groups::Group;
@@ -64,6 +65,11 @@ impl Config {
                 format!("{} is a directory, not a file", path.display()),
             ));
         }
+        // Resolved with OpenTelemetry's variables and the files read, as the exporter will.
+        self.otlp_options().map_err(|e| match e {
+            OtlpError::Option(id, msg) => invalid(id, msg),
+            other => ConfigError::Invalid(other.to_string()),
+        })?;
         Ok(())
     }
 

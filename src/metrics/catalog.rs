@@ -285,6 +285,29 @@ pub const CONFIG_LAST_RELOAD_SUCCESSFUL: &str = "nvml_exporter_config_last_reloa
 /// reloader in the exporter's registry).
 pub const CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS: &str =
     "nvml_exporter_config_last_reload_success_timestamp_seconds";
+/// Name of the counter of OTLP export requests by result (kept by the OTLP push in the
+/// exporter's registry).
+pub const OTLP_EXPORTS_TOTAL: &str = "nvml_exporter_otlp_exports_total";
+/// The `result` values of [`OTLP_EXPORTS_TOTAL`].
+pub const OTLP_EXPORT_RESULTS: &[&str] = &[
+    "success",
+    "partial_success",
+    "unavailable",
+    "timeout",
+    "rejected",
+];
+/// Name of the counter of OTLP data points by what became of them (kept by the OTLP push).
+pub const OTLP_POINTS_TOTAL: &str = "nvml_exporter_otlp_points_total";
+/// The `result` values of [`OTLP_POINTS_TOTAL`].
+pub const OTLP_POINT_RESULTS: &[&str] = &["sent", "rejected", "dropped"];
+/// Name of the counter of OTLP request bytes sent (kept by the OTLP push).
+pub const OTLP_REQUEST_BYTES_TOTAL: &str = "nvml_exporter_otlp_request_bytes_total";
+/// Name of the gauge of OTLP requests waiting to be sent (kept by the OTLP push).
+pub const OTLP_QUEUE_BATCHES: &str = "nvml_exporter_otlp_queue_batches";
+/// Name of the gauge of the time of the last OTLP request the receiver accepted (kept by the
+/// OTLP push).
+pub const OTLP_LAST_SUCCESS_TIMESTAMP_SECONDS: &str =
+    "nvml_exporter_otlp_last_success_timestamp_seconds";
 /// Name of the gauge of series served per collector group (kept by the encoder's registry).
 pub const SERIES: &str = "nvml_exporter_series";
 /// Name of the counter of series `--max-series` dropped (kept by the encoder's registry).
@@ -1815,6 +1838,62 @@ pub static CATALOG: &[MetricDef] = &[
         name: CONFIG_LAST_RELOAD_SUCCESS_TIMESTAMP_SECONDS,
         group: Group::Core,
         help: "When the configuration last loaded successfully (at start or by a reload), seconds since the Unix epoch.",
+        kind: MetricKind::Gauge,
+        unit: "seconds",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    // --- OTLP push (--otlp-endpoint) ------------------------------------------------------
+    MetricDef {
+        name: OTLP_EXPORTS_TOTAL,
+        group: Group::Core,
+        help: "OTLP export requests by result (with --otlp-endpoint): accepted whole (success) or in part (partial_success: the receiver rejected some points); not delivered and retried, for want of a connection or a refusal OTLP says to retry (unavailable: gRPC UNAVAILABLE, RESOURCE_EXHAUSTED with RetryInfo, HTTP 429, 502, 503, 504) or no answer within --otlp-timeout (timeout); refused for good and dropped (rejected).",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["result"],
+        closed_labels: &[("result", || OTLP_EXPORT_RESULTS.to_vec())],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: OTLP_POINTS_TOTAL,
+        group: Group::Core,
+        help: "OTLP data points by what became of them (with --otlp-endpoint): accepted by the receiver (sent), refused by it (rejected: a partial success's rejected points, or a request refused for good), or dropped unsent because the queue was full while the receiver was away (dropped, oldest first).",
+        kind: MetricKind::Counter,
+        unit: "",
+        labels: &["result"],
+        closed_labels: &[("result", || OTLP_POINT_RESULTS.to_vec())],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: OTLP_REQUEST_BYTES_TOTAL,
+        group: Group::Core,
+        help: "Bytes of the OTLP requests sent, every try counted, as encoded protobuf before compression (with --otlp-endpoint).",
+        kind: MetricKind::Counter,
+        unit: "bytes",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: OTLP_QUEUE_BATCHES,
+        group: Group::Core,
+        help: "OTLP requests waiting to be sent (with --otlp-endpoint): one per --otlp-interval while the receiver does not take them, at most 10 (then the oldest is dropped).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Registry,
+    },
+    MetricDef {
+        name: OTLP_LAST_SUCCESS_TIMESTAMP_SECONDS,
+        group: Group::Core,
+        help: "When the OTLP receiver last accepted a request, seconds since the Unix epoch; 0 before the first (with --otlp-endpoint).",
         kind: MetricKind::Gauge,
         unit: "seconds",
         labels: &[],

@@ -27,7 +27,7 @@ pub(crate) mod resolve;
 pub mod samples;
 mod text;
 pub mod workloads;
-mod write;
+pub(crate) mod write;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -184,6 +184,13 @@ impl Encoder {
 
     /// The text exposition of `snap`, in serving order.
     pub fn encode(&self, snap: &Snapshot) -> Vec<u8> {
+        self.encoding(snap).text
+    }
+
+    /// The text exposition of `snap`, with the options it was encoded with and the groups whose
+    /// native families it serves: what `write_series` needs to write the same series again
+    /// into another encoding.
+    pub fn encoding(&self, snap: &Snapshot) -> Encoding {
         let opts = self.options();
         let devices = resolve::resolve(snap, &opts);
         let dropped = self.limit(&opts, snap, &devices);
@@ -214,6 +221,7 @@ impl Encoder {
             );
         }
         let out = out.bytes;
+        let groups = served(opts.groups);
         self.last_len.store(out.len(), Ordering::Relaxed);
         self.exposition_bytes
             .set(i64::try_from(out.len()).unwrap_or(i64::MAX));
@@ -224,7 +232,11 @@ impl Encoder {
                 .registry
                 .register(Box::new(self.exposition_bytes.clone()));
         }
-        out
+        Encoding {
+            text: out,
+            options: opts,
+            groups,
+        }
     }
 
     /// The groups `--max-series` leaves out of this exposition: none without a limit; else whole
@@ -290,6 +302,32 @@ impl Encoder {
         }
         dropped
     }
+}
+
+/// An exposition and what it was encoded with.
+#[derive(Debug)]
+pub struct Encoding {
+    /// Text format 0.0.4.
+    pub text: Vec<u8>,
+    /// The options it was encoded with.
+    pub options: Arc<MetricsOptions>,
+    /// The collector groups whose native families it serves: the configured ones, less those
+    /// `--max-series` left out of it.
+    pub groups: Groups,
+}
+
+/// Writes into `sink` the native series an exposition of `snap` encoded with `opts` and serving
+/// `groups` holds: the per-GPU families, then the exporter-wide ones read from the snapshot
+/// (those the registry keeps, and dcgm-exporter's names, aside), each in catalog order.
+pub(crate) fn write_series(
+    snap: &Snapshot,
+    opts: &MetricsOptions,
+    groups: Groups,
+    sink: &mut impl write::Sink,
+) {
+    let devices = resolve::resolve(snap, opts);
+    write::gpu_families(sink, snap, &devices, groups);
+    write::exporter_families(sink, snap);
 }
 
 /// `collector`, registered in `registry`: the exporter's one registry (made in `lib.rs`), which

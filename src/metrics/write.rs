@@ -1,5 +1,6 @@
 //! The writers: the native families of one snapshot, in catalog order, one writer per
-//! [`Source`], each line through [`text::line`].
+//! [`Source`], each series through one [`Sink`]: the text exposition ([`Text`], each line through
+//! [`text::line`]), or the OTLP push's encoding of the same series (`crate::otlp`).
 //!
 //! A family is its `# HELP` and `# TYPE` lines and then its series, device by device in `gpu`
 //! order; a family without a series is left out. Per-GPU series start with the identity labels
@@ -28,10 +29,61 @@ use crate::processes::ProcessField;
 /// Series per collector group, indexed by `Group as usize`.
 pub(super) type PerGroup = [usize; GROUPS.len()];
 
+/// Where the writers put the series they walk. Every series of a native family goes through
+/// [`Sink::series`], so that each encoding holds exactly the same series and values.
+pub(crate) trait Sink {
+    /// The family `def` starts (its series follow); returns the mark [`Sink::end`] takes.
+    fn begin(&mut self, def: &'static MetricDef) -> usize;
+    /// The family begun at `mark` ends; `empty` when it had no series.
+    fn end(&mut self, mark: usize, empty: bool);
+    /// One series of `def`: of `device` (`None` for an exporter-wide family), its label pairs
+    /// after the identity labels (the row's own, then MIG and pod labels), and its value.
+    fn series<'n, 'v>(
+        &mut self,
+        def: &'static MetricDef,
+        device: Option<&DeviceView<'_>>,
+        labels: impl IntoIterator<Item = (&'n str, &'v str)>,
+        value: f64,
+    );
+    /// Series so far.
+    fn count(&self) -> usize;
+}
+
+/// The text exposition: a family's header, then a line per series; a family without a series
+/// is taken out again.
+impl Sink for Text {
+    fn begin(&mut self, def: &'static MetricDef) -> usize {
+        let mark = self.bytes.len();
+        text::header(self, def.name, def.help, def.kind.as_str());
+        mark
+    }
+
+    fn end(&mut self, mark: usize, empty: bool) {
+        if empty {
+            self.bytes.truncate(mark);
+        }
+    }
+
+    fn series<'n, 'v>(
+        &mut self,
+        def: &'static MetricDef,
+        device: Option<&DeviceView<'_>>,
+        labels: impl IntoIterator<Item = (&'n str, &'v str)>,
+        value: f64,
+    ) {
+        let head = device.map_or("", |d| d.identity.as_str());
+        text::line(self, def.name, head, labels, value);
+    }
+
+    fn count(&self) -> usize {
+        self.series
+    }
+}
+
 /// Appends the per-GPU families of `snap` whose group is in `groups` to `out`, in catalog order,
 /// and returns their series per group. `devices` are its resolved views.
 pub(super) fn gpu_families(
-    out: &mut Text,
+    out: &mut impl Sink,
     snap: &Snapshot,
     devices: &[DeviceView<'_>],
     groups: Groups,
@@ -42,9 +94,8 @@ pub(super) fn gpu_families(
         .iter()
         .filter(|def| def.source.is_per_device() && groups.contains(def.group))
     {
-        let family_start = out.bytes.len();
-        let series_start = out.series;
-        text::header(out, def.name, def.help, def.kind.as_str());
+        let series_start = out.count();
+        let family = out.begin(def);
         match def.source {
             Source::Device(read) => {
                 device_series(out, def, read, false, snap, devices, &mut samples)
@@ -60,10 +111,8 @@ pub(super) fn gpu_families(
             Source::Workloads(read) => workloads(out, def, read, devices),
             Source::Exporter(_) | Source::Registry => {}
         }
-        if out.series == series_start {
-            out.bytes.truncate(family_start);
-        }
-        per_group[def.group as usize] += out.series - series_start;
+        out.end(family, out.count() == series_start);
+        per_group[def.group as usize] += out.count() - series_start;
     }
     per_group
 }
@@ -80,20 +129,23 @@ pub(super) fn own_families(out: &mut Text, snap: &Snapshot, mut gathered: Vec<Me
                     append_registry_family(out, &gathered.remove(at));
                 }
             }
-            Source::Exporter(read) => {
-                let family_start = out.bytes.len();
-                let series_start = out.series;
-                text::header(out, def.name, def.help, def.kind.as_str());
-                exporter_series(out, def, read, snap, &mut samples);
-                if out.series == series_start {
-                    out.bytes.truncate(family_start);
-                }
-            }
+            Source::Exporter(read) => exporter_family(out, def, read, snap, &mut samples),
             _ => {}
         }
     }
     for family in &gathered {
         append_registry_family(out, family);
+    }
+}
+
+/// Appends the exporter-wide families read from `snap` (those of the registry aside), in
+/// catalog order.
+pub(super) fn exporter_families(out: &mut impl Sink, snap: &Snapshot) {
+    let mut samples = Samples::default();
+    for def in CATALOG {
+        if let Source::Exporter(read) = def.source {
+            exporter_family(out, def, read, snap, &mut samples);
+        }
     }
 }
 
@@ -109,8 +161,8 @@ fn pod_pairs(
 /// A per-GPU family read from each device's reading (and each MIG instance's); `always`: also
 /// for a device that is not up, and never for instances.
 fn device_series(
-    out: &mut Text,
-    def: &MetricDef,
+    out: &mut impl Sink,
+    def: &'static MetricDef,
     read: DeviceSeries,
     always: bool,
     snap: &Snapshot,
@@ -123,7 +175,7 @@ fn device_series(
         for (values, value) in samples.iter() {
             let own = def.labels.iter().copied().zip(values);
             let labels = own.chain(pod_pairs(d.owner));
-            text::line(out, def.name, &d.identity, labels, value);
+            out.series(def, Some(d), labels, value);
         }
         if always {
             continue;
@@ -138,7 +190,7 @@ fn device_series(
             for (values, value) in samples.iter() {
                 let own = def.labels.iter().copied().zip(values);
                 let labels = own.chain(mig.clone()).chain(pod_pairs(instance.owner));
-                text::line(out, def.name, &d.identity, labels, value);
+                out.series(def, Some(d), labels, value);
             }
         }
     }
@@ -146,7 +198,12 @@ fn device_series(
 
 /// `nvidia_gpu_pod_info`: one series per (GPU, container), then per (MIG instance, container);
 /// `claim` after the container's labels where the container holds it through DRA claims.
-fn pod_assignments(out: &mut Text, def: &MetricDef, snap: &Snapshot, devices: &[DeviceView<'_>]) {
+fn pod_assignments(
+    out: &mut impl Sink,
+    def: &'static MetricDef,
+    snap: &Snapshot,
+    devices: &[DeviceView<'_>],
+) {
     let metas = snap.kubernetes.as_ref().map(|k| &*k.pod_meta);
     let assignments = snap
         .kubernetes
@@ -159,7 +216,7 @@ fn pod_assignments(out: &mut Text, def: &MetricDef, snap: &Snapshot, devices: &[
                 .map(|(n, v)| (n as &str, v))
                 .chain(claim_pair(&claims))
                 .chain(meta_pairs(metas, c));
-            text::line(out, def.name, &d.identity, labels, 1.0);
+            out.series(def, Some(d), labels, 1.0);
         }
     }
     for d in devices {
@@ -176,7 +233,7 @@ fn pod_assignments(out: &mut Text, def: &MetricDef, snap: &Snapshot, devices: &[
                     .map(|(n, v)| (n as &str, v))
                     .chain(claim_pair(&claims))
                     .chain(meta_pairs(metas, c));
-                text::line(out, def.name, &d.identity, labels, 1.0);
+                out.series(def, Some(d), labels, 1.0);
             }
         }
     }
@@ -188,11 +245,11 @@ fn claim_pair(claims: &str) -> Option<(&'static str, &str)> {
 }
 
 /// One series per HPC job of each GPU, then of each MIG GPU instance.
-fn jobs(out: &mut Text, def: &MetricDef, devices: &[DeviceView<'_>]) {
+fn jobs(out: &mut impl Sink, def: &'static MetricDef, devices: &[DeviceView<'_>]) {
     for d in devices {
         for job in &d.jobs {
             let labels = def.labels.iter().copied().zip([*job]);
-            text::line(out, def.name, &d.identity, labels, 1.0);
+            out.series(def, Some(d), labels, 1.0);
         }
         for instance in &d.instances {
             let mig = MIG_LABELS
@@ -201,24 +258,23 @@ fn jobs(out: &mut Text, def: &MetricDef, devices: &[DeviceView<'_>]) {
                 .zip([instance.gpu_instance.as_str(), instance.profile]);
             for job in &instance.jobs {
                 let labels = def.labels.iter().copied().zip([*job]).chain(mig.clone());
-                text::line(out, def.name, &d.identity, labels, 1.0);
+                out.series(def, Some(d), labels, 1.0);
             }
         }
     }
 }
 
 /// One series per container holding each GPU, then each MIG GPU instance, with its GPU-seconds.
-fn workloads(out: &mut Text, def: &MetricDef, read: WorkloadSeries, devices: &[DeviceView<'_>]) {
+fn workloads(
+    out: &mut impl Sink,
+    def: &'static MetricDef,
+    read: WorkloadSeries,
+    devices: &[DeviceView<'_>],
+) {
     for d in devices {
         for w in &d.workloads {
             if let Some(value) = read(w) {
-                text::line(
-                    out,
-                    def.name,
-                    &d.identity,
-                    pod_pairs(Some(&w.container)),
-                    value,
-                );
+                out.series(def, Some(d), pod_pairs(Some(&w.container)), value);
             }
         }
         for instance in &d.instances {
@@ -229,7 +285,7 @@ fn workloads(out: &mut Text, def: &MetricDef, read: WorkloadSeries, devices: &[D
             for w in &instance.workloads {
                 if let Some(value) = read(w) {
                     let labels = mig.clone().chain(pod_pairs(Some(&w.container)));
-                    text::line(out, def.name, &d.identity, labels, value);
+                    out.series(def, Some(d), labels, value);
                 }
             }
         }
@@ -276,7 +332,12 @@ fn mig_pairs<'a>(
 }
 
 /// Per-process series (`--processes`) of every device that is up.
-fn processes(out: &mut Text, def: &MetricDef, field: ProcessField, devices: &[DeviceView<'_>]) {
+fn processes(
+    out: &mut impl Sink,
+    def: &'static MetricDef,
+    field: ProcessField,
+    devices: &[DeviceView<'_>],
+) {
     for d in devices.iter().filter(|d| d.sample.up) {
         for p in &d.processes.processes {
             let Some(value) = field.of_process(p.process).filter(|v| v.is_finite()) else {
@@ -291,13 +352,18 @@ fn processes(out: &mut Text, def: &MetricDef, field: ProcessField, devices: &[De
             let labels = own
                 .chain(mig.iter().map(|(n, v)| (*n, v.as_str())))
                 .chain(pod_pairs(p.container.as_ref()));
-            text::line(out, def.name, &d.identity, labels, value);
+            out.series(def, Some(d), labels, value);
         }
     }
 }
 
 /// Per-container sums of the processes on each device that is up.
-fn pod_processes(out: &mut Text, def: &MetricDef, field: ProcessField, devices: &[DeviceView<'_>]) {
+fn pod_processes(
+    out: &mut impl Sink,
+    def: &'static MetricDef,
+    field: ProcessField,
+    devices: &[DeviceView<'_>],
+) {
     for d in devices.iter().filter(|d| d.sample.up) {
         for usage in &d.processes.pods {
             let Some(value) = field.of_pod(usage).filter(|v| v.is_finite()) else {
@@ -308,39 +374,36 @@ fn pod_processes(out: &mut Text, def: &MetricDef, field: ProcessField, devices: 
                 .iter()
                 .map(|(n, v)| (*n, v.as_str()))
                 .chain(pod_pairs(Some(&usage.container)));
-            text::line(out, def.name, &d.identity, labels, value);
+            out.series(def, Some(d), labels, value);
         }
     }
 }
 
 /// The memory held outside the kubelet's assignments on each device that is up, where measured.
-fn outside_allocation(out: &mut Text, def: &MetricDef, devices: &[DeviceView<'_>]) {
+fn outside_allocation(out: &mut impl Sink, def: &'static MetricDef, devices: &[DeviceView<'_>]) {
     for d in devices.iter().filter(|d| d.sample.up) {
         if let Some(bytes) = d.processes.outside_allocation_bytes {
-            text::line(out, def.name, &d.identity, pod_pairs(d.owner), bytes);
+            out.series(def, Some(d), pod_pairs(d.owner), bytes);
         }
     }
 }
 
-/// An exporter-wide family.
-fn exporter_series(
-    out: &mut Text,
-    def: &MetricDef,
+/// An exporter-wide family, left out when it has no series.
+fn exporter_family(
+    out: &mut impl Sink,
+    def: &'static MetricDef,
     read: ExporterSeries,
     snap: &Snapshot,
     samples: &mut Samples,
 ) {
+    let series_start = out.count();
+    let family = out.begin(def);
     samples.clear();
     read(snap, samples);
     for (values, value) in samples.iter() {
-        text::line(
-            out,
-            def.name,
-            "",
-            def.labels.iter().copied().zip(values),
-            value,
-        );
+        out.series(def, None, def.labels.iter().copied().zip(values), value);
     }
+    out.end(family, out.count() == series_start);
 }
 
 /// Appends a family kept by the `prometheus` registry (histogram, scrape counter) in that

@@ -79,11 +79,15 @@ pub fn with_every_group<'a>(flags: &'a [String], args: &[&'a str]) -> Vec<&'a st
         .collect()
 }
 
-/// A command for the exporter with a clean `NVML_EXPORTER_*` / `NVML_SIM_*` environment.
+/// A command for the exporter with a clean `NVML_EXPORTER_*` / `NVML_SIM_*` / `OTEL_*`
+/// environment.
 pub fn exporter_command(env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut cmd = Command::new(exporter_bin());
     for (key, _) in std::env::vars() {
-        if key.starts_with("NVML_EXPORTER_") || key.starts_with("NVML_SIM_") {
+        if key.starts_with("NVML_EXPORTER_")
+            || key.starts_with("NVML_SIM_")
+            || key.starts_with("OTEL_")
+        {
             cmd.env_remove(key);
         }
     }

@@ -368,9 +368,12 @@ fn encode(snap: &Snapshot) -> String {
 }
 
 /// The exposition of `snap` as published after one tick (the tick counted, then encoded), with
-/// the exporter's own metrics that the other parts keep registered as `lib.rs` wires them.
+/// the exporter's own metrics that the other parts keep registered as `lib.rs` wires them (the
+/// OTLP push's too, as with `--otlp-endpoint`).
 fn encode_with(opts: MetricsOptions, snap: &Snapshot) -> String {
-    let encoder = Encoder::new(opts, crate::SelfMetrics::new().registry);
+    let registry = crate::SelfMetrics::new().registry;
+    crate::otlp::PushMetrics::new(&registry);
+    let encoder = Encoder::new(opts, registry);
     if let Some(seconds) = snap.tick_duration_seconds {
         encoder.observe_tick(seconds);
     }
