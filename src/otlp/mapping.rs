@@ -902,6 +902,13 @@ pub static MAPPING: &[Row] = &[
         &[text("reason", "error.type")],
     ),
     own(
+        "nvml_exporter_health_state_errors_total",
+        "nvml_exporter.health_state.errors",
+        Counter,
+        "{error}",
+        &[text("operation", "nvml_exporter.health_state.operation")],
+    ),
+    own(
         "nvml_exporter_jobs_errors_total",
         "nvml_exporter.jobs.errors",
         Counter,
