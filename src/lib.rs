@@ -16,6 +16,7 @@ pub mod kubernetes;
 pub mod metrics;
 pub mod nvml;
 pub mod page;
+pub mod pci;
 pub mod processes;
 pub mod publish;
 pub mod reload;

@@ -77,6 +77,8 @@ impl Config {
                 _ => dcgm::groups(),
             }),
             idle_threshold: self.idle_threshold,
+            host_sys: self.host_sys.clone(),
+            fabric_registration_timeout: self.fabric_registration_timeout,
         }
     }
 }

@@ -29,7 +29,9 @@ whatever other collector groups are on. A MIG instance's health is its GPU's: jo
             r.doc
         );
     }
-    md.push_str("\nRules in state `healthy` never become a reason: they say which XIDs leave the GPU healthy.\nAn XID the table does not list changes no verdict; it is counted in `nvidia_gpu_xid_errors_total`.\n\n## Actions\n\n| action | what to do |\n|---|---|\n");
+    md.push_str("\nRules in state `healthy` never become a reason: they say which XIDs leave the GPU healthy.\nAn XID the table does not list changes no verdict; it is counted in `nvidia_gpu_xid_errors_total`.\n");
+    md.push_str(NODE_RULES);
+    md.push_str("\n## Actions\n\n| action | what to do |\n|---|---|\n");
     for a in HealthAction::ALL {
         let _ = writeln!(md, "| `{}` | {} |", a.label(), action_doc(*a));
     }
@@ -58,6 +60,14 @@ hold and how to act on them (a cordon, a remediation controller).\n",
     md
 }
 
+/// What the docs say of the node's rules (and of the fabric's, whose sources are in the
+/// runbook).
+const NODE_RULES: &str = "The `fabric_*` rules read the NVLink fabric of NVSwitch systems (the `fabric` group's\n\
+`nvidia_gpu_fabric_state`); their sources and what to do are in\n\
+[alerts.md](alerts.md#nvlink-fabric-and-missing-gpus). The `gpus_missing` rule is the node's: a GPU\n\
+NVML does not enumerate has no UUID, so it reaches no GPU's verdict but `nvidia_node_gpus_missing`\n\
+(the `inventory` group, `--host-sys`), the node condition and the node page.\n";
+
 fn signal(s: Signal) -> String {
     match s {
         Signal::Xid(code) => format!("XID {code}"),
@@ -71,6 +81,12 @@ fn signal(s: Signal) -> String {
         Signal::PowerSlowdown => "clock event: hw power brake".into(),
         Signal::Lost => "GPU lost".into(),
         Signal::Unreadable => "no fresh reading past --stale-grace".into(),
+        Signal::FabricNotRegistered => {
+            "NVLink fabric registration not completed past --fabric-registration-timeout".into()
+        }
+        Signal::FabricRegistrationFailed => "NVLink fabric registration failed".into(),
+        Signal::Fabric(c) => format!("fabric health mask: {}", c.label().replace('_', " ")),
+        Signal::GpusMissing => "node: a GPU on the PCI bus that NVML does not list".into(),
     }
 }
 

@@ -16,6 +16,12 @@
 //!   GPU_IS_LOST or GPU_REQUIRES_RESET and then answers again, or the driver was re-initialised
 //!   (a new NVML session), or the exporter restarted with the node. Any other XID holds
 //!   [`XID_WINDOW`] after its last event.
+//! - A GPU's registration with the NVLink fabric may take until the fabric registration timeout
+//!   after the session's first tick (a node that just booted, its Fabric Manager still
+//!   training); not completed after it, it is a reason.
+//!
+//! The node has a verdict of its own ([`node_verdict`]), from the rules of node signals: a GPU
+//! the PCI bus lists that NVML does not enumerate has no UUID to carry a reason.
 
 pub mod docs;
 pub mod rules;
@@ -24,7 +30,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::sample::{
-    ClockEventReason, DeviceSample, Health, HealthAction, HealthReason, HealthState,
+    ClockEventReason, DeviceSample, FabricSample, FabricState, Health, HealthAction, HealthReason,
+    HealthState, PciGpu,
 };
 use rules::{RULES, Signal, xid_rule};
 
@@ -32,12 +39,34 @@ use rules::{RULES, Signal, xid_rule};
 /// `NvidiaGpuXidError` alert.
 pub const XID_WINDOW: Duration = Duration::from_secs(600);
 
+/// How long a GPU may take to register with the NVLink fabric after the session's first tick,
+/// unless `--fabric-registration-timeout` says otherwise.
+pub const FABRIC_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// What the verdicts remember between ticks, for one NVML session.
 #[derive(Debug, Default)]
 pub struct Tracker {
     /// XID counts already seen when the session started, by GPU UUID: not news.
     baseline: HashMap<String, BTreeMap<u64, u64>>,
     gpus: HashMap<String, Memory>,
+    fabric: FabricWait,
+}
+
+/// When the GPUs of the session began to register with the NVLink fabric, and how long they may.
+#[derive(Debug)]
+struct FabricWait {
+    /// The session's first tick.
+    since: Option<Instant>,
+    timeout: Duration,
+}
+
+impl Default for FabricWait {
+    fn default() -> Self {
+        FabricWait {
+            since: None,
+            timeout: FABRIC_REGISTRATION_TIMEOUT,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -55,12 +84,20 @@ impl Tracker {
     pub fn new(baseline: HashMap<String, BTreeMap<u64, u64>>) -> Tracker {
         Tracker {
             baseline,
-            gpus: HashMap::new(),
+            ..Tracker::default()
         }
+    }
+
+    /// How long a GPU may take to register with the NVLink fabric after the session's first
+    /// tick (`--fabric-registration-timeout`), from the next verdict on.
+    pub fn set_fabric_registration_timeout(&mut self, timeout: Duration) {
+        self.fabric.timeout = timeout;
     }
 
     /// The verdict of `d`'s reading taken into account at `now`.
     pub fn evaluate(&mut self, d: &DeviceSample, now: Instant) -> Health {
+        let since = *self.fabric.since.get_or_insert(now);
+        let fabric_late = now.saturating_duration_since(since) >= self.fabric.timeout;
         let lost = !d.up && !d.stale;
         let none = BTreeMap::new();
         let held = if d.uuid.is_empty() {
@@ -96,8 +133,30 @@ impl Tracker {
                 ],
             ),
             Signal::PowerSlowdown => active(d, &[ClockEventReason::HwPowerBrakeSlowdown]),
+            Signal::FabricNotRegistered => {
+                fabric_late
+                    && d.fabric
+                        .as_ref()
+                        .is_some_and(|f| f.state != FabricState::Completed)
+            }
+            Signal::FabricRegistrationFailed => d
+                .fabric
+                .as_ref()
+                .is_some_and(FabricSample::registration_failed),
+            Signal::Fabric(condition) => d.fabric.as_ref().is_some_and(|f| f.holds(condition)),
+            // The node's, never a GPU's.
+            Signal::GpusMissing => false,
         })
     }
+}
+
+/// The node's verdict, from the rules of node signals: `missing` are the GPUs the PCI bus lists
+/// that NVML does not enumerate.
+pub fn node_verdict(missing: &[PciGpu]) -> Health {
+    verdict(|signal| match signal {
+        Signal::GpusMissing => !missing.is_empty(),
+        _ => false,
+    })
 }
 
 impl Memory {

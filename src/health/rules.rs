@@ -7,6 +7,7 @@
 //! codes whose resolution is a GPU reset or a reboot hold until NVML shows the reset. An XID the
 //! table does not list changes no verdict (it is still counted in `nvidia_gpu_xid_errors_total`).
 
+use crate::sample::FabricCondition;
 use crate::sample::HealthAction::{
     self, DrainAndService, None, RebootNode, ResetGpu, RestartWorkload,
 };
@@ -38,6 +39,16 @@ pub enum Signal {
     Lost,
     /// The GPU gave no fresh reading for longer than `--stale-grace` (hung or failing every call).
     Unreadable,
+    /// The GPU's registration with the NVLink fabric has not completed
+    /// `--fabric-registration-timeout` after the NVML session's first tick.
+    FabricNotRegistered,
+    /// The GPU's registration with the NVLink fabric completed with an error status.
+    FabricRegistrationFailed,
+    /// A condition of the fabric health mask holds.
+    Fabric(FabricCondition),
+    /// The node's PCI bus lists a GPU that NVML does not enumerate: a reason of the node's, which
+    /// no GPU's reading carries.
+    GpusMissing,
 }
 
 /// The part of a GPU's reading a signal looks at, which the device reader makes the NVML calls
@@ -60,6 +71,8 @@ pub enum Reading {
     PcieLink,
     /// The clock-event (throttle) reasons (`nvmlDeviceGetCurrentClocksEventReasons`).
     ClockEvents,
+    /// The GPU's NVLink fabric registration and health (`nvmlDeviceGetGpuFabricInfoV`).
+    Fabric,
 }
 
 impl Signal {
@@ -74,7 +87,17 @@ impl Signal {
             Signal::PcieWidth => Some(Reading::PcieLink),
             Signal::ThermalSlowdown | Signal::PowerSlowdown => Some(Reading::ClockEvents),
             Signal::Lost | Signal::Unreadable => Option::None,
+            Signal::FabricNotRegistered | Signal::FabricRegistrationFailed | Signal::Fabric(_) => {
+                Some(Reading::Fabric)
+            }
+            Signal::GpusMissing => Option::None,
         }
+    }
+
+    /// Whether the signal is the node's rather than a GPU's (the node's verdict,
+    /// [`super::node_verdict`]).
+    pub const fn is_node(self) -> bool {
+        matches!(self, Signal::GpusMissing)
     }
 }
 
@@ -287,7 +310,61 @@ pub const RULES: &[Rule] = &[
         None,
         "Clocks held down by the power brake: nothing to do to the GPU; check the node's power supply.",
     ),
+    // The NVLink fabric (NVSwitch systems) and the PCI bus. DCGM's health watch (NVIDIA/DCGM,
+    // modules/health/DcgmHealthWatch.cpp, MonitorFabricFields) fails a GPU for each of these
+    // fabric conditions; the sources of each action are in docs/alerts.md.
+    rule(
+        Signal::FabricNotRegistered,
+        Failed,
+        "fabric_not_registered",
+        ResetGpu,
+        "Not registered with the NVLink fabric --fabric-registration-timeout after NVML started: no NVLink peer-to-peer. Check nvidia-fabricmanager first.",
+    ),
+    rule(
+        Signal::FabricRegistrationFailed,
+        Failed,
+        "fabric_registration_failed",
+        ResetGpu,
+        "The registration with the NVLink fabric ended in an error: no NVLink peer-to-peer. Check nvidia-fabricmanager first.",
+    ),
+    fabric(
+        FabricCondition::DegradedBandwidth,
+        "fabric_degraded_bandwidth",
+        "The fabric health mask says the GPU's NVLink bandwidth is degraded.",
+    ),
+    fabric(
+        FabricCondition::RouteUnhealthy,
+        "fabric_route_unhealthy",
+        "The fabric health mask says a route of the GPU's NVLink fabric is unhealthy.",
+    ),
+    fabric(
+        FabricCondition::RouteRecovery,
+        "fabric_route_recovery",
+        "The fabric health mask says a route recovery is in progress.",
+    ),
+    fabric(
+        FabricCondition::AccessTimeoutRecovery,
+        "fabric_access_timeout_recovery",
+        "The fabric health mask says an access-timeout recovery is in progress.",
+    ),
+    fabric(
+        FabricCondition::IncorrectConfiguration,
+        "fabric_incorrect_configuration",
+        "The fabric health mask says the fabric is configured wrongly for the GPU (nvidia_gpu_fabric_info's configuration says how).",
+    ),
+    rule(
+        Signal::GpusMissing,
+        Failed,
+        "gpus_missing",
+        RebootNode,
+        "The node's: the PCI bus lists a GPU bound to the nvidia driver (or to none) that NVML does not enumerate; the driver lost it.",
+    ),
 ];
+
+/// A rule of a fabric health mask condition: failed, as DCGM's health watch judges each.
+const fn fabric(condition: FabricCondition, reason: &'static str, doc: &'static str) -> Rule {
+    rule(Signal::Fabric(condition), Failed, reason, ResetGpu, doc)
+}
 
 /// What an operator does for each action, for docs/health.md.
 pub fn action_doc(action: HealthAction) -> &'static str {

@@ -199,7 +199,7 @@ impl Encoder {
                     .set(i64::try_from(per_group[g as usize]).unwrap_or(i64::MAX));
             }
         }
-        write::own_families(&mut out, snap, self.registry.gather());
+        write::own_families(&mut out, snap, opts.groups, self.registry.gather());
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
         if opts.dcgm_compat != DcgmCompat::Off {

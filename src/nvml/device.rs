@@ -324,6 +324,13 @@ fn read_metrics(
     } else if reads(groups, &[], Reading::LinkStates) {
         s.nvlinks = link_states(t, d, nvlink_count);
     }
+    if reads(
+        groups,
+        &[Group::Fabric, Group::FabricHealth],
+        Reading::Fabric,
+    ) {
+        s.fabric = super::fabric::read_fabric(t, d);
+    }
 }
 
 /// Whether `reading` is read: a group of `on` is on, or the health group is and a rule of its

@@ -16,7 +16,7 @@
 //! devices): only then does `last_tick_timestamp_seconds` advance, so `/readyz` turns 503 when
 //! every device hangs or fails every call.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -36,7 +36,8 @@ use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
 use crate::nvml::events::{XidLog, watch_xids};
 use crate::nvml::ledger::Verdict;
 use crate::sample::unix_now;
-use crate::sample::{DeviceSample, Snapshot, SystemInfo};
+use crate::sample::{DeviceSample, PciGpu, Snapshot, SystemInfo};
+use crate::{health, pci};
 
 /// How long stopping a session's readers (and its XID thread) may take before the threads still
 /// inside a hung NVML call are left behind.
@@ -72,6 +73,10 @@ pub(super) struct Session {
     /// What the health verdicts remember between ticks; a new session (the driver was
     /// re-initialised, which resets the GPUs) starts it again.
     health: Tracker,
+    /// The host's sysfs, when the `inventory` group is on (see [`Session::configure`]).
+    host_sys: Option<PathBuf>,
+    /// The last PCI bus scan failed (logged when it starts failing, not every tick).
+    pci_unreadable: bool,
 }
 
 impl Session {
@@ -115,6 +120,8 @@ impl Session {
             errors: Arc::clone(errors),
             xid_log: xids.cloned(),
             health: Tracker::new(xids.map(|x| x.counts()).unwrap_or_default()),
+            host_sys: None,
+            pci_unreadable: false,
         };
         session.configure(opts);
         Ok(session)
@@ -131,6 +138,12 @@ impl Session {
             .processes
             .clone()
             .filter(|_| opts.groups.contains(Group::Processes));
+        self.host_sys = opts
+            .groups
+            .contains(Group::Inventory)
+            .then(|| opts.host_sys.clone());
+        self.health
+            .set_fabric_registration_timeout(opts.fabric_registration_timeout);
         // Without the xid and health groups no event set is registered; with either, one thread
         // watches.
         let health = opts.groups.contains(Group::Health) && rules::needs(Reading::XidEvents);
@@ -281,6 +294,14 @@ impl Session {
                 d.health = Some(self.health.evaluate(d, now));
             }
         }
+        let missing_gpus = self
+            .host_sys
+            .clone()
+            .and_then(|sys| self.missing_gpus(&sys, &devices));
+        let node_health = missing_gpus
+            .as_deref()
+            .filter(|_| self.groups.contains(Group::Health))
+            .map(health::node_verdict);
         Snapshot {
             nvml_up: true,
             nvml_error: None,
@@ -298,7 +319,30 @@ impl Session {
             kubernetes: None,
             jobs: None,
             workloads: None,
+            missing_gpus,
+            node_health,
         }
+    }
+
+    /// The GPUs the PCI bus below `sys` lists that NVML does not enumerate (`devices`, the
+    /// session's); `None` when the bus cannot be read or a device's bus id is unknown.
+    fn missing_gpus(&mut self, sys: &Path, devices: &[DeviceSample]) -> Option<Vec<PciGpu>> {
+        let bus = match pci::expected_gpus(sys) {
+            Ok(bus) => bus,
+            Err(e) => {
+                if !self.pci_unreadable {
+                    tracing::warn!(
+                        path = %sys.display(),
+                        error = %e,
+                        "cannot read the PCI bus: GPUs NVML does not enumerate go unseen (nvidia_node_gpus_missing is absent)"
+                    );
+                }
+                self.pci_unreadable = true;
+                return None;
+            }
+        };
+        self.pci_unreadable = false;
+        pci::missing(&bus, devices.iter().map(|d| d.info.pci_bus_id.as_str()))
     }
 
     /// Stops the readers and the XID thread; those that do not return within the bound (stuck in
