@@ -117,7 +117,8 @@ pub fn render_markdown() -> String {
     md.push_str("\n## Node metrics\n\n");
     md.push_str(
         "With the `inventory` group (on by default) the exporter reads the PCI bus of the host's \
-         sysfs (`--host-sys`, `/sys` by default; the DaemonSet mounts the host's) and counts the \
+         sysfs (`--host-sys`, `/sys` by default; the DaemonSet mounts the host's) at the first \
+         tick after NVML starts and every 30 s, and counts at each tick the \
          NVIDIA GPUs on it (display controllers, class 0x0300 or 0x0302: not NVSwitches, not \
          other vendors' devices) that NVML does not enumerate, comparing PCI addresses. A GPU \
          bound to another driver than `nvidia` (`vfio-pci` for a virtual machine, `pci-stub`) \

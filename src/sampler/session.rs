@@ -75,8 +75,21 @@ pub(super) struct Session {
     health: Tracker,
     /// The host's sysfs, when the `inventory` group is on (see [`Session::configure`]).
     host_sys: Option<PathBuf>,
-    /// The last PCI bus scan failed (logged when it starts failing, not every tick).
-    pci_unreadable: bool,
+    /// The last scan of its PCI bus.
+    bus: Option<BusScan>,
+}
+
+/// How often the PCI bus is read again: its devices change only when one is hot-plugged, removed
+/// or bound to another driver, and a scan costs some microseconds per PCI function (hundreds on a
+/// GPU server), so it is not worth every tick. Each session reads it at its first tick.
+const BUS_SCAN_PERIOD: Duration = Duration::from_secs(30);
+
+/// A scan of the PCI bus: when, below which sysfs, and the GPUs NVML should enumerate (`None`:
+/// the bus could not be read).
+struct BusScan {
+    at: Instant,
+    sys: PathBuf,
+    gpus: Option<Vec<PciGpu>>,
 }
 
 impl Session {
@@ -121,7 +134,7 @@ impl Session {
             xid_log: xids.cloned(),
             health: Tracker::new(xids.map(|x| x.counts()).unwrap_or_default()),
             host_sys: None,
-            pci_unreadable: false,
+            bus: None,
         };
         session.configure(opts);
         Ok(session)
@@ -294,10 +307,12 @@ impl Session {
                 d.health = Some(self.health.evaluate(d, now));
             }
         }
-        let missing_gpus = self
-            .host_sys
-            .clone()
-            .and_then(|sys| self.missing_gpus(&sys, &devices));
+        let missing_gpus = match self.host_sys.clone() {
+            Some(sys) => self.bus_gpus(&sys, now).and_then(|bus| {
+                pci::missing(bus, devices.iter().map(|d| d.info.pci_bus_id.as_str()))
+            }),
+            None => None,
+        };
         let node_health = missing_gpus
             .as_deref()
             .filter(|_| self.groups.contains(Group::Health))
@@ -324,25 +339,35 @@ impl Session {
         }
     }
 
-    /// The GPUs the PCI bus below `sys` lists that NVML does not enumerate (`devices`, the
-    /// session's); `None` when the bus cannot be read or a device's bus id is unknown.
-    fn missing_gpus(&mut self, sys: &Path, devices: &[DeviceSample]) -> Option<Vec<PciGpu>> {
-        let bus = match pci::expected_gpus(sys) {
-            Ok(bus) => bus,
-            Err(e) => {
-                if !self.pci_unreadable {
-                    tracing::warn!(
-                        path = %sys.display(),
-                        error = %e,
-                        "cannot read the PCI bus: GPUs NVML does not enumerate go unseen (nvidia_node_gpus_missing is absent)"
-                    );
+    /// The GPUs NVML should enumerate, from the PCI bus below `sys` as it was read at most
+    /// [`BUS_SCAN_PERIOD`] ago; `None` when it cannot be read (logged when that starts).
+    fn bus_gpus(&mut self, sys: &Path, now: Instant) -> Option<&[PciGpu]> {
+        let due = self
+            .bus
+            .as_ref()
+            .is_none_or(|b| b.sys != sys || now.saturating_duration_since(b.at) >= BUS_SCAN_PERIOD);
+        if due {
+            let read_before = self.bus.as_ref().is_none_or(|b| b.gpus.is_some());
+            let gpus = match pci::expected_gpus(sys) {
+                Ok(gpus) => Some(gpus),
+                Err(e) => {
+                    if read_before {
+                        tracing::warn!(
+                            path = %sys.display(),
+                            error = %e,
+                            "cannot read the PCI bus: a GPU NVML does not enumerate goes unseen (nvidia_node_gpus_missing is absent)"
+                        );
+                    }
+                    None
                 }
-                self.pci_unreadable = true;
-                return None;
-            }
-        };
-        self.pci_unreadable = false;
-        pci::missing(&bus, devices.iter().map(|d| d.info.pci_bus_id.as_str()))
+            };
+            self.bus = Some(BusScan {
+                at: now,
+                sys: sys.to_owned(),
+                gpus,
+            });
+        }
+        self.bus.as_ref()?.gpus.as_deref()
     }
 
     /// Stops the readers and the XID thread; those that do not return within the bound (stuck in

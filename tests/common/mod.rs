@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod certs;
+pub mod sysfs;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
