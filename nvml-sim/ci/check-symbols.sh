@@ -17,6 +17,9 @@ sim=$2
 # branch that introduced it, e.g.:
 #   nvmlDeviceGetSomethingNew   # 550
 EXCEPTIONS=(
+  # 550: declared from CUDA 12.4's nvml.h on (PyPI nvidia-nvml-dev-cu12 12.4.127; not in 12.3.101,
+  # the R545 header), exported by Debian trixie's libnvidia-ml1 550.163.01, not by the 535.x here.
+  nvmlDeviceGetGpuFabricInfoV
 )
 
 exports() {

@@ -28,16 +28,16 @@ use super::readers::{Answer, Readers};
 use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
 use crate::groups::{Group, Groups};
-use crate::health::Tracker;
 use crate::health::rules::{self, Reading};
+use crate::health::{self, Tracker};
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
 use crate::nvml::events::{XidLog, watch_xids};
 use crate::nvml::ledger::Verdict;
+use crate::pci;
 use crate::sample::unix_now;
 use crate::sample::{DeviceSample, PciGpu, Snapshot, SystemInfo};
-use crate::{health, pci};
 
 /// How long stopping a session's readers (and its XID thread) may take before the threads still
 /// inside a hung NVML call are left behind.
