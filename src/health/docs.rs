@@ -45,9 +45,15 @@ clears with it: links back up, a remap applied by a reset (which also restarts t
 started or the driver was re-initialised). An XID whose action is `reset_gpu`, `reboot_node` or\n  \
 `drain_and_service` holds until the GPU is seen reset: NVML answered GPU_IS_LOST or GPU_REQUIRES_RESET\n  \
 and then answers again, or the driver was re-initialised, or the exporter restarted (with the node).\n  \
-Any other XID holds {} minutes after its last event.\n\n\
+Any other XID holds {} minutes after its last event.\n\
+- A GPU's registration with the NVLink fabric may take `--fabric-registration-timeout` (default {}\n  \
+minutes) after the NVML session's first tick (the exporter's start, or the driver's\n  \
+re-initialisation) before `fabric_not_registered` is a reason; a condition of the fabric health\n  \
+mask is a reason while the mask shows it.\n\
+- `gpus_missing` holds while the PCI bus (read every 30 s) lists a GPU that NVML does not enumerate.\n\n\
 States: `{}` needs nothing, `{}` works with less (or needs action soon), `{}` must not take work.\n",
         XID_WINDOW.as_secs() / 60,
+        super::FABRIC_REGISTRATION_TIMEOUT.as_secs() / 60,
         HealthState::Healthy.label(),
         HealthState::Degraded.label(),
         HealthState::Failed.label(),
