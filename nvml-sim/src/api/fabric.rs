@@ -10,7 +10,7 @@
 
 use crate::fabric::FabricSpec;
 use crate::ffi::{
-    DeviceCall, NOT_SUPPORTED, VERSION_MISMATCH, check_version, device_fns, read, write,
+    DeviceCall, INVALID_ARGUMENT, NOT_SUPPORTED, VERSION_MISMATCH, check_version, device_fns, read,
 };
 use nvml_wrapper_sys::bindings::{
     self as b, nvmlGpuFabricInfo_t, nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t,
@@ -36,16 +36,34 @@ fn fabric<'a>(c: &DeviceCall<'a>) -> Result<(&'a FabricSpec, [u8; 16]), u32> {
     Ok((spec, spec.cluster_uuid_bytes().unwrap_or_default()))
 }
 
+/// Writes the named fields of the struct `$info` points to, one by one: the bytes between them
+/// (the padding after `state`, an `unsigned char`) stay as the caller left them, as a C driver's
+/// field assignments leave them. A client that reads `state` as a wider integer (NVIDIA's pynvml
+/// declares it `c_uint`) then reads its own zeroes there.
+macro_rules! write_fields {
+    ($info:expr, $($field:ident: $value:expr),+ $(,)?) => {{
+        let info = $info;
+        if info.is_null() {
+            return Err(INVALID_ARGUMENT);
+        }
+        // SAFETY: non-null, and valid for writes of the whole struct per the NVML contract of the
+        // exported function (for a versioned struct, of the size its version word says).
+        unsafe { $((&raw mut (*info).$field).write_unaligned($value);)+ }
+        Ok(())
+    }};
+}
+
 device_fns! {
     /// State, status, clique and cluster of the GPU's registration (R525 and later).
     fn nvmlDeviceGetGpuFabricInfo(info: *mut nvmlGpuFabricInfo_t) |c| {
         let (f, uuid) = fabric(c)?;
-        write(info, nvmlGpuFabricInfo_t {
+        write_fields!(
+            info,
             clusterUuid: uuid,
             status: f.status,
             cliqueId: f.clique_id,
             state: f.state.code(),
-        })
+        )
     }
     /// The versioned call: v2 adds the health mask (R550), v3 the health summary (R580).
     fn nvmlDeviceGetGpuFabricInfoV(info: *mut nvmlGpuFabricInfoV_t) |c| {
@@ -60,23 +78,23 @@ device_fns! {
         }
         let (f, uuid) = fabric(c)?;
         if v3 {
-            return write(info, nvmlGpuFabricInfo_v3_t {
-                version,
+            return write_fields!(
+                info.cast::<nvmlGpuFabricInfo_v3_t>(),
                 clusterUuid: uuid,
                 status: f.status,
                 cliqueId: f.clique_id,
                 state: f.state.code(),
                 healthMask: f.health_mask,
                 healthSummary: f.health_summary.map_or(0, |s| s.code()),
-            });
+            );
         }
-        write(info.cast::<nvmlGpuFabricInfo_v2_t>(), nvmlGpuFabricInfo_v2_t {
-            version,
+        write_fields!(
+            info.cast::<nvmlGpuFabricInfo_v2_t>(),
             clusterUuid: uuid,
             status: f.status,
             cliqueId: f.clique_id,
             state: f.state.code(),
             healthMask: f.health_mask,
-        })
+        )
     }
 }
