@@ -217,6 +217,13 @@ def check_daemonset(ds: dict, service_accounts: set, services: list[dict], confi
               for m in mounts.values()),
           f"{cw}: the host's {socket_dir} is not mounted at {socket_dir} (where --pod-resources-socket looks)")
 
+    # The PCI bus the inventory group reads (--host-sys): the host's /sys, mounted read-only
+    # where NVML_EXPORTER_HOST_SYS points.
+    host_sys = env.get("NVML_EXPORTER_HOST_SYS", {}).get("value")
+    check(host_sys is not None
+          and any(m["mountPath"] == host_sys and host_volumes.get(m["name"]) == "/sys" for m in mounts.values()),
+          f"{cw}: the host's /sys is not mounted where NVML_EXPORTER_HOST_SYS ({host_sys}) points")
+
     # The --config file comes from a rendered ConfigMap mounted whole (a subPath mount is never
     # updated, and the exporter applies the ConfigMap's edits only through updates).
     config = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)

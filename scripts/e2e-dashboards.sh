@@ -38,12 +38,17 @@ source scripts/lib.sh
 # the waste dashboard's memory held outside allocations (served with --processes) has series. The
 # third is a MIG node: h100-mig.toml (GPU 0 in MIG mode, four instances; GPU 1 whole) serving both
 # namings, with a kubelet of its own ($mig_pods) assigning MIG devices by MIG UUID, so every query
-# meets a GPU's series next to its instances' (a join that ignores gpu_instance fails there).
+# meets a GPU's series next to its instances' (a join that ignores gpu_instance fails there). The
+# fourth is an NVSwitch node: fabric.toml (GPU 2 never registers with the NVLink fabric, GPU 5's
+# bandwidth is degraded; both failed at once with --fabric-registration-timeout 0s) on a PCI bus
+# ($work/sys, made below) that lists a ninth GPU NVML does not enumerate, with a kubelet that
+# assigns nothing, so the fabric and missing-GPU panels have data.
 # All files are checked against everything Prometheus scrapes, so each is named once.
 checks=(
   "--dcgm-compat=both | dashboards/gpu-fleet.json dashboards/gpu-node.json dashboards/workloads.json dashboards/waste.json tests/fixtures/dcgm-exporter/4.8.2/dashboard.promql"
   "NVML_SIM_SCENARIO=nvml-sim/scenarios/shared.toml --processes --host-proc \$work/proc --pod-resources-socket \$work/kubelet-shared.sock | dashboards/workloads.json"
   "NVML_SIM_SCENARIO=nvml-sim/scenarios/h100-mig.toml --dcgm-compat=both --pod-resources-socket \$work/kubelet-mig.sock |"
+  "NVML_SIM_SCENARIO=nvml-sim/scenarios/fabric.toml --host-sys \$work/sys --fabric-registration-timeout 0s --pod-resources-socket \$work/kubelet-fabric.sock |"
 )
 builtin_checks=${#checks[@]}
 checks+=("${extra[@]}")
@@ -91,23 +96,27 @@ seconds=60
 # GPU 5 degraded (thermal slowdown), every other GPU healthy. The waste dashboard's funnel reads
 # the same from the rules; its saturated step is not pinned: GI 10's SM activity steps between
 # 0.1 and the threshold 0.5.
+# The NVSwitch node adds its 8 GPUs, all up; GPUs 2 and 5 failed by their fabric reasons; its
+# bus's ninth GPU missing; no pod assigned there, so the GPUs holding memory are allocated (all
+# but the idle GPU 2, busy: none idle).
 # Only without --check lines, which add GPUs.
 expect=(
-  "gpu-fleet.json:GPUs=12"
-  "gpu-fleet.json:GPUs up=12"
+  "gpu-fleet.json:GPUs=20"
+  "gpu-fleet.json:GPUs up=20"
   "gpu-fleet.json:GPUs lost=0"
-  "gpu-fleet.json:GPUs failed=1"
+  "gpu-fleet.json:GPUs missing=1"
+  "gpu-fleet.json:GPUs failed=3"
   "gpu-fleet.json:GPUs degraded=1"
-  "gpu-fleet.json:GPUs allocated=12"
+  "gpu-fleet.json:GPUs allocated=19"
   "gpu-fleet.json:Allocated but idle now=3"
   "gpu-fleet.json:XID events over the range=1"
   "workloads.json:Pods holding GPUs=12"
   "workloads.json:GPUs held=12"
   "workloads.json:Shared GPUs=2"
   "workloads.json:Held GPUs idle now=3"
-  "waste.json:GPUs present=12"
-  "waste.json:GPUs allocated=12"
-  "waste.json:GPUs active=9"
+  "waste.json:GPUs present=20"
+  "waste.json:GPUs allocated=19"
+  "waste.json:GPUs active=16"
 )
 
 need_prometheus
@@ -127,9 +136,21 @@ make_work_dir
 socket=$work/kubelet.sock
 background "$work/kubelet.log" "$kubelet" "$socket" "${pods[@]}"
 mkdir "$work/proc" # the shared exporter's --host-proc: no host processes to name
+# The NVSwitch node's PCI bus, laid out as sysfs lays it out: fabric.toml's eight H100s and a
+# ninth at ca:00.0, each bound to the nvidia driver.
+mkdir -p "$work/sys/bus/pci/devices" "$work/sys/bus/pci/drivers/nvidia"
+for address in 0000:1b:00.0 0000:43:00.0 0000:52:00.0 0000:61:00.0 0000:9d:00.0 0000:c3:00.0 \
+    0000:d1:00.0 0000:df:00.0 0000:ca:00.0; do
+  device=$work/sys/devices/pci0000:00/$address
+  mkdir -p "$device"
+  echo 0x10de >"$device/vendor"; echo 0x2330 >"$device/device"; echo 0x030200 >"$device/class"
+  ln -s ../../../bus/pci/drivers/nvidia "$device/driver"
+  ln -s "../../../devices/pci0000:00/$address" "$work/sys/bus/pci/devices/$address"
+done
 background "$work/kubelet-shared.log" "$kubelet" "$work/kubelet-shared.sock" "${shared_pods[@]}"
 background "$work/kubelet-mig.log" "$kubelet" "$work/kubelet-mig.sock" "${mig_pods[@]}"
-for name in kubelet kubelet-shared kubelet-mig; do
+background "$work/kubelet-fabric.log" "$kubelet" "$work/kubelet-fabric.sock"
+for name in kubelet kubelet-shared kubelet-mig kubelet-fabric; do
   wait_for_socket "$work/$name.sock" "$work/$name.log"
 done
 

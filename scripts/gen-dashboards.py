@@ -365,6 +365,14 @@ def fleet():
              "GPUs the exporter can no longer read (nvidia_gpu_up 0: fell off the bus, needs a reset);"
              " the NvidiaGpuLost alert fires for them. 0 is healthy.",
              "none", f"count(nvidia_gpu_up{{{DEV}}} == 0) or vector(0)", w=3, thresholds=warn_if_above(1)),
+        stat(l, "GPUs missing",
+             "GPUs the nodes' PCI buses list (bound to the nvidia driver or to none) that NVML does not"
+             " enumerate: GPUs the driver lost, with no index or UUID, so no other panel counts them"
+             " (nvidia_node_gpus_missing, the inventory group; the NvidiaGpuMissing alert fires for"
+             " them). 0 is healthy. A node whose bus cannot be read adds none." + PER_NODE,
+             "none", f"sum(nvidia_node_gpus_missing{{{NODE}}}) or vector(0)", w=3,
+             thresholds={"mode": "absolute", "steps": [
+                 {"color": "green", "value": None}, {"color": "red", "value": 1}]}),
         stat(l, "GPUs failed",
              "GPUs whose health verdict is failed now (nvidia_gpu_health_state 2): they must not take"
              " work, and the NvidiaGpuUnhealthy alert fires for them after a minute. A lost GPU is"
@@ -377,16 +385,23 @@ def fleet():
              " less (a slowdown, a link down) or need action soon; the NvidiaGpuDegraded alert fires"
              " for them after 15 minutes. 0 is healthy." + HEALTH_DEF,
              "none", f"count({health} == 1) or vector(0)", w=3, thresholds=warn_if_above(1)),
+        stat(l, "Fleet health score",
+             "The share of the selected GPUs whose health verdict is healthy (nvidia_gpu_health_state"
+             " 0) among those judged: every GPU with a verdict, and every GPU a PCI bus lists that NVML"
+             " does not enumerate (never healthy). A degraded GPU is not healthy. GPUs of an exporter"
+             " that is down, or whose NVML does not answer, have no verdict and are not counted."
+             " Recorded for the whole cluster as cluster:nvidia_gpu_healthy:ratio and per node pool as"
+             " node_pool:nvidia_gpu_healthy:ratio; here from their per-node parts,"
+             " instance:nvidia_gpu_healthy:sum / instance:nvidia_gpu_judged:count. Red under 90 %,"
+             " orange under 99 %. docs/alerts.md, \"The fleet health score\", says how to label node"
+             " pools." + HEALTH_DEF + PER_NODE,
+             "percentunit",
+             f"sum(instance:nvidia_gpu_healthy:sum{{{NODE}}}) / sum(instance:nvidia_gpu_judged:count{{{NODE}}})",
+             w=3, thresholds={"mode": "absolute", "steps": [
+                 {"color": "red", "value": None}, {"color": "orange", "value": 0.9},
+                 {"color": "green", "value": 0.99}]}),
         stat(l, "GPUs allocated", "GPUs allocated now." + ALLOC_DEF, "none", f"{alloc_count} or vector(0)",
              w=3),
-        stat(l, "Allocated but idle now",
-             "Allocated GPUs that are idle now (the NvidiaGpuIdleWhileAllocated condition, without"
-             " its 30 minutes)." + ALLOC_DEF,
-             "none", f"{idle_count} or vector(0)", w=3, thresholds=warn_if_above(1)),
-        stat(l, "GPU-hours allocated but idle",
-             "GPU-hours wasted over the dashboard range: allocated GPUs that were idle." + ALLOC_DEF + HOURS_DEF
-             + PER_NODE,
-             "suffix: GPU-h", gpu_hours(f"{idle_sum} or vector(0)"), w=3, thresholds=warn_if_above(1)),
 
         panel(l, "timeseries", "Fleet utilization vs SM activity",
               "Average over the selected GPUs. Utilization: share of time at least one kernel ran."
@@ -423,6 +438,14 @@ def fleet():
                   (f"sum by (instance) (instance:nvidia_gpu_power_limit_watts:sum{{{NODE}}})", "{{instance}} limit"),
               ), 12, 8),
 
+        stat(l, "Allocated but idle now",
+             "Allocated GPUs that are idle now (the NvidiaGpuIdleWhileAllocated condition, without"
+             " its 30 minutes)." + ALLOC_DEF,
+             "none", f"{idle_count} or vector(0)", h=8, thresholds=warn_if_above(1)),
+        stat(l, "GPU-hours allocated but idle",
+             "GPU-hours wasted over the dashboard range: allocated GPUs that were idle." + ALLOC_DEF + HOURS_DEF
+             + PER_NODE,
+             "suffix: GPU-h", gpu_hours(f"{idle_sum} or vector(0)"), h=8, thresholds=warn_if_above(1)),
         stat(l, "Energy over the range",
              "Energy the selected GPUs consumed over the dashboard range, in kWh: their average board"
              " power over the range (each evaluation of the rule instance:nvidia_gpu_power_watts:sum)"
@@ -472,7 +495,7 @@ def fleet():
               " the GPU node dashboard shows them per GPU." + PER_NODE,
               "short", targets(
                   (f"sum by (error_type) (instance:nvidia_gpu_ecc_errors:rate5m{{{NODE}}})", "{{error_type}}"),
-              ), 8, 8),
+              ), 24, 8),
     ]
     by_action = next(p for p in panels if p["title"] == "Unhealthy GPUs by action")
     by_action["options"]["sortBy"] = [{"displayName": "GPUs", "desc": True}]
@@ -604,6 +627,33 @@ def node():
                       "renameByName": {"Value": "state"},
                   }},
               ]),
+        panel(l, "table", "NVLink fabric",
+              "Each GPU's registration with the NVLink fabric of an NVSwitch system"
+              " (nvidia_gpu_fabric_state: not started, in progress, completed, failed: completed with"
+              " an error). Fabric Manager registers the GPUs after each boot; a GPU not registered"
+              " within --fabric-registration-timeout (5 minutes), or whose registration failed, is"
+              " failed (the fabric_* reasons of the GPU health table, whose sources the runbook names:"
+              " docs/alerts.md, \"NVLink fabric and missing GPUs\"). Empty where no GPU is on a fabric.",
+              "none", [target(f"max by (instance, gpu) (nvidia_gpu_fabric_state{{{DEV}}})",
+                              instant=True, fmt="table")],
+              12, 8, transformations=[
+                  {"id": "organize", "options": {
+                      "excludeByName": {"Time": True},
+                      "renameByName": {"Value": "registration"},
+                  }},
+              ]),
+        panel(l, "table", "GPUs NVML does not list",
+              "GPUs the node's PCI bus lists, bound to the nvidia driver or to none, that NVML does not"
+              " enumerate (nvidia_node_missing_gpu_info, the inventory group): the driver lost them."
+              " By PCI address, device id and driver (empty: none bound). A GPU bound to vfio-pci or"
+              " another driver on purpose is not listed. Empty when the node has none; the"
+              " NvidiaGpuMissing alert says what to do.",
+              "none", [target(
+                  f"max by (instance, pci_bus_id, device_id, driver) (nvidia_node_missing_gpu_info{{{NODE}}})",
+                  instant=True, fmt="table")],
+              12, 8, transformations=[
+                  {"id": "organize", "options": {"excludeByName": {"Time": True, "Value": True}}},
+              ]),
         panel(l, "table", "ECC and remapped rows",
               "Per GPU: ECC errors since the driver loaded (volatile) and over the GPU's life (InfoROM),"
               " memory rows remapped, and whether a remap is pending (needs a reset) or failed (needs"
@@ -700,6 +750,18 @@ def node():
         ]},
     ]
     health["options"]["sortBy"] = [{"displayName": "state", "desc": True}]
+    fabric = next(p for p in panels if p["title"] == "NVLink fabric")
+    fabric["fieldConfig"]["overrides"] = [
+        {"matcher": {"id": "byName", "options": "registration"}, "properties": [
+            {"id": "mappings", "value": [{"type": "value", "options": {
+                "1": {"text": "not started", "color": "orange", "index": 0},
+                "2": {"text": "in progress", "color": "orange", "index": 1},
+                "3": {"text": "completed", "color": "green", "index": 2},
+                "4": {"text": "failed", "color": "red", "index": 3},
+            }}]},
+            {"id": "custom.cellOptions", "value": {"type": "color-background", "mode": "basic"}},
+        ]},
+    ]
     processes = next(p for p in panels if p["title"] == "Processes")
     processes["fieldConfig"]["overrides"] = [
         {"matcher": {"id": "byName", "options": "SM utilization"},

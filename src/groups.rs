@@ -68,6 +68,12 @@ pub enum Group {
     Jobs,
     /// GPU-seconds held, held idle and SM-active per container (`--kubernetes`).
     Workloads,
+    /// Each GPU's registration with the NVLink fabric (NVSwitch systems).
+    Fabric,
+    /// The NVLink fabric's health mask, summary and identity of each GPU.
+    FabricHealth,
+    /// The GPUs the PCI bus lists that NVML does not enumerate (`--host-sys`).
+    Inventory,
 }
 
 /// What the docs, `--help` and the error for an unknown name say of a group.
@@ -148,6 +154,18 @@ pub const GROUPS: &[GroupInfo] = &[
         "NVLink per GPU: links up, bytes and errors summed over the links",
     ),
     info(
+        Group::Fabric,
+        "fabric",
+        true,
+        "each GPU's registration with the NVLink fabric of an NVSwitch system",
+    ),
+    info(
+        Group::Inventory,
+        "inventory",
+        true,
+        "the GPUs the PCI bus lists (--host-sys) that NVML does not enumerate, per node",
+    ),
+    info(
         Group::Mig,
         "mig",
         true,
@@ -182,6 +200,12 @@ pub const GROUPS: &[GroupInfo] = &[
         "clocks",
         false,
         "current and maximum clock frequencies by domain, performance state",
+    ),
+    info(
+        Group::FabricHealth,
+        "fabric-health",
+        false,
+        "the NVLink fabric's health per GPU: each condition of its health mask, the driver's summary, and the clique, cluster, status and configuration as info",
     ),
     info(
         Group::ClockEvents,
@@ -286,6 +310,7 @@ pub const DROP_ORDER: &[Group] = &[
     Group::Jobs,
     Group::Workloads,
     Group::NvlinkLinks,
+    Group::FabricHealth,
     Group::Media,
     Group::Pipes,
     Group::ClockEvents,
@@ -298,6 +323,7 @@ pub const DROP_ORDER: &[Group] = &[
     Group::Bandwidth,
     Group::Mig,
     Group::Xid,
+    Group::Fabric,
     Group::Nvlink,
     Group::Pcie,
     Group::RowRemap,
@@ -307,6 +333,7 @@ pub const DROP_ORDER: &[Group] = &[
     Group::Memory,
     Group::Saturation,
     Group::Utilization,
+    Group::Inventory,
     Group::Health,
 ];
 
@@ -417,7 +444,7 @@ mod tests {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             );
         }
-        assert_eq!(GROUPS.len(), Group::Workloads as usize + 1);
+        assert_eq!(GROUPS.len(), Group::Inventory as usize + 1);
     }
 
     #[test]

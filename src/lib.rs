@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod nvml;
 pub mod otlp;
 pub mod page;
+pub mod pci;
 pub mod processes;
 pub mod publish;
 pub mod reload;

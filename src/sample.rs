@@ -41,6 +41,14 @@ pub struct Snapshot {
     /// Failures of the file the held health verdicts are kept in (`--health-state-file`);
     /// `None` without one.
     pub health_state: Option<HealthStateErrors>,
+    /// The GPUs the PCI bus lists that NVML does not enumerate (`--host-sys`, the `inventory`
+    /// group), by address; `None` when the group is off or it cannot be told (the bus
+    /// unreadable, NVML not answering, a GPU whose bus id NVML did not give): unknown, never
+    /// "none missing".
+    pub missing_gpus: Option<Vec<PciGpu>>,
+    /// The node's own verdict: the reasons no GPU's UUID can carry (a GPU the driver lost).
+    /// `None` while the `health` group is off or the node cannot be judged.
+    pub node_health: Option<Health>,
 }
 
 /// Failed reads and writes of the held-verdict file since start
@@ -51,6 +59,17 @@ pub struct HealthStateErrors {
     pub read: u64,
     /// Writes that failed: the verdicts held now would not survive a restart.
     pub write: u64,
+}
+
+/// An NVIDIA GPU on the PCI bus, as sysfs lists it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PciGpu {
+    /// Domain:bus:device.function as sysfs writes it, e.g. "0000:1b:00.0".
+    pub address: String,
+    /// The PCI device id, e.g. "0x2330".
+    pub device_id: String,
+    /// The kernel driver bound to it (`nvidia`); empty when none is.
+    pub driver: String,
 }
 
 /// What one container used of one GPU or MIG GPU instance it holds, in GPU-seconds (a MIG
@@ -326,6 +345,9 @@ pub struct DeviceSample {
     pub nvlinks: Vec<NvLinkSample>,
     /// Current MIG mode (true = enabled); `None` on devices without MIG.
     pub mig_mode: Option<bool>,
+    /// The GPU's place in the NVLink fabric of an NVSwitch system; `None` where it is on none
+    /// (NVML answers NOT_SUPPORTED, or a state of NOT_SUPPORTED).
+    pub fabric: Option<FabricSample>,
 
     /// Whether the device supports NVML GPM (Hopper and newer); `None` when NVML could not say.
     pub gpm_supported: Option<bool>,
@@ -840,6 +862,100 @@ label_enum!(
         TooManyJobs => "too_many_jobs",
     }
 );
+
+/// A GPU's registration with the NVLink fabric and the fabric's health, as NVML reports them
+/// (`nvmlDeviceGetGpuFabricInfoV`, or `nvmlDeviceGetGpuFabricInfo` on drivers without it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FabricSample {
+    /// Where the registration with Fabric Manager stands.
+    pub state: FabricState,
+    /// How the registration ended, the NVML error name ("success" when it did not fail); `None`
+    /// until it completed (`nvml.h`: the status is meaningful only then).
+    pub status: Option<&'static str>,
+    /// The fabric clique the GPU belongs to.
+    pub clique_id: u32,
+    /// The fabric cluster's UUID, 8-4-4-4-12 lowercase hex.
+    pub cluster_uuid: String,
+    /// Each condition of the health mask the driver reports, and whether it holds; empty on
+    /// drivers before R550 (no mask) and for conditions the driver marks not supported.
+    pub conditions: Vec<(FabricCondition, bool)>,
+    /// What the mask says of the fabric's configuration; `None` where the driver does not say.
+    pub configuration: Option<FabricConfiguration>,
+    /// The driver's own summary of the fabric's health (R580 and newer); `None` before.
+    pub summary: Option<FabricSummary>,
+}
+
+impl FabricSample {
+    /// Whether the registration completed with an error status.
+    pub fn registration_failed(&self) -> bool {
+        self.state == FabricState::Completed && self.status.is_some_and(|s| s != "success")
+    }
+
+    /// Whether `condition` holds (false where the driver does not report it).
+    pub fn holds(&self, condition: FabricCondition) -> bool {
+        self.conditions.contains(&(condition, true))
+    }
+}
+
+/// Where a GPU's registration with the NVLink fabric stands (`NVML_GPU_FABRIC_STATE_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FabricState {
+    /// Fabric Manager has not started registering the GPU.
+    #[default]
+    NotStarted,
+    /// The registration is under way.
+    InProgress,
+    /// The registration ended; its status says how.
+    Completed,
+}
+
+label_enum!(
+    /// `condition` label of `nvidia_gpu_fabric_condition`: the conditions of the fabric health
+    /// mask (`NVML_GPU_FABRIC_HEALTH_MASK_*`), each true, false or not reported.
+    FabricCondition {
+        DegradedBandwidth => "degraded_bandwidth",
+        RouteRecovery => "route_recovery",
+        RouteUnhealthy => "route_unhealthy",
+        AccessTimeoutRecovery => "access_timeout_recovery",
+        IncorrectConfiguration => "incorrect_configuration",
+    }
+);
+
+label_enum!(
+    /// `configuration` label of `nvidia_gpu_fabric_info`: the health mask's configuration field
+    /// (`NVML_GPU_FABRIC_HEALTH_MASK_INCORRECT_CONFIGURATION_*`).
+    FabricConfiguration {
+        Correct => "correct",
+        IncorrectSysguid => "incorrect_sysguid",
+        IncorrectChassisSn => "incorrect_chassis_sn",
+        NoPartition => "no_partition",
+        InsufficientNvlinks => "insufficient_nvlinks",
+        IncompatibleGpuFirmware => "incompatible_gpu_firmware",
+        InvalidLocation => "invalid_location",
+        GpuStateInvalid => "gpu_state_invalid",
+        Unknown => "unknown",
+    }
+);
+
+label_enum!(
+    /// The driver's summary of a GPU's fabric health (`NVML_GPU_FABRIC_HEALTH_SUMMARY_*`).
+    FabricSummary {
+        Healthy => "healthy",
+        Unhealthy => "unhealthy",
+        LimitedCapacity => "limited_capacity",
+    }
+);
+
+impl FabricSummary {
+    /// NVML's number for it, as `nvidia_gpu_fabric_health` serves it.
+    pub fn code(self) -> u8 {
+        match self {
+            FabricSummary::Healthy => 1,
+            FabricSummary::Unhealthy => 2,
+            FabricSummary::LimitedCapacity => 3,
+        }
+    }
+}
 
 /// Seconds since the Unix epoch: the clock of the snapshot's timestamps and of the exporter's
 /// own time series.

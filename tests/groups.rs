@@ -82,6 +82,36 @@ fn the_default_demo_serves_at_most_40_series_per_gpu() {
 }
 
 #[test]
+fn an_nvswitch_node_with_fabric_reasons_stays_within_40_series_per_gpu() {
+    // fabric.toml: every GPU serves its fabric state; GPUs 2 and 5 a fabric reason too.
+    let scenario = scenario("fabric");
+    let e = Exporter::start(
+        &[("NVML_SIM_SCENARIO", scenario.to_str().unwrap())],
+        &["--interval", "250ms", "--fabric-registration-timeout", "0s"],
+    );
+    let m = e.wait_metrics(
+        Duration::from_secs(20),
+        "saturation on all 8 GPUs and GPU 2's fabric reason",
+        |m| {
+            (0..8).all(|g| m.gpu_value("nvidia_gpu_sm_active_ratio", g, &[]).is_some())
+                && !m
+                    .find("nvidia_gpu_health_reason", &[("gpu", "2")])
+                    .is_empty()
+        },
+    );
+    let per_gpu = series_per_gpu(&m);
+    assert_eq!(per_gpu.len(), 8, "{per_gpu:?}");
+    for (gpu, n) in &per_gpu {
+        assert!(
+            *n <= MAX_SERIES_PER_GPU,
+            "GPU {gpu} has {n} series by default, over {MAX_SERIES_PER_GPU}:\n{}",
+            m.text
+        );
+    }
+    assert_eq!(m.find("nvidia_gpu_fabric_state", &[]).len(), 8);
+}
+
+#[test]
 fn the_per_gpu_nvlink_sums_equal_the_per_link_series() {
     let m = once(&["--collector.nvlink-links"]);
     for g in 0..8u32 {

@@ -199,6 +199,58 @@ fn the_condition_and_events_follow_each_gpu_s_verdict_and_keep_the_kubelet_s_con
 }
 
 #[test]
+fn a_gpu_the_driver_lost_and_a_failed_fabric_turn_the_condition_false() {
+    // fabric.toml: GPU 2 never registers with the NVLink fabric, GPU 5's bandwidth is degraded;
+    // the PCI bus (a fake sysfs) lists a ninth GPU that NVML does not enumerate.
+    let dir = tempfile::tempdir().unwrap();
+    let mut devices: Vec<_> = common::sysfs::H100X8
+        .iter()
+        .map(|a| common::sysfs::h100(a))
+        .collect();
+    devices.push(common::sysfs::h100("0000:ca:00.0"));
+    let sys = common::sysfs::sysfs(&devices);
+    let api = FakeApiServer::start(NODE, "t");
+    let (_e, _kubelet) = exporter_on(
+        &scenario("fabric"),
+        dir.path(),
+        &api,
+        &["--kubernetes-node-name", NODE],
+        &[
+            "--host-sys",
+            sys.path().to_str().unwrap(),
+            "--fabric-registration-timeout",
+            "0s",
+        ],
+    );
+    let condition = eventually(
+        WAIT,
+        "the condition naming the lost GPU and the fabric",
+        || {
+            api.condition(CONDITION_TYPE)
+                .filter(|c| c["message"].as_str().unwrap().contains("GPU 5 "))
+        },
+    );
+    assert_eq!(
+        (&condition["status"], &condition["reason"]),
+        (&json!("False"), &json!("GpuFailed"))
+    );
+    let message = condition["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "node failed: gpus_missing (reboot_node): 0000:ca:00.0 on the PCI bus, not in NVML; "
+        ),
+        "{message:?}"
+    );
+    for part in [
+        "GPU 2 (GPU-7c1d9e52-3a6b-4f80-8d2e-6b4a0f1c9e32) failed: fabric_not_registered (reset_gpu)",
+        "GPU 5 (GPU-7c1d9e52-3a6b-4f80-8d2e-6b4a0f1c9e35) failed: fabric_degraded_bandwidth (reset_gpu)",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message:?}");
+    }
+    assert!(!message.contains("GPU 0 "), "{message:?}");
+}
+
+#[test]
 fn an_api_server_that_refuses_fails_or_hangs_is_retried_and_never_delays_a_scrape() {
     let dir = tempfile::tempdir().unwrap();
     let api = FakeApiServer::start(NODE, "t");

@@ -225,6 +225,27 @@ fn the_page_and_its_json_show_what_metrics_serves_at_the_same_tick_with_the_aler
 }
 
 #[test]
+fn a_gpu_the_bus_lists_and_nvml_does_not_is_on_the_page_as_metrics_serves_it() {
+    let mut devices: Vec<_> = common::sysfs::H100X8
+        .iter()
+        .map(|a| common::sysfs::h100(a))
+        .collect();
+    devices.push(common::sysfs::h100("0000:ca:00.0"));
+    let sys = common::sysfs::sysfs(&devices);
+    let e = Exporter::start(
+        &[("NVML_EXPORTER_HOST_SYS", sys.path().to_str().unwrap())],
+        &["--interval", "500ms"],
+    );
+    let (m, json, page) = one_tick(&e);
+    assert_eq!(m.value("nvidia_node_gpus_missing", &[]), Some(1.0));
+    assert_eq!(json["missing_gpus"][0]["pci_bus_id"], "0000:ca:00.0");
+    assert_eq!(json["missing_gpus"].as_array().map(Vec::len), Some(1));
+    assert_eq!(json["node_health"]["reasons"][0]["reason"], "gpus_missing");
+    assert_eq!(attribute(&page, "data-pci-bus-id"), "0000:ca:00.0");
+    assert!(page.contains("<b id=\"gpus-missing\">1</b>"), "{page}");
+}
+
+#[test]
 fn the_idle_mark_follows_the_idle_threshold() {
     // GPU 1's SM activity is 15 %: under a threshold of 20 % it is allocated (18 GiB) and idle.
     let e = Exporter::start(&[], &["--interval", "500ms", "--idle-threshold", "0.2"]);

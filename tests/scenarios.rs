@@ -113,6 +113,7 @@ fn the_scenarios_cover_every_device_metric_of_the_catalog() {
         "h100-mig",
         "a100-mig",
         "health",
+        "fabric",
     ] {
         for name in once(scenario).names() {
             served.insert(name.to_string());

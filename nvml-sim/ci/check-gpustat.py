@@ -4,7 +4,8 @@
 For every scenario in nvml-sim/scenarios/, this makes a temporary directory holding a
 `libnvidia-ml.so.1` symlink to the simulator, runs `gpustat --json` and a pynvml snippet with
 LD_LIBRARY_PATH and NVML_SIM_SCENARIO pointing there, and checks that every scenario GPU is listed
-with the scenario's name, UUID, total memory and processes. `nvitop --once` must print no error
+with the scenario's name, UUID, total memory and processes, and through pynvml its NVLink fabric
+(the versioned fabric call, the struct as NVIDIA's binding lays it out). `nvitop --once` must print no error
 line or traceback (nvitop catches a failed NVML call, prints it and goes on, exiting 0), list every
 scenario GPU by PCI bus id, and under each GPU in MIG mode one row per MIG device alive then.
 nvitop's TUI then runs in a detached tmux session until it has redrawn twice: it must show every
@@ -45,7 +46,19 @@ PRESETS = HERE.parent / "src" / "models.toml"
 MIB = 1024 * 1024
 
 PYNVML_SNIPPET = r"""
-import json, pynvml as N
+import ctypes, json, pynvml as N
+
+def fabric(h):
+    # The versioned call with the v2 struct, as NVIDIA's own binding lays it out; None where the
+    # GPU is on no fabric or the library has no such call.
+    info = N.c_nvmlGpuFabricInfo_v2_t()
+    try:
+        N.nvmlDeviceGetGpuFabricInfoV(h, ctypes.byref(info))
+    except (N.NVMLError_NotSupported, N.NVMLError_FunctionNotFound):
+        return None
+    return {"state": info.state, "status": info.status, "clique_id": info.cliqueId,
+            "cluster_uuid": bytes(info.clusterUuid).hex(), "health_mask": info.healthMask}
+
 N.nvmlInit()
 out = {"driver": N.nvmlSystemGetDriverVersion(), "gpus": []}
 for i in range(N.nvmlDeviceGetCount()):
@@ -61,6 +74,7 @@ for i in range(N.nvmlDeviceGetCount()):
         "uuid": N.nvmlDeviceGetUUID(h),
         "memory_total": N.nvmlDeviceGetMemoryInfo(h).total,
         "processes": procs,
+        "fabric": fabric(h),
     })
 N.nvmlShutdown()
 print(json.dumps(out))
@@ -122,14 +136,26 @@ def expected_gpus(scenario, presets, t):
                 kind = p.get("kind", "compute")
                 kinds = ["compute", "graphics"] if kind == "both" else [kind]
                 procs[str(p["pid"])] = {"used": p["used_memory_mib"] * MIB, "kinds": kinds}
+        f = g.get("fabric")
         gpus.append({
             "index": i,
             "name": g["name"],
             "uuid": g["uuid"],
             "memory_total": g["memory_total_mib"] * MIB,
             "processes": procs,
+            "fabric": f and {
+                "state": FABRIC_STATES[f["state"]],
+                "status": f.get("status", 0),
+                "clique_id": f.get("clique_id", 0),
+                "cluster_uuid": f.get("cluster_uuid", "").replace("-", "") or "00" * 16,
+                "health_mask": f.get("health_mask", 0),
+            },
         })
     return gpus
+
+
+# nvml.h's NVML_GPU_FABRIC_STATE_* for a scenario's fabric.state.
+FABRIC_STATES = {"not_started": 1, "in_progress": 2, "completed": 3}
 
 
 def run_text(cmd, env):
@@ -428,7 +454,7 @@ def check_scenario(path, lib, presets, exporter):
     if len(got) != len(want):
         errors.append(f"pynvml lists {len(got)} GPUs, scenario has {len(want)}")
     for w, g in zip(want, got):
-        for key in ("index", "name", "uuid", "memory_total", "processes"):
+        for key in ("index", "name", "uuid", "memory_total", "processes", "fabric"):
             if g[key] != w[key]:
                 errors.append(f"pynvml GPU {w['index']}: {key} is {g[key]!r}, scenario says {w[key]!r}")
     errors += check_nvitop(*nvitop, scenario, t)

@@ -18,6 +18,9 @@ sim=$2
 # branch exists to compare with), e.g.:
 #   nvmlDeviceGetSomethingNew   # 550
 EXCEPTIONS=(
+    # 550: declared from CUDA 12.4's nvml.h on (PyPI nvidia-nvml-dev-cu12 12.4.127; not in 12.3.101,
+    # the R545 header), exported by Debian trixie's libnvidia-ml1 550.163.01, not by the 535.x here.
+    nvmlDeviceGetGpuFabricInfoV
     # 590: nvml.h of CUDA 13 (PyPI nvidia-nvml-dev 13.x, nvidia/cu13/include/nvml.h) declares it,
     # and NVML's change log lists it under "Changes between v580 and v590".
     nvmlDeviceGetUnrepairableMemoryFlag_v1

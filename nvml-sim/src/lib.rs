@@ -13,6 +13,7 @@ mod api;
 mod device;
 mod errors;
 mod events;
+mod fabric;
 mod faults;
 mod ffi;
 mod gpm;

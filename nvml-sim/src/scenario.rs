@@ -166,6 +166,9 @@ pub struct GpuSpec {
     /// Recorded readings played back instead of `load` and the physics (see `replay`).
     #[serde(default)]
     pub replay: Option<Replay>,
+    /// The GPU's NVLink fabric (NVSwitch systems); absent: on none.
+    #[serde(default)]
+    pub fabric: Option<crate::fabric::FabricSpec>,
 }
 
 fn default_fan_min() -> f64 {
@@ -780,6 +783,9 @@ impl GpuSpec {
         self.load.validate()?;
         if let Some(replay) = &self.replay {
             replay.validate(self.fans, self.nvlink.links)?;
+        }
+        if let Some(fabric) = &self.fabric {
+            fabric.cluster_uuid_bytes()?;
         }
         Ok(())
     }

@@ -35,6 +35,8 @@ EXPECTED = {
     "NvidiaGpuUnhealthy": {"6"},
     "NvidiaGpuDegraded": {"5"},
     "NvidiaGpuLost": set(),
+    # The machine's own PCI bus has no GPU that NVML (the simulator) lacks.
+    "NvidiaGpuMissing": set(),
     # GPU 5: hot, SW thermal slowdown active.
     "NvidiaGpuThermalThrottling": {"5"},
     "NvidiaGpuUncorrectableEccErrors": set(),
@@ -70,6 +72,7 @@ EXPECTED_MIG = {
     "NvidiaGpuUnhealthy": set(),  # both GPUs healthy until the reconfiguration at 60 s
     "NvidiaGpuDegraded": set(),
     "NvidiaGpuLost": set(),
+    "NvidiaGpuMissing": set(),
     "NvidiaGpuThermalThrottling": set(),
     "NvidiaGpuUncorrectableEccErrors": set(),
     "NvidiaGpuRowRemapFailure": set(),
@@ -85,6 +88,8 @@ EXPECTED_MIG_FLEET = {
     "instance:nvidia_gpu_lost:sum": 0,
     "instance:nvidia_gpu_allocated:count": 5,
     "instance:nvidia_gpu_allocated_idle:count": 1,
+    # Both GPUs have a verdict; none is missing from NVML.
+    "instance:nvidia_gpu_judged:count": 2,
 }
 EXPECTED_MIG_KUBERNETES_FLEET = EXPECTED_MIG_FLEET | {"instance:nvidia_gpu_allocated:count": 3}
 # The per-exporter rule each cluster-wide sum adds up.

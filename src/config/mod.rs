@@ -150,6 +150,23 @@ pub struct Config {
     /// writable. Without it, a restart forgets them
     #[arg(long, env = "NVML_EXPORTER_HEALTH_STATE_FILE", value_name = "PATH")]
     pub health_state_file: Option<PathBuf>,
+    /// How long a GPU of an NVSwitch system may take to register with the NVLink fabric after the
+    /// exporter (or the driver) starts before its health verdict says fabric_not_registered
+    /// (Fabric Manager trains the fabric after each boot)
+    #[arg(long, env = "NVML_EXPORTER_FABRIC_REGISTRATION_TIMEOUT", value_name = "DURATION",
+          default_value = "5m", value_parser = parse_duration)]
+    #[serde(deserialize_with = "duration_text")]
+    pub fabric_registration_timeout: Duration,
+
+    /// Where the host's sysfs is mounted, whose PCI bus lists the GPUs NVML should enumerate
+    /// (the inventory group: nvidia_node_gpus_missing)
+    #[arg(
+        long,
+        env = "NVML_EXPORTER_HOST_SYS",
+        value_name = "PATH",
+        default_value = "/sys"
+    )]
+    pub host_sys: PathBuf,
 
     /// NVML library to load: a path or a soname
     #[arg(long, env = "NVML_EXPORTER_NVML_LIB", value_name = "PATH",

@@ -87,6 +87,8 @@ impl Config {
             }),
             idle_threshold: self.idle_threshold,
             health_state_file: self.health_state_file.clone(),
+            host_sys: self.host_sys.clone(),
+            fabric_registration_timeout: self.fabric_registration_timeout,
         }
     }
 }

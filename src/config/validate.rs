@@ -53,6 +53,7 @@ impl Config {
             ("kubernetes_api_ca_file", Some(&self.kubernetes_api_ca_file)),
             ("host_proc", Some(&self.host_proc)),
             ("health_state_file", self.health_state_file.as_deref()),
+            ("host_sys", Some(&self.host_sys)),
         ];
         for (id, path) in paths {
             if path.is_some_and(|p| p.as_os_str().is_empty()) {
@@ -591,6 +592,41 @@ mod tests {
                 && e.contains("needs --kubernetes"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn inventory_and_fabric_defaults_and_overrides() {
+        let p = load_args(&[]).unwrap();
+        assert_eq!(p.host_sys, PathBuf::from("/sys"));
+        assert_eq!(
+            p.fabric_registration_timeout,
+            crate::health::FABRIC_REGISTRATION_TIMEOUT
+        );
+        let o = p.sampler_options();
+        assert_eq!(
+            (o.host_sys, o.fabric_registration_timeout),
+            (PathBuf::from("/sys"), Duration::from_secs(300))
+        );
+
+        let p = load_args(&[
+            "--host-sys",
+            "/host/sys",
+            "--fabric-registration-timeout",
+            "90s",
+        ])
+        .unwrap();
+        assert_eq!(p.host_sys, PathBuf::from("/host/sys"));
+        assert_eq!(p.fabric_registration_timeout, Duration::from_secs(90));
+
+        let f = file("host_sys = \"/h/sys\"\nfabric_registration_timeout = \"10m\"\n");
+        let p = load_args(&["--config", f.path().to_str().unwrap()]).unwrap();
+        assert_eq!(p.host_sys, PathBuf::from("/h/sys"));
+        assert_eq!(p.fabric_registration_timeout, Duration::from_secs(600));
+
+        let e = err(&["--host-sys", ""]);
+        assert!(e.contains("--host-sys"), "{e}");
+        let e = err(&["--fabric-registration-timeout", "soon"]);
+        assert!(e.contains("--fabric-registration-timeout"), "{e}");
     }
 
     #[test]

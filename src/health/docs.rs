@@ -49,7 +49,7 @@ unrepairable-memory flag needs a driver of R590 or newer and the recovery action
 the link's bit rate per lane (0.15, 0.3, 0.48, 0.96, 1.92, 3.84 a minute for generations 1 to 6)\n\
 times the lanes, rounded up. DCGM also fails a GPU with more than 15 pages retired for double-bit\n\
 errors that retires more than one a week; that needs a week of history and is not judged here, its\n\
-limit of {} retired pages is.\n\n## Actions\n\n| action | what to do |\n|---|---|\n",
+limit of {} retired pages is.\n",
         critical_xids()
             .iter()
             .map(u64::to_string)
@@ -58,6 +58,8 @@ limit of {} retired pages is.\n\n## Actions\n\n| action | what to do |\n|---|---
         REPLAY_WINDOW.as_secs(),
         RETIRED_PAGES_LIMIT,
     );
+    md.push_str(NODE_RULES);
+    md.push_str("\n## Actions\n\n| action | what to do |\n|---|---|\n");
     for a in HealthAction::ALL {
         let _ = writeln!(md, "| `{}` | {} |", a.label(), action_doc(*a));
     }
@@ -70,7 +72,12 @@ rate, a slowdown, a lost or unreadable GPU) is active while the reading shows it
 it. The driver holds its recovery action until the GPU is reset.\n\
 - An XID is news when its count grew since the previous tick (for the first reading, since the\n  \
 exporter started). An XID whose action is `reset_gpu`, `reboot_node` or `drain_and_service` holds\n  \
-until the GPU is seen reset; any other XID holds {} minutes after its last event.\n\n\
+until the GPU is seen reset; any other XID holds {} minutes after its last event.\n\
+- A GPU's registration with the NVLink fabric may take `--fabric-registration-timeout` (default {}\n  \
+minutes) after the exporter's first tick (or the driver's re-initialisation) before\n  \
+`fabric_not_registered` is a reason; a condition of the fabric health mask is a reason while the\n  \
+mask shows it.\n\
+- `gpus_missing` holds while the PCI bus (read every 30 s) lists a GPU that NVML does not enumerate.\n\n\
 What \"seen reset\" is, first to last:\n\n\
 1. The driver's recovery action went from a reset or reboot (GPU_RESET, NODE_REBOOT,\n   \
 DRAIN_AND_RESET) back to none (R565 and newer): the driver itself says the reset was done.\n\
@@ -89,6 +96,7 @@ read or written never stops the exporter: it is counted in\n\
 means the verdicts held before the restart are lost, so a GPU may read healthy that needs a reset.\n\n\
 States: `{}` needs nothing, `{}` works with less (or needs action soon), `{}` must not take work.\n",
         XID_WINDOW.as_secs() / 60,
+        super::FABRIC_REGISTRATION_TIMEOUT.as_secs() / 60,
         HealthState::Healthy.label(),
         HealthState::Degraded.label(),
         HealthState::Failed.label(),
@@ -103,6 +111,14 @@ hold and how to act on them (a cordon, a remediation controller).\n\n## Sources\
     }
     md
 }
+
+/// What the docs say of the node's rules (and of the fabric's, whose sources are in the
+/// runbook).
+const NODE_RULES: &str = "The `fabric_*` rules read the NVLink fabric of NVSwitch systems (the `fabric` group's\n\
+`nvidia_gpu_fabric_state`); their sources and what to do are in\n\
+[alerts.md](alerts.md#nvlink-fabric-and-missing-gpus). The `gpus_missing` rule is the node's: a GPU\n\
+NVML does not enumerate has no UUID, so it reaches no GPU's verdict but `nvidia_node_gpus_missing`\n\
+(the `inventory` group, `--host-sys`), the node condition and the node page.\n";
 
 fn signal(s: Signal) -> String {
     match s {
@@ -130,6 +146,12 @@ fn signal(s: Signal) -> String {
         Signal::Lost => "NVML: GPU_IS_LOST".into(),
         Signal::ResetRequired => "NVML: RESET_REQUIRED".into(),
         Signal::Unreadable => "no fresh reading past --stale-grace".into(),
+        Signal::FabricNotRegistered => {
+            "NVLink fabric registration not completed past --fabric-registration-timeout".into()
+        }
+        Signal::FabricRegistrationFailed => "NVLink fabric registration failed".into(),
+        Signal::Fabric(c) => format!("fabric health mask: {}", c.label().replace('_', " ")),
+        Signal::GpusMissing => "node: a GPU on the PCI bus that NVML does not list".into(),
     }
 }
 

@@ -19,6 +19,12 @@
 //!   exporter. Any other XID holds [`XID_WINDOW`] after its last event.
 //! - Where the driver gives its recovery action, the XIDs the catalogue links to it change no
 //!   verdict by themselves: the driver holds its action until the reset.
+//! - A GPU's registration with the NVLink fabric may take until the fabric registration timeout
+//!   after the sampler's first tick, or the driver's re-initialisation (a node that just booted,
+//!   its Fabric Manager still training); not completed after it, it is a reason.
+//!
+//! The node has a verdict of its own ([`node_verdict`]), from the rules of node signals: a GPU
+//! the PCI bus lists that NVML does not enumerate has no UUID to carry a reason.
 
 pub mod docs;
 pub mod rules;
@@ -29,8 +35,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::sample::{
-    ClockEventReason, DeviceSample, Health, HealthAction, HealthReason, HealthState,
-    HealthStateErrors, Lost, unix_now,
+    ClockEventReason, DeviceSample, FabricSample, FabricState, Health, HealthAction, HealthReason,
+    HealthState, HealthStateErrors, Lost, PciGpu, unix_now,
 };
 use rules::{RULES, Recovery, Rule, Signal, unlisted_xid_rule, xid_rule};
 use store::{GpuHolds, Store};
@@ -42,11 +48,17 @@ pub const XID_WINDOW: Duration = Duration::from_secs(600);
 /// The window over which PCIe replays are counted: DCGM's minute.
 pub const REPLAY_WINDOW: Duration = Duration::from_secs(60);
 
-/// What one GPU's verdict needs to know of the others.
+/// How long a GPU may take to register with the NVLink fabric after the sampler's first tick,
+/// unless `--fabric-registration-timeout` says otherwise.
+pub const FABRIC_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What one GPU's verdict needs to know of the others and of the node.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Node {
     /// A GPU of the node is in MIG mode: drivers then report NVLink links down.
     pub mig: bool,
+    /// The GPUs have had their time to register with the NVLink fabric (set by the tracker).
+    fabric_late: bool,
 }
 
 impl Node {
@@ -54,6 +66,7 @@ impl Node {
     pub fn of<'a>(devices: impl IntoIterator<Item = &'a DeviceSample>) -> Node {
         Node {
             mig: devices.into_iter().any(|d| d.mig_mode == Some(true)),
+            fabric_late: false,
         }
     }
 }
@@ -65,6 +78,24 @@ pub struct Tracker {
     /// Holds read from the state file, by UUID, until the GPU's first reading takes them.
     loaded: BTreeMap<String, GpuHolds>,
     store: Option<Store>,
+    fabric: FabricWait,
+}
+
+/// When the GPUs began to register with the NVLink fabric, and how long they may.
+#[derive(Debug)]
+struct FabricWait {
+    /// The first tick, or the first after the driver's re-initialisation.
+    since: Option<Instant>,
+    timeout: Duration,
+}
+
+impl Default for FabricWait {
+    fn default() -> Self {
+        FabricWait {
+            since: None,
+            timeout: FABRIC_REGISTRATION_TIMEOUT,
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -110,15 +141,23 @@ impl Tracker {
     /// A tracker writing to `store`, starting with `loaded` (by UUID).
     pub fn with_store(store: Store, loaded: BTreeMap<String, GpuHolds>) -> Tracker {
         Tracker {
-            gpus: HashMap::new(),
             loaded,
             store: Some(store),
+            ..Tracker::default()
         }
+    }
+
+    /// How long a GPU may take to register with the NVLink fabric (`--fabric-registration-timeout`),
+    /// from the next verdict on.
+    pub fn set_fabric_registration_timeout(&mut self, timeout: Duration) {
+        self.fabric.timeout = timeout;
     }
 
     /// The driver was re-initialised (it went away and came back): its reload reset every GPU.
     pub fn driver_reloaded(&mut self) {
         self.loaded.clear();
+        // The reloaded driver registers the GPUs with the fabric anew.
+        self.fabric.since = None;
         for memory in self.gpus.values_mut() {
             memory.held.clear();
             memory.lost = false;
@@ -130,6 +169,11 @@ impl Tracker {
     /// The verdict of `d`'s reading taken into account at `now`, with `node` what the other GPUs
     /// say.
     pub fn evaluate(&mut self, d: &DeviceSample, node: Node, now: Instant) -> Health {
+        let since = *self.fabric.since.get_or_insert(now);
+        let node = Node {
+            fabric_late: now.saturating_duration_since(since) >= self.fabric.timeout,
+            ..node
+        };
         let none = Memory::default();
         let memory = if d.uuid.is_empty() {
             &none
@@ -294,6 +338,19 @@ impl Memory {
                 ],
             ),
             Signal::PowerSlowdown => clock_event(d, &[ClockEventReason::HwPowerBrakeSlowdown]),
+            Signal::FabricNotRegistered => {
+                node.fabric_late
+                    && d.fabric
+                        .as_ref()
+                        .is_some_and(|f| f.state != FabricState::Completed)
+            }
+            Signal::FabricRegistrationFailed => d
+                .fabric
+                .as_ref()
+                .is_some_and(FabricSample::registration_failed),
+            Signal::Fabric(condition) => d.fabric.as_ref().is_some_and(|f| f.holds(condition)),
+            // The node's, never a GPU's.
+            Signal::GpusMissing => false,
         }
     }
 
@@ -310,6 +367,15 @@ impl Memory {
         };
         last.abs_diff(*first) > replay_bound(generation, width)
     }
+}
+
+/// The node's verdict, from the rules of node signals: `missing` are the GPUs the PCI bus lists
+/// that NVML does not enumerate.
+pub fn node_verdict(missing: &[PciGpu]) -> Health {
+    verdict(|rule| match rule.signal {
+        Signal::GpusMissing => !missing.is_empty(),
+        _ => false,
+    })
 }
 
 /// DCGM's limit of retired pages (`DCGM_LIMIT_MAX_RETIRED_PAGES`): as many fail the GPU.

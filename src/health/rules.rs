@@ -14,6 +14,7 @@
 //! by themselves; the driver holds its action until the GPU is reset. An XID the table does not
 //! list degrades the GPU and asks for it to be looked up.
 
+use crate::sample::FabricCondition;
 use crate::sample::HealthAction::{
     self, DrainAndService, DrainP2p, Investigate, None, RebootNode, ResetGpu, RestartWorkload,
 };
@@ -99,6 +100,16 @@ pub enum Signal {
     ThermalSlowdown,
     /// The clocks are held down by the board's power brake.
     PowerSlowdown,
+    /// The GPU's registration with the NVLink fabric has not completed
+    /// `--fabric-registration-timeout` after the sampler's first tick.
+    FabricNotRegistered,
+    /// The GPU's registration with the NVLink fabric completed with an error status.
+    FabricRegistrationFailed,
+    /// A condition of the fabric health mask holds.
+    Fabric(FabricCondition),
+    /// The node's PCI bus lists a GPU that NVML does not enumerate: a reason of the node's, which
+    /// no GPU's reading carries.
+    GpusMissing,
 }
 
 /// The part of a GPU's reading a signal looks at, which the device reader makes the NVML calls
@@ -131,6 +142,8 @@ pub enum Reading {
     PcieReplays,
     /// The clock-event (throttle) reasons (`nvmlDeviceGetCurrentClocksEventReasons`).
     ClockEvents,
+    /// The GPU's NVLink fabric registration and health (`nvmlDeviceGetGpuFabricInfoV`).
+    Fabric,
 }
 
 impl Signal {
@@ -148,7 +161,10 @@ impl Signal {
             Signal::PcieReplayRate => &[Reading::PcieReplays, Reading::PcieLink],
             Signal::PcieWidth => &[Reading::PcieLink],
             Signal::ThermalSlowdown | Signal::PowerSlowdown => &[Reading::ClockEvents],
-            Signal::Lost | Signal::ResetRequired | Signal::Unreadable => &[],
+            Signal::FabricNotRegistered | Signal::FabricRegistrationFailed | Signal::Fabric(_) => {
+                &[Reading::Fabric]
+            }
+            Signal::Lost | Signal::ResetRequired | Signal::Unreadable | Signal::GpusMissing => &[],
         }
     }
 
@@ -159,6 +175,12 @@ impl Signal {
             Signal::Xids(codes) => codes.contains(&code),
             _ => false,
         }
+    }
+
+    /// Whether the signal is the node's rather than a GPU's (the node's verdict,
+    /// [`super::node_verdict`]).
+    pub const fn is_node(self) -> bool {
+        matches!(self, Signal::GpusMissing)
     }
 }
 
@@ -645,6 +667,59 @@ pub const RULES: &[Rule] = &[
         "Clocks held down by the power brake: nothing to do to the GPU; check the node's power supply.",
         "DCGM: warn (power violation)",
     ),
+    // --- The NVLink fabric (NVSwitch systems) and the PCI bus ---------------------------------
+    // DCGM's health watch (NVIDIA/DCGM, modules/health/DcgmHealthWatch.cpp, MonitorFabricFields)
+    // fails a GPU for each of these fabric conditions; the sources of each action are in
+    // docs/alerts.md.
+    rule(
+        Signal::FabricNotRegistered,
+        Failed,
+        "fabric_not_registered",
+        ResetGpu,
+        "Not registered with the NVLink fabric --fabric-registration-timeout after the exporter or the driver started: no NVLink peer-to-peer. Check nvidia-fabricmanager first.",
+        "DCGM: fail (fabric state not completed); the timeout is the exporter's, as NVIDIA documents none (NVSentinel proposes 300 s)",
+    ),
+    rule(
+        Signal::FabricRegistrationFailed,
+        Failed,
+        "fabric_registration_failed",
+        ResetGpu,
+        "The registration with the NVLink fabric ended in an error: no NVLink peer-to-peer. Check nvidia-fabricmanager first.",
+        "DCGM: fail (fabric status not success)",
+    ),
+    fabric(
+        FabricCondition::DegradedBandwidth,
+        "fabric_degraded_bandwidth",
+        "The fabric health mask says the GPU's NVLink bandwidth is degraded.",
+    ),
+    fabric(
+        FabricCondition::RouteUnhealthy,
+        "fabric_route_unhealthy",
+        "The fabric health mask says a route of the GPU's NVLink fabric is unhealthy.",
+    ),
+    fabric(
+        FabricCondition::RouteRecovery,
+        "fabric_route_recovery",
+        "The fabric health mask says a route recovery is in progress.",
+    ),
+    fabric(
+        FabricCondition::AccessTimeoutRecovery,
+        "fabric_access_timeout_recovery",
+        "The fabric health mask says an access-timeout recovery is in progress.",
+    ),
+    fabric(
+        FabricCondition::IncorrectConfiguration,
+        "fabric_incorrect_configuration",
+        "The fabric health mask says the fabric is configured wrongly for the GPU (nvidia_gpu_fabric_info's configuration says how).",
+    ),
+    rule(
+        Signal::GpusMissing,
+        Failed,
+        "gpus_missing",
+        RebootNode,
+        "The node's: the PCI bus lists a GPU bound to the nvidia driver (or to none) that NVML does not enumerate; the driver lost it.",
+        "NVSentinel: GpuTotalCountMismatch; reboot as for a GPU off the bus (catalogue: XID 79 RESTART_BM)",
+    ),
 ];
 
 /// The sources the rows name, with where to read them.
@@ -674,6 +749,18 @@ pub const SOURCES: &[(&str, &str)] = &[
         "NVML's header (CUDA 13) and change log: the recovery action values, its field and event (R565), the unrepairable-memory flag (R590), the SRAM status (root only), https://docs.nvidia.com/deploy/nvml-api/",
     ),
 ];
+
+/// A rule of a fabric health mask condition: failed, as DCGM's health watch judges each.
+const fn fabric(condition: FabricCondition, reason: &'static str, doc: &'static str) -> Rule {
+    rule(
+        Signal::Fabric(condition),
+        Failed,
+        reason,
+        ResetGpu,
+        doc,
+        "DCGM: fail (fabric health mask)",
+    )
+}
 
 /// What an operator does for each action, for docs/health.md.
 pub fn action_doc(action: HealthAction) -> &'static str {

@@ -1,7 +1,7 @@
 //! The verdict of hand-built readings, tick after tick.
 
 use super::*;
-use crate::sample::{EccCounts, NvLinkSample, RemappedRows, RetiredPages};
+use crate::sample::{EccCounts, FabricCondition, NvLinkSample, RemappedRows, RetiredPages};
 
 fn gpu(xids: &[(u64, u64)]) -> DeviceSample {
     DeviceSample {
@@ -26,7 +26,10 @@ fn reasons(h: &Health) -> Vec<(&str, &str)> {
         .collect()
 }
 
-const NODE: Node = Node { mig: false };
+const NODE: Node = Node {
+    mig: false,
+    fabric_late: false,
+};
 
 fn lost(kind: Lost, d: DeviceSample) -> DeviceSample {
     DeviceSample {
@@ -295,7 +298,7 @@ fn links_are_not_judged_in_mig_mode_nor_when_nvml_did_not_say() {
             ..NvLinkSample::default()
         })
         .collect();
-    assert_eq!(t.evaluate(&d, Node { mig: true }, now), Health::default());
+    assert_eq!(t.evaluate(&d, Node { mig: true, ..NODE }, now), Health::default());
     assert_eq!(t.evaluate(&d, NODE, now).state, HealthState::Failed);
     for l in &mut d.nvlinks {
         l.up = None;
@@ -499,4 +502,88 @@ mod persisted {
             "held in memory"
         );
     }
+}
+
+fn on_fabric(state: FabricState, status: Option<&'static str>) -> DeviceSample {
+    DeviceSample {
+        fabric: Some(FabricSample {
+            state,
+            status,
+            ..FabricSample::default()
+        }),
+        ..gpu(&[])
+    }
+}
+
+#[test]
+fn a_gpu_not_registered_with_the_fabric_fails_once_the_timeout_has_passed() {
+    let mut t = Tracker::default();
+    t.set_fabric_registration_timeout(Duration::from_secs(60));
+    let t0 = Instant::now();
+    let training = on_fabric(FabricState::InProgress, None);
+    assert_eq!(t.evaluate(&training, NODE, t0), Health::default());
+    let not_started = on_fabric(FabricState::NotStarted, None);
+    assert_eq!(
+        t.evaluate(&not_started, NODE, t0 + Duration::from_secs(59)),
+        Health::default()
+    );
+    let h = t.evaluate(&training, NODE, t0 + Duration::from_secs(60));
+    assert_eq!(
+        (h.state, reasons(&h)),
+        (
+            HealthState::Failed,
+            vec![("fabric_not_registered", "reset_gpu")]
+        )
+    );
+    // Registered: healthy again; a GPU on no fabric never has a fabric reason.
+    let later = t0 + Duration::from_secs(600);
+    let done = on_fabric(FabricState::Completed, Some("success"));
+    assert_eq!(t.evaluate(&done, NODE, later), Health::default());
+    assert_eq!(t.evaluate(&gpu(&[]), NODE, later), Health::default());
+}
+
+#[test]
+fn a_failed_registration_and_each_condition_of_the_mask_are_reasons() {
+    let mut t = Tracker::default();
+    let now = Instant::now();
+    let h = t.evaluate(&on_fabric(FabricState::Completed, Some("timeout")), NODE, now);
+    assert_eq!(
+        reasons(&h),
+        vec![("fabric_registration_failed", "reset_gpu")]
+    );
+    let mut d = on_fabric(FabricState::Completed, Some("success"));
+    let f = d.fabric.as_mut().unwrap();
+    f.conditions = vec![
+        (FabricCondition::DegradedBandwidth, true),
+        (FabricCondition::RouteRecovery, false),
+        (FabricCondition::RouteUnhealthy, true),
+        (FabricCondition::IncorrectConfiguration, false),
+    ];
+    let h = t.evaluate(&d, NODE, now);
+    assert_eq!(
+        (h.state, reasons(&h)),
+        (
+            HealthState::Failed,
+            vec![
+                ("fabric_degraded_bandwidth", "reset_gpu"),
+                ("fabric_route_unhealthy", "reset_gpu")
+            ]
+        )
+    );
+}
+
+#[test]
+fn a_missing_gpu_is_the_nodes_reason_never_a_gpus() {
+    assert_eq!(node_verdict(&[]), Health::default());
+    let h = node_verdict(&[PciGpu::default()]);
+    assert_eq!(
+        (h.state, reasons(&h)),
+        (HealthState::Failed, vec![("gpus_missing", "reboot_node")])
+    );
+    assert!(
+        RULES
+            .iter()
+            .filter(|r| r.signal.is_node())
+            .all(|r| r.signal.reads().is_empty())
+    );
 }

@@ -6,8 +6,10 @@
 //! - patches `/api/v1/nodes/NAME/status` with a strategic merge patch holding only its own
 //!   condition, which the API server merges by `type` into the node's conditions, keeping every
 //!   other one (as node-problem-detector does): `True` when every GPU is healthy, `False` when
-//!   one is not (reason `GpuFailed` or `GpuDegraded`, the worst; the message names each
-//!   unhealthy GPU, its state, reasons and actions), `Unknown` while NVML does not answer. It is
+//!   one is not or the node's own verdict is not (a GPU the PCI bus lists that NVML does not
+//!   enumerate: reason `GpuFailed` or `GpuDegraded`, the worst; the message names the node's
+//!   reasons and each unhealthy GPU, its state, reasons and actions), `Unknown` while NVML does
+//!   not answer. It is
 //!   written when it changes and again every [`HEARTBEAT`]; `lastTransitionTime` is when this
 //!   process first saw the status it writes;
 //! - creates an events.k8s.io/v1 Event regarding the Node (in `default`, where the kubelet's
@@ -189,6 +191,54 @@ impl GpuVerdict {
     }
 }
 
+/// The node's own verdict when it is not healthy: reasons no GPU carries (a GPU the PCI bus
+/// lists that NVML does not enumerate), as the condition names them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NodeVerdict {
+    state: HealthState,
+    reasons: Vec<(&'static str, HealthAction)>,
+    /// The PCI addresses of the GPUs NVML does not enumerate.
+    missing: Vec<String>,
+}
+
+impl NodeVerdict {
+    /// "node failed: gpus_missing (reboot_node): 0000:ca:00.0 on the PCI bus, not in NVML".
+    fn describe(&self) -> String {
+        let reasons: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|(reason, action)| format!("{reason} ({})", action.label()))
+            .collect();
+        let mut text = format!("node {}: {}", self.state.label(), reasons.join(", "));
+        if !self.missing.is_empty() {
+            text.push_str(&format!(
+                ": {} on the PCI bus, not in NVML",
+                self.missing.join(", ")
+            ));
+        }
+        text
+    }
+}
+
+/// The node's verdict in `snapshot` when it is not healthy.
+fn node_verdict(snapshot: &Snapshot) -> Option<NodeVerdict> {
+    let health = snapshot.node_health.as_ref()?;
+    (health.state != HealthState::Healthy).then(|| NodeVerdict {
+        state: health.state,
+        reasons: health
+            .reasons
+            .iter()
+            .map(|r| (r.reason, r.action))
+            .collect(),
+        missing: snapshot
+            .missing_gpus
+            .iter()
+            .flatten()
+            .map(|g| g.address.clone())
+            .collect(),
+    })
+}
+
 /// The verdict of every GPU of `snapshot` that has one, by UUID; `None` while NVML does not
 /// answer.
 fn verdicts(snapshot: &Snapshot) -> Option<BTreeMap<String, GpuVerdict>> {
@@ -225,7 +275,12 @@ struct Condition {
 }
 
 impl Condition {
-    fn of(verdicts: Option<&BTreeMap<String, GpuVerdict>>) -> Condition {
+    /// The condition of the GPUs' `verdicts` and the node's own (`node`, when not healthy: a
+    /// GPU NVML lost is in none of the GPUs' verdicts).
+    fn of(
+        verdicts: Option<&BTreeMap<String, GpuVerdict>>,
+        node: Option<&NodeVerdict>,
+    ) -> Condition {
         let Some(verdicts) = verdicts else {
             return Condition {
                 status: "Unknown",
@@ -238,14 +293,23 @@ impl Condition {
             .filter(|v| v.state != HealthState::Healthy)
             .collect();
         unhealthy.sort_by_key(|v| v.index);
-        let Some(worst) = unhealthy.iter().map(|v| v.state).max() else {
+        let Some(worst) = unhealthy
+            .iter()
+            .map(|v| v.state)
+            .chain(node.map(|n| n.state))
+            .max()
+        else {
             return Condition {
                 status: "True",
                 reason: "GpusHealthy",
                 message: format!("all {} GPUs healthy", verdicts.len()),
             };
         };
-        let described: Vec<String> = unhealthy.iter().map(|v| v.describe()).collect();
+        let described: Vec<String> = node
+            .map(NodeVerdict::describe)
+            .into_iter()
+            .chain(unhealthy.iter().map(|v| v.describe()))
+            .collect();
         Condition {
             status: "False",
             reason: reason_of(worst),
@@ -419,7 +483,11 @@ impl Reporter {
             self.tell(now, Instant::now(), SystemTime::now());
             self.answered = Some(now.clone());
         }
-        self.write(&Condition::of(now.as_ref())).await;
+        self.write(&Condition::of(
+            now.as_ref(),
+            node_verdict(snapshot).as_ref(),
+        ))
+        .await;
     }
 
     /// Queues an Event for each GPU whose state changed since the last answer, or that has

@@ -9,9 +9,9 @@
 use std::borrow::Cow;
 
 use crate::sample::{
-    ClockDomain, ClockEventReason, DeviceSample, GpmMetrics, GpmPipe, HealthAction, HealthState,
-    JobsError, KubeletError, MediaEngine, NvLinkErrorType, Snapshot, SystemInfo,
-    TemperatureThreshold, ThrottleReason, WorkloadSeconds,
+    ClockDomain, ClockEventReason, DeviceSample, FabricCondition, FabricConfiguration, FabricState,
+    GpmMetrics, GpmPipe, HealthAction, HealthState, JobsError, KubeletError, MediaEngine,
+    NvLinkErrorType, Snapshot, SystemInfo, TemperatureThreshold, ThrottleReason, WorkloadSeconds,
 };
 
 use super::samples::Samples;
@@ -1281,7 +1281,7 @@ pub static CATALOG: &[MetricDef] = &[
             ("reason", || {
                 crate::health::rules::RULES
                     .iter()
-                    .filter(|r| r.state != HealthState::Healthy)
+                    .filter(|r| r.state != HealthState::Healthy && !r.signal.is_node())
                     .map(|r| r.reason)
                     .collect()
             }),
@@ -1487,6 +1487,82 @@ pub static CATALOG: &[MetricDef] = &[
             }
         }),
     },
+    // --- NVLink fabric (NVSwitch systems) ---------------------------------------------------
+    device!(
+        Fabric,
+        "nvidia_gpu_fabric_state",
+        Gauge,
+        "",
+        "The GPU's registration with the NVLink fabric of an NVSwitch system (Fabric Manager): 1 not started, 2 in progress, 3 completed, 4 completed with an error (nvidia_gpu_fabric_info's status says which), as DCGM numbers its Fabric Manager status. Absent where the GPU is on no fabric.",
+        [],
+        |_, d, out| {
+            if let Some(f) = &d.fabric {
+                out.value(match f.state {
+                    _ if f.registration_failed() => 4.0,
+                    FabricState::NotStarted => 1.0,
+                    FabricState::InProgress => 2.0,
+                    FabricState::Completed => 3.0,
+                });
+            }
+        }
+    ),
+    MetricDef {
+        name: "nvidia_gpu_fabric_info",
+        group: Group::FabricHealth,
+        help: "The GPU's NVLink fabric: its clique and cluster, how its registration ended (status: an NVML error name, success, or empty before it completed) and what the health mask says of the fabric's configuration (configuration: correct, or what is wrong; empty where the driver does not say); always 1.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["clique_id", "cluster_uuid", "status", "configuration"],
+        closed_labels: &[("configuration", || {
+            values_of(FabricConfiguration::ALL, FabricConfiguration::label)
+        })],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            if let Some(f) = &d.fabric {
+                let mut clique = itoa::Buffer::new();
+                out.labelled(
+                    &[
+                        clique.format(f.clique_id),
+                        &f.cluster_uuid,
+                        f.status.unwrap_or(""),
+                        f.configuration.map_or("", FabricConfiguration::label),
+                    ],
+                    1.0,
+                );
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_gpu_fabric_condition",
+        group: Group::FabricHealth,
+        help: "Each condition of the GPU's NVLink fabric health mask: 1 while it holds, 0 while it does not; absent where the driver does not report it (the mask came with R550, most conditions with R570, incorrect_configuration with R580).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["condition"],
+        closed_labels: &[("condition", || {
+            values_of(FabricCondition::ALL, FabricCondition::label)
+        })],
+        dcgm: &[],
+        source: Source::Device(|_, d, out| {
+            for (c, on) in d.fabric.iter().flat_map(|f| &f.conditions) {
+                out.labelled(&[c.label()], if *on { 1.0 } else { 0.0 });
+            }
+        }),
+    },
+    device!(
+        FabricHealth,
+        "nvidia_gpu_fabric_health",
+        Gauge,
+        "",
+        "The driver's summary of the GPU's NVLink fabric health, as NVML numbers it: 1 healthy, 2 unhealthy, 3 limited capacity. Absent before R580.",
+        [],
+        |_, d, out| out.opt(
+            d.fabric
+                .as_ref()
+                .and_then(|f| f.summary)
+                .map(|s| f64::from(s.code()))
+        )
+    ),
     // --- MIG ------------------------------------------------------------------------------
     device!(
         Mig,
@@ -1622,6 +1698,37 @@ pub static CATALOG: &[MetricDef] = &[
         closed_labels: &[],
         dcgm: &[],
         source: Source::Jobs,
+    },
+    // --- The node's inventory (--host-sys) -----------------------------------------------------
+    MetricDef {
+        name: "nvidia_node_gpus_missing",
+        group: Group::Inventory,
+        help: "GPUs the node's PCI bus lists (NVIDIA display controllers bound to the nvidia driver or to none) that NVML does not enumerate: GPUs the driver lost. Absent when it cannot be told (the bus unreadable, NVML not answering).",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &[],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| {
+            if let Some(missing) = &s.missing_gpus {
+                out.value(missing.len() as f64);
+            }
+        }),
+    },
+    MetricDef {
+        name: "nvidia_node_missing_gpu_info",
+        group: Group::Inventory,
+        help: "A GPU the node's PCI bus lists that NVML does not enumerate, by PCI address (sysfs' form, 0000:1b:00.0), device id and bound driver (empty when none is); always 1.",
+        kind: MetricKind::Gauge,
+        unit: "",
+        labels: &["pci_bus_id", "device_id", "driver"],
+        closed_labels: &[],
+        dcgm: &[],
+        source: Source::Exporter(|s, out| {
+            for g in s.missing_gpus.iter().flatten() {
+                out.labelled(&[&g.address, &g.device_id, &g.driver], 1.0);
+            }
+        }),
     },
     // --- Exporter self-metrics ------------------------------------------------------------
     MetricDef {

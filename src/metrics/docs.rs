@@ -101,10 +101,45 @@ pub fn render_markdown() -> String {
          the driver reports no per-process utilization (no series). See docs/processes.md.\n",
     );
 
+    md.push_str(
+        "\n### NVLink fabric\n\n\
+         On NVSwitch systems (HGX and DGX H100, H200, B200; GB200 NVL72) a GPU joins the NVLink \
+         fabric when Fabric Manager registers it. `nvidia_gpu_fabric_state` says where that \
+         stands (absent where the GPU is on no fabric); the `fabric-health` group adds each \
+         condition of the driver's fabric health mask, its summary and the clique, cluster, \
+         status and configuration. They come from the newest call the driver has: \
+         `nvmlDeviceGetGpuFabricInfoV` with the v3 struct (R580: the summary), the v2 struct \
+         (R550: the mask; most of its conditions from R570), else `nvmlDeviceGetGpuFabricInfo` \
+         (R525: state, status, clique and cluster only). The health verdict reads them whatever \
+         the groups (the `fabric_*` reasons of docs/health.md).\n",
+    );
+
+    md.push_str("\n## Node metrics\n\n");
+    md.push_str(
+        "With the `inventory` group (on by default) the exporter reads the PCI bus of the host's \
+         sysfs (`--host-sys`, `/sys` by default; the DaemonSet mounts the host's) at the first \
+         tick after NVML starts and every 30 s, and counts at each tick the \
+         NVIDIA GPUs on it (display controllers, class 0x0300 or 0x0302: not NVSwitches, not \
+         other vendors' devices) that NVML does not enumerate, comparing PCI addresses. A GPU \
+         bound to another driver than `nvidia` (`vfio-pci` for a virtual machine, `pci-stub`) \
+         was set aside on purpose, as its `driver` link in sysfs says, and is not counted; one \
+         bound to none (the nvidia driver failed to set it up) is. When the bus cannot be read \
+         or NVML does not answer, the count is absent (unknown), never 0. These series carry no \
+         `gpu` or `uuid`: a GPU NVML does not enumerate has neither.\n\n",
+    );
+    table(
+        &mut md,
+        CATALOG
+            .iter()
+            .filter(|d| !d.source.is_per_device() && d.name.starts_with("nvidia_node_")),
+    );
+
     md.push_str("\n## Exporter self-metrics\n\n");
     table(
         &mut md,
-        CATALOG.iter().filter(|d| !d.source.is_per_device()),
+        CATALOG
+            .iter()
+            .filter(|d| !d.source.is_per_device() && !d.name.starts_with("nvidia_node_")),
     );
     md.push_str(
         "\n`nvml_exporter_scrapes_total` is counted as responses are sent but encoded with the next \

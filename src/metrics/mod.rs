@@ -206,7 +206,12 @@ impl Encoder {
                     .set(i64::try_from(per_group[g as usize]).unwrap_or(i64::MAX));
             }
         }
-        write::own_families(&mut out, snap, self.registry.gather());
+        // dcgm-exporter's names alone: none of the native families, the node's included.
+        let own = match opts.dcgm_compat {
+            DcgmCompat::Dcgm => Groups::none(),
+            _ => opts.groups,
+        };
+        write::own_families(&mut out, snap, own, self.registry.gather());
         #[cfg(target_os = "linux")]
         self.process.write(&mut out);
         if opts.dcgm_compat != DcgmCompat::Off {

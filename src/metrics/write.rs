@@ -117,12 +117,20 @@ pub(super) fn gpu_families(
     per_group
 }
 
-/// Appends the exporter's own families in catalog order (they follow the GPU families there):
-/// those read from `snap`, and the families the encoder's registry keeps (`gathered`) where the
-/// catalog places them, any others after.
-pub(super) fn own_families(out: &mut Text, snap: &Snapshot, mut gathered: Vec<MetricFamily>) {
+/// Appends the node's and the exporter's own families in catalog order (they follow the GPU
+/// families there): those read from `snap` whose group is in `groups`, and the families the
+/// encoder's registry keeps (`gathered`) where the catalog places them, any others after.
+pub(super) fn own_families(
+    out: &mut Text,
+    snap: &Snapshot,
+    groups: Groups,
+    mut gathered: Vec<MetricFamily>,
+) {
     let mut samples = Samples::default();
-    for def in CATALOG.iter().filter(|def| !def.source.is_per_device()) {
+    for def in CATALOG
+        .iter()
+        .filter(|def| !def.source.is_per_device() && groups.contains(def.group))
+    {
         match def.source {
             Source::Registry => {
                 if let Some(at) = gathered.iter().position(|f| f.name() == def.name) {

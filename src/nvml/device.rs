@@ -333,6 +333,13 @@ fn read_metrics(
     } else if reads(groups, &[], Reading::LinkStates) {
         s.nvlinks = link_states(t, d, nvlink_count);
     }
+    if reads(
+        groups,
+        &[Group::Fabric, Group::FabricHealth],
+        Reading::Fabric,
+    ) {
+        s.fabric = super::fabric::read_fabric(t, d);
+    }
 }
 
 /// What the driver itself says the GPU needs: its recovery action (R565 and newer), the

@@ -6,6 +6,7 @@ pub mod device;
 pub mod discovery;
 pub mod error;
 pub mod events;
+pub mod fabric;
 pub mod gpm;
 pub mod ledger;
 pub mod mig;

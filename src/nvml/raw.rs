@@ -14,8 +14,9 @@ use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
 use nvml_wrapper_sys::bindings::{
     self as sys, NVML_GPM_METRICS_GET_VERSION, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t,
-    nvmlFieldValue_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpuInstance_t,
-    nvmlGpuInstanceInfo_t, nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t, nvmlValue_t,
+    nvmlFieldValue_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpuFabricInfo_t,
+    nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
+    nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t, nvmlValue_t,
     nvmlValueType_t,
 };
 
@@ -452,6 +453,83 @@ pub fn supported_event_types(device: &Device) -> Result<u64, NvmlError> {
     // SAFETY: valid handle and out-pointer.
     unsafe { nvml_try(sym(device.handle(), &mut mask))? };
     Ok(mask)
+}
+
+/// A GPU's NVLink fabric information, from whichever call and struct version answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawFabricInfo {
+    /// The fabric cluster's UUID.
+    pub cluster_uuid: [u8; 16],
+    /// The registration's `nvmlReturn_t`, meaningful once the state is completed.
+    pub status: u32,
+    /// The fabric clique.
+    pub clique_id: u32,
+    /// `NVML_GPU_FABRIC_STATE_*`.
+    pub state: u8,
+    /// `NVML_GPU_FABRIC_HEALTH_MASK_*` fields (struct version 2 and later).
+    pub health_mask: Option<u32>,
+    /// `NVML_GPU_FABRIC_HEALTH_SUMMARY_*` (struct version 3 and later).
+    pub health_summary: Option<u8>,
+}
+
+/// `nvmlDeviceGetGpuFabricInfo`, the call of R525 and later, without a health mask.
+pub fn gpu_fabric_info(device: &Device) -> Result<RawFabricInfo, NvmlError> {
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetGpuFabricInfo.as_ref())?;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut info: nvmlGpuFabricInfo_t = unsafe { mem::zeroed() };
+    // SAFETY: valid handle, out-pointer to the struct the function takes.
+    unsafe { nvml_try(sym(device.handle(), &mut info))? };
+    Ok(RawFabricInfo {
+        cluster_uuid: info.clusterUuid,
+        status: info.status,
+        clique_id: info.cliqueId,
+        state: info.state,
+        health_mask: None,
+        health_summary: None,
+    })
+}
+
+/// `nvmlDeviceGetGpuFabricInfoV` with struct version `version`: 3 (`nvmlGpuFabricInfo_v3_t`, with
+/// the health summary; R580 and later) or 2 (`_v2_t`, with the health mask; R550 and later). A
+/// driver that does not know the version answers ARGUMENT_VERSION_MISMATCH, which nvml-wrapper
+/// 0.13 gives as `UnexpectedVariant(25)`.
+pub fn gpu_fabric_info_v(device: &Device, version: u32) -> Result<RawFabricInfo, NvmlError> {
+    let sym = nvml_sym(device.nvml().lib().nvmlDeviceGetGpuFabricInfoV.as_ref())?;
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut v3: nvmlGpuFabricInfo_v3_t = unsafe { mem::zeroed() };
+    if version == 3 {
+        // NVML_STRUCT_VERSION(GpuFabricInfo, 3): the size, and the version in the top byte.
+        v3.version = (mem::size_of::<nvmlGpuFabricInfo_v3_t>() | (3 << 24)) as u32;
+        // SAFETY: valid handle, out-pointer to a struct of the size its version word says.
+        unsafe { nvml_try(sym(device.handle(), &mut v3))? };
+        return Ok(RawFabricInfo {
+            cluster_uuid: v3.clusterUuid,
+            status: v3.status,
+            clique_id: v3.cliqueId,
+            state: v3.state,
+            health_mask: Some(v3.healthMask),
+            health_summary: Some(v3.healthSummary),
+        });
+    }
+    // SAFETY: plain old data; all-zero is a valid value.
+    let mut v2: nvmlGpuFabricInfo_v2_t = unsafe { mem::zeroed() };
+    v2.version = (mem::size_of::<nvmlGpuFabricInfo_v2_t>() | (2 << 24)) as u32;
+    // SAFETY: the v2 struct, of the size its version word says, through the pointer type the
+    // binding declares (v3): the driver reads the version word and writes only v2's fields.
+    unsafe {
+        nvml_try(sym(
+            device.handle(),
+            (&raw mut v2).cast::<nvmlGpuFabricInfo_v3_t>(),
+        ))?
+    };
+    Ok(RawFabricInfo {
+        cluster_uuid: v2.clusterUuid,
+        status: v2.status,
+        clique_id: v2.cliqueId,
+        state: v2.state,
+        health_mask: Some(v2.healthMask),
+        health_summary: None,
+    })
 }
 
 /// A key that tells devices apart: the handle's address, only ever compared.

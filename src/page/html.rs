@@ -43,6 +43,7 @@ pub fn render(view: &NodeView) -> String {
         escape(&mut out, e);
         out.push_str("</p>\n");
     }
+    node_health(&mut out, view);
     let _ = write!(
         out,
         "<section class=\"gpus\" aria-label=\"GPUs\">\n<h2 class=\"count\">{} GPU{}</h2>\n",
@@ -76,6 +77,13 @@ fn header(out: &mut String, view: &NodeView) {
         }
         None => out.push_str("none yet"),
     }
+    if let Some(missing) = &view.missing_gpus {
+        let _ = write!(
+            out,
+            "</b> · GPUs on the PCI bus NVML does not list <b id=\"gpus-missing\">{}",
+            missing.len()
+        );
+    }
     out.push_str("</b></p>\n<p class=\"facts\">collector groups: ");
     out.push_str(&view.collector_groups.join(", "));
     out.push_str(
@@ -83,6 +91,59 @@ fn header(out: &mut String, view: &NodeView) {
          <a href=\"/readyz\">/readyz</a> · <a href=\"/api/v1/gpus\">/api/v1/gpus</a> (this \
          page as JSON)</nav>\n</header>\n",
     );
+}
+
+/// The node's own verdict when it is not healthy (a GPU the PCI bus lists that NVML does not
+/// enumerate), with the GPUs it names; nothing while it is healthy or unknown.
+fn node_health(out: &mut String, view: &NodeView) {
+    let Some(h) = view.node_health.as_ref().filter(|h| h.state != "healthy") else {
+        return;
+    };
+    let (class, symbol) = if h.state == "degraded" {
+        ("warn", "▲")
+    } else {
+        ("bad", "✖")
+    };
+    let _ = write!(
+        out,
+        "<p class=\"flag {class} banner\" role=\"alert\" id=\"node-health\" \
+         data-field=\"node_health\" data-value=\"{0}\">{symbol} node {0}:",
+        h.state
+    );
+    for r in &h.reasons {
+        let _ = write!(
+            out,
+            " <span class=\"reason\" data-reason=\"{0}\">{0} (action: {1})</span>",
+            r.reason, r.action
+        );
+    }
+    if let Some(missing) = view.missing_gpus.as_ref().filter(|m| !m.is_empty()) {
+        let _ = write!(
+            out,
+            " · {} GPU{} on the PCI bus that NVML does not list:",
+            missing.len(),
+            if missing.len() == 1 { "" } else { "s" }
+        );
+        for g in missing {
+            out.push_str(" <span class=\"missing-gpu\" data-pci-bus-id=\"");
+            escape(out, &g.pci_bus_id);
+            out.push_str("\">");
+            escape(out, &g.pci_bus_id);
+            out.push_str(" (");
+            escape(out, &g.device_id);
+            out.push_str(", driver ");
+            escape(
+                out,
+                if g.driver.is_empty() {
+                    "none"
+                } else {
+                    &g.driver
+                },
+            );
+            out.push_str(")</span>");
+        }
+    }
+    out.push_str("</p>\n");
 }
 
 fn gpu_card(out: &mut String, gpu: &GpuView) {

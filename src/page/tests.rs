@@ -13,7 +13,7 @@ use crate::metrics::MetricsOptions;
 use crate::metrics::catalog::{self, Source};
 use crate::sample::{
     ContainerRef, DeviceInfo, DeviceRef, DeviceSample, GpmMetrics, Health, HealthAction,
-    HealthReason, HealthState, KubernetesState, MemoryInfo, PodAssignment, Snapshot,
+    HealthReason, HealthState, KubernetesState, MemoryInfo, PciGpu, PodAssignment, Snapshot,
 };
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -314,4 +314,50 @@ fn docs_node_page_md_is_generated_from_the_fields() {
         &super::docs::render_markdown(),
         "UPDATE_DOCS=1 cargo test --lib page::",
     );
+}
+
+#[test]
+fn a_gpu_nvml_lost_shows_on_the_node_and_in_the_json() {
+    let mut snap = snapshot(vec![gpu(0, Some(0.5), Some(0.4), 10.0 * GIB)]);
+    snap.missing_gpus = Some(vec![PciGpu {
+        address: "0000:ca:00.0".into(),
+        device_id: "0x2330".into(),
+        driver: String::new(),
+    }]);
+    snap.node_health = Some(crate::health::node_verdict(
+        snap.missing_gpus.as_deref().unwrap(),
+    ));
+    let v = view(&snap);
+    let json = serde_json::to_value(&v).unwrap();
+    assert_eq!(
+        json["missing_gpus"],
+        serde_json::json!([{"pci_bus_id": "0000:ca:00.0", "device_id": "0x2330", "driver": ""}])
+    );
+    assert_eq!(
+        json["node_health"],
+        serde_json::json!({"state": "failed", "reasons": [{"reason": "gpus_missing", "action": "reboot_node"}]})
+    );
+    let html = render(&v);
+    assert!(
+        html.contains(
+            "data-field=\"node_health\" data-value=\"failed\">✖ node failed: <span class=\"reason\" \
+             data-reason=\"gpus_missing\">gpus_missing (action: reboot_node)</span> · 1 GPU on the \
+             PCI bus that NVML does not list: <span class=\"missing-gpu\" \
+             data-pci-bus-id=\"0000:ca:00.0\">0000:ca:00.0 (0x2330, driver none)</span>"
+        ),
+        "{html}"
+    );
+    assert!(html.contains("<b id=\"gpus-missing\">1</b>"), "{html}");
+
+    // None missing: no banner, the count says 0; unknown: neither, and null in the JSON.
+    snap.missing_gpus = Some(Vec::new());
+    snap.node_health = Some(crate::health::node_verdict(&[]));
+    let html = render(&view(&snap));
+    assert!(!html.contains("node-health") && html.contains("<b id=\"gpus-missing\">0</b>"));
+    snap.missing_gpus = None;
+    snap.node_health = None;
+    let v = view(&snap);
+    let json = serde_json::to_value(&v).unwrap();
+    assert!(json["missing_gpus"].is_null() && json["node_health"].is_null());
+    assert!(!render(&v).contains("gpus-missing"));
 }

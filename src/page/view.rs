@@ -15,11 +15,11 @@
 use serde::Serialize;
 
 pub use super::fields::Readings;
-use crate::groups::Groups;
+use crate::groups::{Group, Groups};
 use crate::metrics::MetricsOptions;
 use crate::metrics::catalog::VERSION;
 use crate::metrics::resolve::{self, DeviceView, InstanceView};
-use crate::sample::{ContainerRef, HealthState, Snapshot, SystemInfo};
+use crate::sample::{ContainerRef, Health, HealthState, Snapshot, SystemInfo};
 
 /// `NvidiaGpuLowSaturation`: kernels run at least this share of the time…
 pub const BUSY_UTILIZATION: f64 = 0.9;
@@ -53,8 +53,25 @@ pub struct NodeView {
     pub last_tick_age_seconds: Option<f64>,
     /// The thresholds behind the marks.
     pub thresholds: Thresholds,
+    /// The GPUs the PCI bus lists that NVML does not enumerate (`nvidia_node_missing_gpu_info`);
+    /// `None` when that cannot be told or the `inventory` group is off.
+    pub missing_gpus: Option<Vec<MissingGpuView>>,
+    /// The node's own verdict: the reasons no GPU carries; `None` while the `health` group is
+    /// off or the node cannot be judged.
+    pub node_health: Option<HealthView>,
     /// Every GPU, by index.
     pub gpus: Vec<GpuView>,
+}
+
+/// A GPU the PCI bus lists that NVML does not enumerate.
+#[derive(Debug, Serialize)]
+pub struct MissingGpuView {
+    /// Its PCI address, "0000:ca:00.0".
+    pub pci_bus_id: String,
+    /// Its PCI device id, "0x2330".
+    pub device_id: String,
+    /// The driver bound to it; empty when none is.
+    pub driver: String,
 }
 
 /// The thresholds of the marks, as the alert rules set them (the idle one from
@@ -253,8 +270,37 @@ impl NodeView {
                 saturated_sm_active_from: SATURATED_SM_ACTIVE,
                 allocated_memory_above_bytes: ALLOCATED_MEMORY_BYTES,
             },
+            missing_gpus: snap
+                .missing_gpus
+                .as_ref()
+                .filter(|_| opts.groups.contains(Group::Inventory))
+                .map(|missing| {
+                    missing
+                        .iter()
+                        .map(|g| MissingGpuView {
+                            pci_bus_id: g.address.clone(),
+                            device_id: g.device_id.clone(),
+                            driver: g.driver.clone(),
+                        })
+                        .collect()
+                }),
+            node_health: snap.node_health.as_ref().map(health_view),
             gpus: devices.iter().map(|d| judge.gpu(d)).collect(),
         }
+    }
+}
+
+fn health_view(h: &Health) -> HealthView {
+    HealthView {
+        state: h.state.label(),
+        reasons: h
+            .reasons
+            .iter()
+            .map(|r| ReasonView {
+                reason: r.reason,
+                action: r.action.label(),
+            })
+            .collect(),
     }
 }
 
@@ -313,17 +359,7 @@ impl Judge<'_> {
             jobs: d.jobs.iter().map(|j| (*j).to_owned()).collect(),
             allocated,
             marks,
-            health: s.health.as_ref().map(|h| HealthView {
-                state: h.state.label(),
-                reasons: h
-                    .reasons
-                    .iter()
-                    .map(|r| ReasonView {
-                        reason: r.reason,
-                        action: r.action.label(),
-                    })
-                    .collect(),
-            }),
+            health: s.health.as_ref().map(health_view),
             mig_instances: if s.up {
                 d.instances
                     .iter()

@@ -157,6 +157,8 @@ impl<P: Fn(Snapshot)> Coordinator<P> {
         loop {
             let opts = self.opts.get();
             session.configure(&opts);
+            self.health
+                .set_fabric_registration_timeout(opts.fabric_registration_timeout);
             let deadline = start + opts.device_timeout;
             if session.tick(start, deadline, &self.stop).is_err() {
                 return SessionEnd::Shutdown;

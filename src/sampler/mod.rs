@@ -70,11 +70,17 @@ pub struct SamplerOptions {
     /// Where the health verdicts held until a reset are kept across restarts
     /// (`--health-state-file`); read at start only. `None`: in memory only.
     pub health_state_file: Option<PathBuf>,
+    /// The host's sysfs, whose PCI bus lists the GPUs NVML should enumerate (`--host-sys`; read
+    /// with the `inventory` group on).
+    pub host_sys: PathBuf,
+    /// How long a GPU may take to register with the NVLink fabric after a session's first tick
+    /// before its verdict says so (`--fabric-registration-timeout`).
+    pub fabric_registration_timeout: Duration,
 }
 
 impl Default for SamplerOptions {
     /// The driver's library by soname, 1 s ticks, a 1 s deadline, 5 s grace, every group, idle
-    /// below 5 %.
+    /// below 5 %, the PCI bus of `/sys`, 5 minutes to register with the NVLink fabric.
     fn default() -> Self {
         SamplerOptions {
             nvml_lib: PathBuf::from("libnvidia-ml.so.1"),
@@ -85,6 +91,8 @@ impl Default for SamplerOptions {
             groups: Groups::all(),
             idle_threshold: 0.05,
             health_state_file: None,
+            host_sys: PathBuf::from("/sys"),
+            fabric_registration_timeout: crate::health::FABRIC_REGISTRATION_TIMEOUT,
         }
     }
 }

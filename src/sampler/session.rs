@@ -16,7 +16,7 @@
 //! devices): only then does `last_tick_timestamp_seconds` advance, so `/readyz` turns 503 when
 //! every device hangs or fails every call.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -29,14 +29,15 @@ use super::threads::ThreadGroup;
 use super::{SamplerOptions, Stopped};
 use crate::groups::{Group, Groups};
 use crate::health::rules::{self, Reading};
-use crate::health::{Node, Tracker};
+use crate::health::{self, Node, Tracker};
 use crate::nvml::device::{DeviceReader, ReadOutcome};
 use crate::nvml::discovery;
 use crate::nvml::error::{ErrorClass, ErrorCounter, NvmlUnavailable, classify};
 use crate::nvml::events::{XidLog, watch_xids};
 use crate::nvml::ledger::Verdict;
+use crate::pci;
 use crate::sample::unix_now;
-use crate::sample::{DeviceSample, Snapshot, SystemInfo};
+use crate::sample::{DeviceSample, PciGpu, Snapshot, SystemInfo};
 
 /// How long stopping a session's readers (and its XID thread) may take before the threads still
 /// inside a hung NVML call are left behind.
@@ -69,6 +70,23 @@ pub(super) struct Session {
     nvml: Arc<Nvml>,
     errors: Arc<ErrorCounter>,
     xid_log: Option<Arc<XidLog>>,
+    /// The host's sysfs, when the `inventory` group is on (see [`Session::configure`]).
+    host_sys: Option<PathBuf>,
+    /// The last scan of its PCI bus.
+    bus: Option<BusScan>,
+}
+
+/// How often the PCI bus is read again: its devices change only when one is hot-plugged, removed
+/// or bound to another driver, and a scan costs some microseconds per PCI function (hundreds on a
+/// GPU server), so it is not worth every tick. Each session reads it at its first tick.
+const BUS_SCAN_PERIOD: Duration = Duration::from_secs(30);
+
+/// A scan of the PCI bus: when, below which sysfs, and the GPUs NVML should enumerate (`None`:
+/// the bus could not be read).
+struct BusScan {
+    at: Instant,
+    sys: PathBuf,
+    gpus: Option<Vec<PciGpu>>,
 }
 
 impl Session {
@@ -111,6 +129,8 @@ impl Session {
             nvml,
             errors: Arc::clone(errors),
             xid_log: xids.cloned(),
+            host_sys: None,
+            bus: None,
         };
         session.configure(opts);
         Ok(session)
@@ -127,6 +147,10 @@ impl Session {
             .processes
             .clone()
             .filter(|_| opts.groups.contains(Group::Processes));
+        self.host_sys = opts
+            .groups
+            .contains(Group::Inventory)
+            .then(|| opts.host_sys.clone());
         // Without the xid and health groups no event set is registered; with either, one thread
         // watches.
         let health = opts.groups.contains(Group::Health) && rules::needs(Reading::XidEvents);
@@ -281,6 +305,16 @@ impl Session {
             }
             health.persist();
         }
+        let missing_gpus = match self.host_sys.clone() {
+            Some(sys) => self.bus_gpus(&sys, now).and_then(|bus| {
+                pci::missing(bus, devices.iter().map(|d| d.info.pci_bus_id.as_str()))
+            }),
+            None => None,
+        };
+        let node_health = missing_gpus
+            .as_deref()
+            .filter(|_| self.groups.contains(Group::Health))
+            .map(health::node_verdict);
         Snapshot {
             nvml_up: true,
             nvml_error: None,
@@ -299,7 +333,40 @@ impl Session {
             jobs: None,
             workloads: None,
             health_state: health.store_errors(),
+            missing_gpus,
+            node_health,
         }
+    }
+
+    /// The GPUs NVML should enumerate, from the PCI bus below `sys` as it was read at most
+    /// [`BUS_SCAN_PERIOD`] ago; `None` when it cannot be read (logged when that starts).
+    fn bus_gpus(&mut self, sys: &Path, now: Instant) -> Option<&[PciGpu]> {
+        let due = self
+            .bus
+            .as_ref()
+            .is_none_or(|b| b.sys != sys || now.saturating_duration_since(b.at) >= BUS_SCAN_PERIOD);
+        if due {
+            let read_before = self.bus.as_ref().is_none_or(|b| b.gpus.is_some());
+            let gpus = match pci::expected_gpus(sys) {
+                Ok(gpus) => Some(gpus),
+                Err(e) => {
+                    if read_before {
+                        tracing::warn!(
+                            path = %sys.display(),
+                            error = %e,
+                            "cannot read the PCI bus: a GPU NVML does not enumerate goes unseen (nvidia_node_gpus_missing is absent)"
+                        );
+                    }
+                    None
+                }
+            };
+            self.bus = Some(BusScan {
+                at: now,
+                sys: sys.to_owned(),
+                gpus,
+            });
+        }
+        self.bus.as_ref()?.gpus.as_deref()
     }
 
     /// Stops the readers and the XID thread; those that do not return within the bound (stuck in

@@ -8,6 +8,7 @@
 #![allow(dead_code)] // each test binary uses a different subset
 
 pub mod certs;
+pub mod sysfs;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
@@ -80,7 +81,8 @@ pub fn with_every_group<'a>(flags: &'a [String], args: &[&'a str]) -> Vec<&'a st
 }
 
 /// A command for the exporter with a clean `NVML_EXPORTER_*` / `NVML_SIM_*` / `OTEL_*`
-/// environment.
+/// environment, its `--host-sys` a sysfs whose PCI bus lists no device (`env` may name another):
+/// the machine's own GPUs never meet the simulator's.
 pub fn exporter_command(env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut cmd = Command::new(exporter_bin());
     for (key, _) in std::env::vars() {
@@ -91,8 +93,17 @@ pub fn exporter_command(env: &[(&str, &str)], args: &[&str]) -> Command {
             cmd.env_remove(key);
         }
     }
+    cmd.env("NVML_EXPORTER_HOST_SYS", empty_sysfs());
     cmd.envs(env.iter().copied()).args(args);
     cmd
+}
+
+/// A sysfs with an empty PCI bus, under cargo's directory for the tests' files (every test
+/// process shares it).
+pub fn empty_sysfs() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-sysfs");
+    std::fs::create_dir_all(dir.join("bus/pci/devices")).expect("an empty sysfs");
+    dir
 }
 
 /// Runs `nvml-exporter --once` on the simulator with `env`, and returns its output.

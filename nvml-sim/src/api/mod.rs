@@ -6,6 +6,7 @@
 )]
 
 mod events;
+mod fabric;
 mod fields;
 mod gpm;
 mod identity;

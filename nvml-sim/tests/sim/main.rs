@@ -14,6 +14,7 @@ mod bad_privileged;
 mod bad_scenario;
 mod clock;
 mod driver_restart;
+mod fabric;
 mod faults;
 mod gpm_h100x8;
 mod gpm_pinned;

@@ -19,7 +19,7 @@ fn the_condition_is_true_when_every_gpu_is_healthy_and_false_naming_the_others()
         gpu(0, HealthState::Healthy, &[]),
         gpu(1, HealthState::Healthy, &[]),
     ]);
-    let c = Condition::of(Some(&healthy));
+    let c = Condition::of(Some(&healthy), None);
     assert_eq!((c.status, c.reason), ("True", "GpusHealthy"));
     assert_eq!(c.message, "all 2 GPUs healthy");
 
@@ -39,7 +39,7 @@ fn the_condition_is_true_when_every_gpu_is_healthy_and_false_naming_the_others()
             ],
         ),
     ]);
-    let c = Condition::of(Some(&sick));
+    let c = Condition::of(Some(&sick), None);
     assert_eq!((c.status, c.reason), ("False", "GpuFailed"));
     assert_eq!(
         c.message,
@@ -51,10 +51,36 @@ fn the_condition_is_true_when_every_gpu_is_healthy_and_false_naming_the_others()
         HealthState::Degraded,
         &[("thermal_slowdown", HealthAction::None)],
     )]);
-    assert_eq!(Condition::of(Some(&degraded)).reason, "GpuDegraded");
+    assert_eq!(Condition::of(Some(&degraded), None).reason, "GpuDegraded");
 
-    let c = Condition::of(None);
+    let c = Condition::of(None, None);
     assert_eq!((c.status, c.reason), ("Unknown", "NvmlUnavailable"));
+}
+
+#[test]
+fn a_gpu_nvml_lost_makes_the_condition_false_though_every_gpu_it_lists_is_healthy() {
+    let healthy = node(&[gpu(0, HealthState::Healthy, &[])]);
+    let lost = NodeVerdict {
+        state: HealthState::Failed,
+        reasons: vec![("gpus_missing", HealthAction::RebootNode)],
+        missing: vec!["0000:ca:00.0".into()],
+    };
+    let c = Condition::of(Some(&healthy), Some(&lost));
+    assert_eq!((c.status, c.reason), ("False", "GpuFailed"));
+    assert_eq!(
+        c.message,
+        "node failed: gpus_missing (reboot_node): 0000:ca:00.0 on the PCI bus, not in NVML"
+    );
+    let degraded = node(&[gpu(
+        1,
+        HealthState::Degraded,
+        &[("thermal_slowdown", HealthAction::None)],
+    )]);
+    let c = Condition::of(Some(&degraded), Some(&lost));
+    assert_eq!(c.reason, "GpuFailed");
+    assert!(c.message.starts_with("node failed: gpus_missing") && c.message.ends_with("(none)"));
+    // NVML down: unknown, whatever the bus said.
+    assert_eq!(Condition::of(None, Some(&lost)).status, "Unknown");
 }
 
 #[test]

@@ -377,3 +377,99 @@ fn only_the_families_of_the_groups_on_are_served() {
         );
     }
 }
+
+#[test]
+fn the_fabric_is_served_where_the_gpu_is_on_one_and_absent_elsewhere() {
+    let every = MetricsOptions {
+        groups: crate::groups::Groups::all(),
+        ..MetricsOptions::default()
+    };
+    let mut failed = full_device(1);
+    failed.uuid = "GPU-1".into();
+    if let Some(f) = failed.fabric.as_mut() {
+        f.status = Some("timeout");
+        f.conditions.clear();
+        f.configuration = None;
+        f.summary = None;
+    }
+    let text = encode_with(
+        every,
+        &snapshot(vec![full_device(0), failed, bare_device(2)]),
+    );
+    let v = |s: &str| value(&text, s);
+    let id = |g: u32| format!(r#"gpu="{g}",uuid="GPU-{g}""#);
+    assert_eq!(
+        v(&format!("nvidia_gpu_fabric_state{{{}}}", id(0))),
+        Some(3.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_fabric_state{{{}}}", id(1))),
+        Some(4.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_fabric_condition{{{},condition="degraded_bandwidth"}}"#,
+            id(0)
+        )),
+        Some(1.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_fabric_condition{{{},condition="route_unhealthy"}}"#,
+            id(0)
+        )),
+        Some(0.0)
+    );
+    assert_eq!(
+        v(&format!("nvidia_gpu_fabric_health{{{}}}", id(0))),
+        Some(3.0)
+    );
+    assert_eq!(
+        v(&format!(
+            r#"nvidia_gpu_fabric_info{{{},clique_id="7",cluster_uuid="8b2f4c1e-6a0d-4e59-9c3b-715e2a84d016",status="timeout",configuration=""}}"#,
+            id(1)
+        )),
+        Some(1.0)
+    );
+    // Conditions and a summary the driver does not report are absent, never 0.
+    for absent in ["nvidia_gpu_fabric_condition", "nvidia_gpu_fabric_health"] {
+        assert!(
+            !series(&text)
+                .iter()
+                .any(|l| l.starts_with(absent) && l.contains(&id(1))),
+            "{absent}"
+        );
+    }
+    assert!(
+        !series(&text)
+            .iter()
+            .any(|l| l.contains("fabric") && l.contains(&id(2)))
+    );
+}
+
+#[test]
+fn the_node_serves_its_missing_gpus_and_nothing_when_it_cannot_tell() {
+    let mut snap = snapshot(vec![full_device(0)]);
+    let text = encode(&snap);
+    assert_eq!(value(&text, "nvidia_node_gpus_missing"), Some(1.0));
+    assert_eq!(
+        value(
+            &text,
+            r#"nvidia_node_missing_gpu_info{pci_bus_id="0000:ca:00.0",device_id="0x2330",driver="nvidia"}"#
+        ),
+        Some(1.0)
+    );
+    snap.missing_gpus = Some(Vec::new());
+    let text = encode(&snap);
+    assert_eq!(value(&text, "nvidia_node_gpus_missing"), Some(0.0));
+    assert!(!text.contains("nvidia_node_missing_gpu_info{"));
+    snap.missing_gpus = None;
+    assert!(!encode(&snap).contains("nvidia_node_"));
+    // The group off: not served, whatever the snapshot holds.
+    snap.missing_gpus = Some(Vec::new());
+    let off = MetricsOptions {
+        groups: crate::groups::Groups::defaults().without(crate::groups::Group::Inventory),
+        ..MetricsOptions::default()
+    };
+    assert!(!encode_with(off, &snap).contains("nvidia_node_"));
+}

@@ -128,6 +128,18 @@ pub(crate) fn full_device(index: u32) -> DeviceSample {
             },
         ],
         mig_mode: Some(false),
+        fabric: Some(FabricSample {
+            state: FabricState::Completed,
+            status: Some("success"),
+            clique_id: 7,
+            cluster_uuid: "8b2f4c1e-6a0d-4e59-9c3b-715e2a84d016".into(),
+            conditions: vec![
+                (FabricCondition::DegradedBandwidth, true),
+                (FabricCondition::RouteUnhealthy, false),
+            ],
+            configuration: Some(FabricConfiguration::Correct),
+            summary: Some(FabricSummary::LimitedCapacity),
+        }),
         gpm_supported: Some(true),
         gpm: Some(full_gpm()),
         // Cgroups unread: the processes go to the GPU's single owner, if it has one.
@@ -316,6 +328,13 @@ fn snapshot(devices: Vec<DeviceSample>) -> Snapshot {
                 sm_active: Some(0.0),
             },
         ])),
+        // One GPU the PCI bus lists that NVML does not.
+        missing_gpus: Some(vec![PciGpu {
+            address: "0000:ca:00.0".into(),
+            device_id: "0x2330".into(),
+            driver: "nvidia".into(),
+        }]),
+        node_health: Some(crate::health::node_verdict(&[PciGpu::default()])),
     }
 }
 
