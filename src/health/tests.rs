@@ -298,7 +298,10 @@ fn links_are_not_judged_in_mig_mode_nor_when_nvml_did_not_say() {
             ..NvLinkSample::default()
         })
         .collect();
-    assert_eq!(t.evaluate(&d, Node { mig: true, ..NODE }, now), Health::default());
+    assert_eq!(
+        t.evaluate(&d, Node { mig: true, ..NODE }, now),
+        Health::default()
+    );
     assert_eq!(t.evaluate(&d, NODE, now).state, HealthState::Failed);
     for l in &mut d.nvlinks {
         l.up = None;
@@ -546,7 +549,11 @@ fn a_gpu_not_registered_with_the_fabric_fails_once_the_timeout_has_passed() {
 fn a_failed_registration_and_each_condition_of_the_mask_are_reasons() {
     let mut t = Tracker::default();
     let now = Instant::now();
-    let h = t.evaluate(&on_fabric(FabricState::Completed, Some("timeout")), NODE, now);
+    let h = t.evaluate(
+        &on_fabric(FabricState::Completed, Some("timeout")),
+        NODE,
+        now,
+    );
     assert_eq!(
         reasons(&h),
         vec![("fabric_registration_failed", "reset_gpu")]

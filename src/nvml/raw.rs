@@ -16,8 +16,7 @@ use nvml_wrapper_sys::bindings::{
     self as sys, NVML_GPM_METRICS_GET_VERSION, nvmlDevice_t, nvmlEccSramErrorStatus_v1_t,
     nvmlFieldValue_t, nvmlGpmMetricsGet_t, nvmlGpmSample_t, nvmlGpuFabricInfo_t,
     nvmlGpuFabricInfo_v2_t, nvmlGpuFabricInfo_v3_t, nvmlGpuInstance_t, nvmlGpuInstanceInfo_t,
-    nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t, nvmlValue_t,
-    nvmlValueType_t,
+    nvmlGpuInstanceProfileInfo_v2_t, nvmlReturn_t, nvmlValue_t, nvmlValueType_t,
 };
 
 /// Current clock-event (throttle) reasons as the raw `nvmlClocksEventReason*` bitmask, from

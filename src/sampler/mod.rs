@@ -202,14 +202,10 @@ pub fn sample_once(opts: &SamplerOptions) -> Snapshot {
     };
     let started = Instant::now();
     let deadline = started + opts.device_timeout;
+    let mut health = crate::health::Tracker::default();
+    health.set_fabric_registration_timeout(opts.fabric_registration_timeout);
     let snapshot = match session.tick(started, deadline, &crossbeam_channel::never()) {
-        Ok(()) => session.snapshot(
-            started,
-            opts.stale_grace,
-            &errors,
-            None,
-            &mut crate::health::Tracker::default(),
-        ),
+        Ok(()) => session.snapshot(started, opts.stale_grace, &errors, None, &mut health),
         Err(Stopped) => unreachable!("a tick that `never()` stops ran to its end"),
     };
     session.stop();
