@@ -144,29 +144,20 @@ impl<'a> CallLedger<'a> {
         arg: u32,
         f: impl FnOnce() -> Result<T, NvmlError>,
     ) -> Option<T> {
-        if self.lost.is_some() || self.unsupported.contains(function, arg) {
-            return None;
-        }
-        self.calls += 1;
-        match f() {
-            Ok(v) => {
-                self.answered += 1;
-                Some(v)
-            }
-            Err(NvmlError::NoPermission) => {
-                tracing::info!(
-                    gpu = self.index,
-                    function,
-                    "NVML answers this call to root only: not read"
-                );
-                self.unsupported.insert(function, arg);
-                None
-            }
-            Err(e) => {
-                self.fail(function, arg, &e);
-                None
-            }
-        }
+        let gpu = self.index;
+        self.call(function, arg, || {
+            f().map_err(|e| match e {
+                NvmlError::NoPermission => {
+                    tracing::info!(
+                        gpu,
+                        function,
+                        "NVML answers this call to root only: not read"
+                    );
+                    NvmlError::NotSupported
+                }
+                e => e,
+            })
+        })
     }
 
     /// [`CallLedger::call`] for a call whose items carry answers of their own (field values, GPM

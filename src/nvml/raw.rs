@@ -23,13 +23,18 @@ use nvml_wrapper_sys::bindings::{
 /// `nvmlDeviceGetCurrentClocksEventReasons` (the name since CUDA 12.2). `FailedToLoadSymbol` when
 /// the library predates it: the caller then falls back to the older ThrottleReasons call.
 pub fn current_clocks_event_reasons(device: &Device) -> Result<u64, NvmlError> {
-    let sym = nvml_sym(
-        device
-            .nvml()
-            .lib()
-            .nvmlDeviceGetCurrentClocksEventReasons
-            .as_ref(),
-    )?;
+    let lib = device.nvml().lib();
+    device_mask(
+        device,
+        nvml_sym(lib.nvmlDeviceGetCurrentClocksEventReasons.as_ref())?,
+    )
+}
+
+/// A function of nvml.h that writes one 64-bit mask of a device.
+type MaskFn = unsafe extern "C" fn(nvmlDevice_t, *mut u64) -> nvmlReturn_t;
+
+/// The mask `sym` writes for `device`.
+fn device_mask(device: &Device, sym: &MaskFn) -> Result<u64, NvmlError> {
     let mut mask: u64 = 0;
     // SAFETY: the handle comes from a live `Device` of a live `Nvml`; the out-pointer is valid.
     unsafe { nvml_try(sym(device.handle(), &mut mask))? };
@@ -371,7 +376,7 @@ pub fn gpu_instance_profile(
     // SAFETY: plain old data; all-zero is a valid value.
     let mut info: nvmlGpuInstanceProfileInfo_v2_t = unsafe { mem::zeroed() };
     // NVML_STRUCT_VERSION(GpuInstanceProfileInfo, 2): the size, and the version in the top byte.
-    info.version = (mem::size_of::<nvmlGpuInstanceProfileInfo_v2_t>() | (2 << 24)) as u32;
+    info.version = struct_version::<nvmlGpuInstanceProfileInfo_v2_t>(2);
     // SAFETY: valid handle, out-pointer to a struct of the size the version word says.
     match unsafe { nvml_try(sym(device.handle(), profile, &mut info)) } {
         Err(NvmlError::NotSupported | NvmlError::InvalidArg) => return Ok(None),
@@ -441,17 +446,11 @@ pub fn unrepairable_memory(device: &Device) -> Result<bool, NvmlError> {
 /// The event types the device reports, as nvml.h's raw mask: nvml-wrapper's `EventTypes` drops
 /// the bits it predates, such as `nvmlEventTypeGpuRecoveryAction` (R565).
 pub fn supported_event_types(device: &Device) -> Result<u64, NvmlError> {
-    let sym = nvml_sym(
-        device
-            .nvml()
-            .lib()
-            .nvmlDeviceGetSupportedEventTypes
-            .as_ref(),
-    )?;
-    let mut mask: u64 = 0;
-    // SAFETY: valid handle and out-pointer.
-    unsafe { nvml_try(sym(device.handle(), &mut mask))? };
-    Ok(mask)
+    let lib = device.nvml().lib();
+    device_mask(
+        device,
+        nvml_sym(lib.nvmlDeviceGetSupportedEventTypes.as_ref())?,
+    )
 }
 
 /// A GPU's NVLink fabric information, from whichever call and struct version answered.
@@ -497,8 +496,7 @@ pub fn gpu_fabric_info_v(device: &Device, version: u32) -> Result<RawFabricInfo,
     // SAFETY: plain old data; all-zero is a valid value.
     let mut v3: nvmlGpuFabricInfo_v3_t = unsafe { mem::zeroed() };
     if version == 3 {
-        // NVML_STRUCT_VERSION(GpuFabricInfo, 3): the size, and the version in the top byte.
-        v3.version = (mem::size_of::<nvmlGpuFabricInfo_v3_t>() | (3 << 24)) as u32;
+        v3.version = struct_version::<nvmlGpuFabricInfo_v3_t>(3);
         // SAFETY: valid handle, out-pointer to a struct of the size its version word says.
         unsafe { nvml_try(sym(device.handle(), &mut v3))? };
         return Ok(RawFabricInfo {
@@ -512,7 +510,7 @@ pub fn gpu_fabric_info_v(device: &Device, version: u32) -> Result<RawFabricInfo,
     }
     // SAFETY: plain old data; all-zero is a valid value.
     let mut v2: nvmlGpuFabricInfo_v2_t = unsafe { mem::zeroed() };
-    v2.version = (mem::size_of::<nvmlGpuFabricInfo_v2_t>() | (2 << 24)) as u32;
+    v2.version = struct_version::<nvmlGpuFabricInfo_v2_t>(2);
     // SAFETY: the v2 struct, of the size its version word says, through the pointer type the
     // binding declares (v3): the driver reads the version word and writes only v2's fields.
     unsafe {
